@@ -1,0 +1,212 @@
+#include "base/stats.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace base::stats {
+
+// --- HotCounter ---
+
+int HotCounter::ShardIndex() {
+  // Threads take shards round-robin on first use; two threads share a shard only once more than
+  // kShards threads are counting, which at worst costs contention, never correctness.
+  static std::atomic<unsigned> next{0};
+  thread_local const int index =
+      static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kShards);
+  return index;
+}
+
+uint64_t HotCounter::value() const {
+  uint64_t total = 0;
+  for (const Shard& s : shards_) total += s.v.load(std::memory_order_relaxed);
+  return total;
+}
+
+// --- Histogram ---
+
+int HistogramSnapshot::BucketOf(uint64_t v) {
+  constexpr uint64_t kSub = 1u << kSubBits;
+  if (v < kSub) return static_cast<int>(v);
+  const int e = 63 - std::countl_zero(v);  // floor(log2 v) >= kSubBits
+  const int sub = static_cast<int>((v >> (e - kSubBits)) & (kSub - 1));
+  return ((e - kSubBits + 1) << kSubBits) + sub;
+}
+
+uint64_t HistogramSnapshot::BucketUpperBound(int bucket) {
+  constexpr int kSub = 1 << kSubBits;
+  if (bucket < kSub) return static_cast<uint64_t>(bucket);
+  const int e = (bucket >> kSubBits) + kSubBits - 1;
+  const uint64_t sub = static_cast<uint64_t>(bucket & (kSub - 1));
+  const uint64_t lower = (static_cast<uint64_t>(kSub) + sub) << (e - kSubBits);
+  return lower + ((uint64_t{1} << (e - kSubBits)) - 1);
+}
+
+uint64_t HistogramSnapshot::Percentile(double p) const {
+  if (count == 0) return 0;
+  const double clamped = std::clamp(p, 0.0, 100.0);
+  uint64_t rank = static_cast<uint64_t>(std::ceil(clamped / 100.0 * static_cast<double>(count)));
+  rank = std::max<uint64_t>(rank, 1);
+  uint64_t seen = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    seen += buckets[b];
+    if (seen >= rank) return std::min(BucketUpperBound(b), max);
+  }
+  return max;
+}
+
+void Histogram::Record(uint64_t v) {
+  buckets_[HistogramSnapshot::BucketOf(v)].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(v, std::memory_order_relaxed);
+  uint64_t prev = max_.load(std::memory_order_relaxed);
+  while (v > prev && !max_.compare_exchange_weak(prev, v, std::memory_order_relaxed)) {
+  }
+}
+
+HistogramSnapshot Histogram::Snapshot() const {
+  HistogramSnapshot s;
+  for (int b = 0; b < HistogramSnapshot::kBuckets; ++b) {
+    s.buckets[b] = buckets_[b].load(std::memory_order_relaxed);
+  }
+  // The count is the sum of the buckets read, so a snapshot taken during updates is still
+  // internally consistent for percentiles.
+  for (uint64_t n : s.buckets) s.count += n;
+  s.sum = sum_.load(std::memory_order_relaxed);
+  s.max = max_.load(std::memory_order_relaxed);
+  return s;
+}
+
+// --- Collector ---
+
+namespace internal {
+
+void Collector::Visit(absl::string_view name, absl::string_view help, const Counter& c) {
+  samples_.push_back({component_, std::string(name), std::string(help), Kind::kCounter,
+                      static_cast<int64_t>(c.value()), {}});
+}
+void Collector::Visit(absl::string_view name, absl::string_view help, const HotCounter& c) {
+  samples_.push_back({component_, std::string(name), std::string(help), Kind::kCounter,
+                      static_cast<int64_t>(c.value()), {}});
+}
+void Collector::Visit(absl::string_view name, absl::string_view help, const Gauge& g) {
+  samples_.push_back(
+      {component_, std::string(name), std::string(help), Kind::kGauge, g.value(), {}});
+}
+void Collector::Visit(absl::string_view name, absl::string_view help, const Histogram& h) {
+  samples_.push_back({component_, std::string(name), std::string(help), Kind::kHistogram, 0,
+                      h.Snapshot()});
+}
+
+}  // namespace internal
+
+// --- Registry ---
+
+Registry::Id Registry::Add(std::string component, SnapshotFn fn) {
+  absl::MutexLock lock(&mu_);
+  const Id id = next_id_++;
+  entries_.push_back({id, std::move(component), std::move(fn)});
+  return id;
+}
+
+void Registry::Unregister(Id id) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(entries_, [id](const Entry& e) { return e.id == id; });
+}
+
+std::vector<Sample> Registry::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Sample> out;
+  for (const Entry& e : entries_) {
+    std::vector<Sample> part = e.fn(e.component);
+    out.insert(out.end(), std::make_move_iterator(part.begin()),
+               std::make_move_iterator(part.end()));
+  }
+  return out;
+}
+
+Registry& Registry::Global() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+
+Registration& Registration::operator=(Registration&& other) noexcept {
+  if (this != &other) {
+    if (registry_ != nullptr) registry_->Unregister(id_);
+    registry_ = other.registry_;
+    id_ = other.id_;
+    other.registry_ = nullptr;
+  }
+  return *this;
+}
+
+Registration::~Registration() {
+  if (registry_ != nullptr) registry_->Unregister(id_);
+}
+
+// --- Prometheus ---
+
+namespace {
+
+// Splits `cache{tenant="7"}` into ("cache", "tenant=\"7\"").
+void SplitComponent(absl::string_view component, absl::string_view* name,
+                    absl::string_view* labels) {
+  const size_t brace = component.find('{');
+  if (brace == absl::string_view::npos || component.back() != '}') {
+    *name = component;
+    *labels = {};
+    return;
+  }
+  *name = component.substr(0, brace);
+  *labels = component.substr(brace + 1, component.size() - brace - 2);
+}
+
+std::string Labels(absl::string_view base, absl::string_view extra) {
+  if (base.empty() && extra.empty()) return "";
+  if (base.empty()) return absl::StrCat("{", extra, "}");
+  if (extra.empty()) return absl::StrCat("{", base, "}");
+  return absl::StrCat("{", base, ",", extra, "}");
+}
+
+}  // namespace
+
+std::string FormatPrometheus(const std::vector<Sample>& samples) {
+  std::string out;
+  std::string last_family;
+  for (const Sample& s : samples) {
+    absl::string_view comp, labels;
+    SplitComponent(s.component, &comp, &labels);
+    const std::string family = absl::StrCat("regcache_", comp, "_", s.name);
+    if (family != last_family) {  // HELP/TYPE once per family (tenants repeat families)
+      const char* type = s.kind == Kind::kCounter ? "counter"
+                         : s.kind == Kind::kGauge ? "gauge"
+                                                  : "histogram";
+      absl::StrAppend(&out, "# HELP ", family, " ", s.help, "\n# TYPE ", family, " ", type,
+                      "\n");
+      last_family = family;
+    }
+    if (s.kind != Kind::kHistogram) {
+      absl::StrAppend(&out, family, Labels(labels, ""), " ", s.value, "\n");
+      continue;
+    }
+    uint64_t cumulative = 0;
+    for (int b = 0; b < HistogramSnapshot::kBuckets; ++b) {
+      if (s.histogram.buckets[b] == 0) continue;
+      cumulative += s.histogram.buckets[b];
+      absl::StrAppend(&out, family, "_bucket",
+                      Labels(labels, absl::StrCat("le=\"",
+                                                  HistogramSnapshot::BucketUpperBound(b), "\"")),
+                      " ", cumulative, "\n");
+    }
+    absl::StrAppend(&out, family, "_bucket", Labels(labels, "le=\"+Inf\""), " ",
+                    s.histogram.count, "\n");
+    absl::StrAppend(&out, family, "_sum", Labels(labels, ""), " ", s.histogram.sum, "\n");
+    absl::StrAppend(&out, family, "_count", Labels(labels, ""), " ", s.histogram.count, "\n");
+  }
+  return out;
+}
+
+}  // namespace base::stats

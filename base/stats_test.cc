@@ -1,0 +1,116 @@
+#include "base/stats.h"
+
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace base::stats {
+namespace {
+
+#define TEST_COMPONENT_STATS(COUNTER, GAUGE, HISTOGRAM) \
+  COUNTER(requests, "requests seen")                    \
+  GAUGE(in_flight, "requests in flight")                \
+  HISTOGRAM(latency_ns, "latency in ns")
+RC_DEFINE_STATS(TestStats, TEST_COMPONENT_STATS);
+RC_DEFINE_HOT_STATS(TestHotStats, TEST_COMPONENT_STATS);
+
+TEST(StatsTest, DeclaredStatsAreMembersAndSnapshotInOrder) {
+  TestStats s;
+  s.requests.Inc();
+  s.requests.Inc(2);
+  s.in_flight.Add(5);
+  s.in_flight.Sub(2);
+  s.latency_ns.Record(100);
+  std::vector<Sample> snap = SnapshotOf("umr", s);
+  ASSERT_EQ(snap.size(), 3u);
+  EXPECT_EQ(snap[0].name, "requests");
+  EXPECT_EQ(snap[0].kind, Kind::kCounter);
+  EXPECT_EQ(snap[0].value, 3);
+  EXPECT_EQ(snap[0].help, "requests seen");
+  EXPECT_EQ(snap[1].kind, Kind::kGauge);
+  EXPECT_EQ(snap[1].value, 3);
+  EXPECT_EQ(snap[2].kind, Kind::kHistogram);
+  EXPECT_EQ(snap[2].histogram.count, 1u);
+  EXPECT_EQ(snap[2].component, "umr");
+}
+
+TEST(StatsTest, HotCounterSumsAcrossThreads) {
+  TestHotStats s;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&s] {
+      for (int i = 0; i < 10000; ++i) s.requests.Inc();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(s.requests.value(), 40000u);
+}
+
+TEST(StatsTest, HistogramBucketsAreMonotoneAndTight) {
+  for (uint64_t v : {0ull, 1ull, 3ull, 4ull, 7ull, 8ull, 9ull, 100ull, 1000000ull, ~0ull}) {
+    const int b = HistogramSnapshot::BucketOf(v);
+    ASSERT_LT(b, HistogramSnapshot::kBuckets);
+    EXPECT_GE(HistogramSnapshot::BucketUpperBound(b), v) << v;
+    if (b > 0) {
+      EXPECT_LT(HistogramSnapshot::BucketUpperBound(b - 1), v) << v;
+    }
+  }
+  for (int b = 1; b < HistogramSnapshot::kBuckets; ++b) {
+    EXPECT_GT(HistogramSnapshot::BucketUpperBound(b), HistogramSnapshot::BucketUpperBound(b - 1));
+    EXPECT_EQ(HistogramSnapshot::BucketOf(HistogramSnapshot::BucketUpperBound(b)), b);
+  }
+}
+
+TEST(StatsTest, PercentilesWithinBucketError) {
+  Histogram h;
+  for (uint64_t v = 1; v <= 1000; ++v) h.Record(v);
+  HistogramSnapshot s = h.Snapshot();
+  EXPECT_EQ(s.count, 1000u);
+  EXPECT_EQ(s.sum, 500500u);
+  EXPECT_EQ(s.max, 1000u);
+  const uint64_t p50 = s.Percentile(50);
+  const uint64_t p99 = s.Percentile(99);
+  EXPECT_GE(p50, 500u);
+  EXPECT_LE(p50, 500u * 5 / 4);
+  EXPECT_GE(p99, 990u);
+  EXPECT_LE(p99, 1000u);  // clamped to max
+  EXPECT_EQ(Histogram().Snapshot().Percentile(50), 0u);
+}
+
+TEST(StatsTest, RegistryFollowsRegistrationLifetime) {
+  Registry registry;
+  TestStats a, b;
+  a.requests.Inc(7);
+  {
+    Registration ra(registry, "alpha", &a);
+    Registration rb(registry, "beta{tenant=\"3\"}", &b);
+    EXPECT_EQ(registry.Snapshot().size(), 6u);
+  }
+  EXPECT_TRUE(registry.Snapshot().empty());
+}
+
+TEST(StatsTest, PrometheusTextFormat) {
+  Registry registry;
+  TestStats a;
+  a.requests.Inc(7);
+  a.in_flight.Set(-2);
+  a.latency_ns.Record(5);
+  a.latency_ns.Record(5);
+  a.latency_ns.Record(100);
+  Registration r(registry, "cache{tenant=\"3\"}", &a);
+  const std::string text = FormatPrometheus(registry.Snapshot());
+  EXPECT_NE(text.find("# TYPE regcache_cache_requests counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("regcache_cache_requests{tenant=\"3\"} 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("regcache_cache_in_flight{tenant=\"3\"} -2\n"), std::string::npos);
+  EXPECT_NE(text.find("regcache_cache_latency_ns_bucket{tenant=\"3\",le=\"5\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("regcache_cache_latency_ns_bucket{tenant=\"3\",le=\"+Inf\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("regcache_cache_latency_ns_sum{tenant=\"3\"} 110\n"), std::string::npos);
+  EXPECT_NE(text.find("regcache_cache_latency_ns_count{tenant=\"3\"} 3\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace base::stats

@@ -1,0 +1,90 @@
+# Helpers every folder uses. One library per folder; the dependency table below is the single
+# place where the direction of ARCHITECTURE.md is written down for the build. The include
+# checker (tests/layering/check_layering.py) enforces the same table on #include lines.
+
+# Folder -> folders it may depend on (besides itself).
+set(REGCACHE_ALLOWED_base "")
+set(REGCACHE_ALLOWED_umr "base")
+set(REGCACHE_ALLOWED_hca "base;umr")
+set(REGCACHE_ALLOWED_hca_sim "base;umr;hca")
+set(REGCACHE_ALLOWED_hca_mlx5 "base;umr;hca")
+set(REGCACHE_ALLOWED_hca_verbs "base;umr;hca")
+set(REGCACHE_ALLOWED_cache "base;umr;hca")
+set(REGCACHE_ALLOWED_odp "base;umr;hca;cache")
+set(REGCACHE_ALLOWED_service "base;umr;hca;cache;odp")
+set(REGCACHE_ALLOWED_api "base;umr;hca;cache;odp;service")
+
+# Folder path ("hca/sim") -> target name ("regcache_hca_sim").
+function(regcache_target_name folder out)
+  string(REPLACE "/" "_" t "${folder}")
+  set(${out} "regcache_${t}" PARENT_SCOPE)
+endfunction()
+
+# regcache_library(FOLDER <folder> SRCS ... [FOLDER_DEPS <folders>] [EXTERNAL_DEPS <targets>])
+#
+# Declares the folder's library. FOLDER_DEPS must be a subset of the folder's allowed list;
+# anything else is a configure error, so an upward dependency cannot be linked by accident.
+function(regcache_library)
+  cmake_parse_arguments(A "" "FOLDER" "SRCS;FOLDER_DEPS;EXTERNAL_DEPS" ${ARGN})
+  string(REPLACE "/" "_" key "${A_FOLDER}")
+  if(NOT DEFINED REGCACHE_ALLOWED_${key})
+    message(FATAL_ERROR "regcache_library: unknown folder '${A_FOLDER}' (add it to cmake/Regcache.cmake)")
+  endif()
+  foreach(dep IN LISTS A_FOLDER_DEPS)
+    if(NOT dep IN_LIST REGCACHE_ALLOWED_${key})
+      message(FATAL_ERROR "regcache_library: '${A_FOLDER}' may not depend on '${dep}' "
+                          "(allowed: ${REGCACHE_ALLOWED_${key}})")
+    endif()
+  endforeach()
+  regcache_target_name("${A_FOLDER}" target)
+  add_library(${target} STATIC ${A_SRCS})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  foreach(dep IN LISTS A_FOLDER_DEPS)
+    regcache_target_name("${dep}" dep_target)
+    target_link_libraries(${target} PUBLIC ${dep_target})
+  endforeach()
+  target_link_libraries(${target} PUBLIC ${A_EXTERNAL_DEPS})
+  set_property(GLOBAL APPEND PROPERTY REGCACHE_LIBRARIES ${target})
+endfunction()
+
+# regcache_test(NAME <name> SRCS ... DEPS <targets> LABELS <unit|integration|vm|hw> [TIMEOUT s])
+# One ctest entry per test binary, labelled so `make test` can pick what this machine can run.
+function(regcache_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+endfunction()
+
+# regcache_benchmark(NAME <name> SRCS ... DEPS <targets>)
+function(regcache_benchmark)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} benchmark::benchmark)
+endfunction()
+
+# One generated translation unit per public header (every .h under a library folder, except
+# generated code), compiled into an object library: a header that does not include what it uses
+# breaks the build.
+function(regcache_check_headers)
+  get_property(libs GLOBAL PROPERTY REGCACHE_LIBRARIES)
+  if(NOT libs)
+    return()
+  endif()
+  set(srcs "")
+  foreach(folder base umr hca cache odp service api)
+    file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)
+    foreach(h IN LISTS headers)
+      string(MAKE_C_IDENTIFIER "${h}" id)
+      set(tu ${PROJECT_BINARY_DIR}/header_check/${id}.cc)
+      file(CONFIGURE OUTPUT ${tu} CONTENT "#include \"${h}\"  // must compile on its own\n")
+      list(APPEND srcs ${tu})
+    endforeach()
+  endforeach()
+  add_library(regcache_header_check OBJECT ${srcs})
+  target_link_libraries(regcache_header_check PRIVATE ${libs})
+endfunction()
