@@ -4,7 +4,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace base {
@@ -14,7 +14,7 @@ class LogTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogSinkForTest([this](LogSeverity s, absl::string_view line) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       lines_.emplace_back(line);
       severities_.push_back(s);
     });
@@ -24,11 +24,11 @@ class LogTest : public ::testing::Test {
     SetMinLogSeverity(LogSeverity::kInfo);
   }
   std::vector<std::string> Lines() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return lines_;
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<std::string> lines_;
   std::vector<LogSeverity> severities_;
 };

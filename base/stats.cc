@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace base::stats {
+using ::base::MutexLock;
 
 // --- HotCounter ---
 
@@ -106,19 +107,19 @@ void Collector::Visit(absl::string_view name, absl::string_view help, const Hist
 // --- Registry ---
 
 Registry::Id Registry::Add(std::string component, SnapshotFn fn) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const Id id = next_id_++;
   entries_.push_back({id, std::move(component), std::move(fn)});
   return id;
 }
 
 void Registry::Unregister(Id id) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::erase_if(entries_, [id](const Entry& e) { return e.id == id; });
 }
 
 std::vector<Sample> Registry::Snapshot() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<Sample> out;
   for (const Entry& e : entries_) {
     std::vector<Sample> part = e.fn(e.component);

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 
 namespace base::stats {
 
@@ -160,7 +160,7 @@ class Registry {
   };
   Id Add(std::string component, SnapshotFn fn);
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
   Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Proves check_layering.py catches violations: builds small trees with known defects in a
+temporary folder and asserts on the checker's verdict and message."""
+import os
+import subprocess
+import sys
+import tempfile
+
+CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_layering.py")
+TABLE = """
+set(REGCACHE_ALLOWED_base "")
+set(REGCACHE_ALLOWED_umr "base")
+set(REGCACHE_ALLOWED_hca "base;umr")
+set(REGCACHE_ALLOWED_hca_sim "base;umr;hca")
+set(REGCACHE_ALLOWED_hca_mlx5 "base;umr;hca")
+set(REGCACHE_ALLOWED_cache "base;umr;hca")
+set(REGCACHE_ALLOWED_api "base;umr;hca;cache")
+"""
+
+
+def run(files):
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "cmake"))
+        with open(os.path.join(root, "cmake", "Regcache.cmake"), "w") as f:
+            f.write(TABLE)
+        for rel, text in files.items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        p = subprocess.run([sys.executable, CHECKER, root], capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+
+failures = []
+
+
+def expect(name, files, code, needle=None):
+    rc, out = run(files)
+    if rc != code or (needle is not None and needle not in out):
+        failures.append(f"{name}: rc={rc} (want {code}), output:\n{out}")
+
+
+expect("clean tree passes", {
+    "base/a.h": '#include "base/b.h"\n#include <vector>\n',
+    "umr/w.h": '#include "base/a.h"\n',
+    "hca/sim/s.cc": '#include "hca/device.h"\n#include "umr/w.h"\n',
+    "cache/c_test.cc": '#include "hca/sim/sim.h"\n',  # tests may use the sim fake
+    "hca/mlx5/m.cc": "#include <infiniband/mlx5dv.h>\n",
+    "api/g.cc": '#include <grpcpp/grpcpp.h>\n#include "api/regcache.pb.h"\n',
+}, 0, "layering: clean")
+expect("upward include is caught", {"umr/w.h": '#include "cache/pool.h"\n'},
+       1, "umr/w.h:1: 'umr' may not include 'cache/pool.h'")
+expect("sibling backend include is caught", {"hca/mlx5/m.cc": '#include "hca/sim/sim.h"\n'},
+       1, "'hca/mlx5' may not include 'hca/sim/sim.h'")
+expect("backend from cache library code is caught", {"cache/pool.cc": '#include "hca/sim/sim.h"\n'},
+       1, "'cache' may not include 'hca/sim/sim.h'")
+expect("rdma-core outside a backend is caught", {"cache/c.cc": "#include <infiniband/verbs.h>\n"},
+       1, "rdma-core belongs to hca/mlx5 and hca/verbs only")
+expect("grpc below api is caught", {"cache/c.cc": "#include <grpcpp/grpcpp.h>\n"},
+       1, "gRPC and protobuf belong to api/ only")
+expect("protobuf generated header below api is caught", {"hca/h.h": '#include "api/x.pb.h"\n'},
+       1, "gRPC and protobuf belong to api/ only")
+
+if failures:
+    print("\n".join(failures))
+    print(f"{len(failures)} passed-wrongly/failed case(s)")
+    sys.exit(1)
+print("check_layering selftest: all cases behave")
