@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages regcache needs to build, test and run, if any are missing.
+# Idempotent: does nothing (and needs no root) when everything is present.
+# Usage: deploy/install-deps.sh [extra-package ...]
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config python3 clang
+  libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libbenchmark-dev libgtest-dev libgmock-dev
+  libibverbs-dev ibverbs-providers libjemalloc-dev
+  libucx-dev libcivetweb-dev
+  "$@"
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (or: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
