@@ -1,0 +1,84 @@
+// The backend registry — the implementers' side of the device boundary (callers use
+// hca/device.h and OpenDevice below).
+//
+// A backend is a factory registered under a name ("sim", "mlx5", "verbs"). A device spec names
+// the backend and, after a colon, its arguments:
+//
+//   "sim"                           the software HCA with defaults
+//   "sim:mode=thread,max_indirection=2"
+//   "verbs:rxe0"                    positional argument: the device name
+//   "mlx5:mlx5_0,port=1"
+//
+// Arguments are comma-separated; `key=value` items are parameters, at most one bare item is the
+// positional device name. Each backend documents its parameters and rejects unknown ones
+// (kInvalidArgument).
+//
+// Registration and static libraries: backends are registered EXPLICITLY, by calling the
+// backend's own function (hca::sim::RegisterBackend(), hca::mlx5::RegisterBackend(), ...)
+// from the binary that wants it (regcached's main, tests, benchmarks). A static initializer in
+// the backend's library would be dropped by the linker whenever nothing else in that object is
+// referenced, and the backend would silently vanish; an explicit call makes the link
+// dependency visible and cannot be dead-stripped. The functions are idempotent.
+//
+// Thread safety: everything here may be called from any thread.
+#ifndef REGCACHE_HCA_BACKEND_H_
+#define REGCACHE_HCA_BACKEND_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/stats.h"
+#include "hca/device.h"
+
+namespace hca {
+
+// Options every backend honours.
+struct OpenOptions {
+  // Where the backend registers its counters (nullptr: not registered anywhere; the backend
+  // still counts). Must outlive the device.
+  base::stats::Registry* stats_registry = nullptr;
+  // Component name for those counters ("hca_sim", ...); empty: "hca_<backend>".
+  std::string stats_component;
+};
+
+// A parsed device spec.
+struct BackendSpec {
+  std::string backend;                        // before the colon
+  std::string device;                         // the bare item, or empty
+  std::map<std::string, std::string> params;  // key=value items, ordered for stable messages
+};
+
+// Parses "name[:item,item,...]". kInvalidArgument for an empty name, empty items, two bare
+// items or a repeated key.
+absl::StatusOr<BackendSpec> ParseBackendSpec(absl::string_view spec);
+
+// A factory returns the opened device, kUnavailable with the reason when this machine cannot
+// provide it (no such NIC, missing capability), or kInvalidArgument for bad parameters.
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Device>>(
+    const BackendSpec& spec, const OpenOptions& options)>;
+
+// Registers `factory` under `name`. Registering the same name again replaces nothing and returns
+// kAlreadyExists (backends call this from an idempotent RegisterBackend that ignores it).
+absl::Status RegisterBackend(absl::string_view name, BackendFactory factory);
+
+// Names of the registered backends, sorted.
+std::vector<std::string> RegisteredBackends();
+
+// Opens a device by spec. kNotFound when no backend of that name is registered (the message
+// lists the registered ones and, for the project's own backend names, says which
+// RegisterBackend() call links it in); otherwise whatever the factory returns.
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
+                                                   const OpenOptions& options = {});
+
+// Test hook: forgets every registration.
+void ClearBackendsForTest();
+
+}  // namespace hca
+
+#endif  // REGCACHE_HCA_BACKEND_H_
