@@ -1,0 +1,101 @@
+#include "cache/backing_set.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+
+namespace cache {
+
+absl::Status BackingSet::Add(const BackingRecord& record) {
+  RETURN_IF_ERROR(CheckFree(record.va, record.length));
+  by_va_.emplace(record.va, record);
+  total_bytes_ += record.length;
+  return absl::OkStatus();
+}
+
+absl::Status BackingSet::CheckFree(uint64_t va, uint64_t length) const {
+  struct {
+    uint64_t va, length;
+  } record{va, length};
+  const uint64_t end = record.va + record.length;
+  // The first backing starting at or after va, and the one before it.
+  auto next = by_va_.lower_bound(record.va);
+  if (next != by_va_.end() && next->first < end) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "memory [0x%x, 0x%x) overlaps attached memory at 0x%x", record.va, end, next->first));
+  }
+  if (next != by_va_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.va + prev->second.length > record.va) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "memory [0x%x, 0x%x) overlaps attached memory [0x%x, 0x%x)", record.va, end,
+          prev->second.va, prev->second.va + prev->second.length));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BackingRecord> BackingSet::Remove(BackingId id) {
+  for (auto it = by_va_.begin(); it != by_va_.end(); ++it) {
+    if (it->second.id == id) {
+      BackingRecord r = it->second;
+      by_va_.erase(it);
+      total_bytes_ -= r.length;
+      return r;
+    }
+  }
+  return absl::NotFoundError(absl::StrFormat("no attached memory with id %d", id));
+}
+
+BackingRecord* BackingSet::Find(BackingId id) {
+  for (auto& [va, r] : by_va_) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(
+    uint64_t va, uint64_t length, hca::AccessFlags access, std::vector<BackingId>* used) const {
+  std::vector<hca::KlmEntry> entries;
+  used->clear();
+  const uint64_t end = va + length;
+  // The backing containing va is the last one starting at or before it.
+  auto it = by_va_.upper_bound(va);
+  if (it == by_va_.begin()) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("address 0x%x is not in attached memory", va));
+  }
+  --it;
+  uint64_t cursor = va;
+  while (cursor < end) {
+    if (it == by_va_.end() || it->second.va > cursor ||
+        it->second.va + it->second.length <= cursor) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "range [0x%x, 0x%x) is not covered by attached memory: 0x%x is outside it", va, end,
+          cursor));
+    }
+    const BackingRecord& b = it->second;
+    if (b.removing) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("attached memory at 0x%x is being detached", b.va));
+    }
+    if ((access & ~b.access) != 0) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "attached memory at 0x%x allows %s, the request needs %s", b.va,
+          hca::AccessToString(b.access), hca::AccessToString(access)));
+    }
+    const uint64_t piece_end = std::min(end, b.va + b.length);
+    used->push_back(b.id);
+    while (cursor < piece_end) {
+      const uint64_t n = std::min(piece_end - cursor, kMaxKlmEntryBytes);
+      entries.push_back(
+          hca::KlmEntry{b.device.key, b.device_addr + (cursor - b.va), n});
+      cursor += n;
+    }
+    ++it;
+  }
+  return entries;
+}
+
+}  // namespace cache

@@ -1,0 +1,74 @@
+// The backing memory of one tenant, and the KLM layout of a range over it.
+//
+// A backing is memory the tenant attached: `length` bytes that the tenant sees at `va` (its own
+// virtual addresses) and that the device reaches through `key` at `device_addr` (the daemon's
+// mapping of the same bytes; equal to `va` when the cache is embedded in the process). Backings
+// of a tenant never overlap in `va`.
+//
+// Thread safety: none; the tenant serializes access.
+#ifndef REGCACHE_CACHE_BACKING_SET_H_
+#define REGCACHE_CACHE_BACKING_SET_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hca/device.h"
+
+namespace cache {
+
+using BackingId = uint64_t;
+
+struct BackingRecord {
+  BackingId id = 0;
+  uint64_t va = 0;
+  uint64_t length = 0;
+  uint64_t device_addr = 0;
+  hca::Backing device;           // the direct key and its geometry
+  hca::AccessFlags access = 0;   // rights registrations over it may have
+  uint64_t users = 0;            // registrations whose layout uses it
+  bool removing = false;         // being detached: new layouts refuse it
+};
+
+// Largest byte count of one KLM entry (the PRM's 2 GiB).
+inline constexpr uint64_t kMaxKlmEntryBytes = uint64_t{1} << 31;
+
+class BackingSet {
+ public:
+  // Adds a backing. kAlreadyExists if [va, va+length) overlaps an existing backing.
+  // REQUIRES: length > 0 and va + length does not overflow (the caller validated).
+  absl::Status Add(const BackingRecord& record);
+
+  // OK if [va, va+length) overlaps no backing, else kAlreadyExists naming the overlap.
+  absl::Status CheckFree(uint64_t va, uint64_t length) const;
+
+  // Removes and returns it. kNotFound for an unknown id.
+  absl::StatusOr<BackingRecord> Remove(BackingId id);
+
+  BackingRecord* Find(BackingId id);
+  const absl::btree_map<uint64_t, BackingRecord>& by_va() const { return by_va_; }
+
+  // The KLM entries that map [va, va+length) through the backings, in address order, each at
+  // most kMaxKlmEntryBytes: a range spanning two adjacent backings gets (at least) two entries.
+  // `used` receives the ids of the backings involved, in order.
+  // Errors: kOutOfRange naming the first uncovered address when the backings do not cover the
+  // range; kPermissionDenied when a covering backing lacks some of `access`;
+  // kFailedPrecondition when a covering backing is being detached.
+  // REQUIRES: length > 0, no overflow.
+  absl::StatusOr<std::vector<hca::KlmEntry>> Layout(uint64_t va, uint64_t length,
+                                                    hca::AccessFlags access,
+                                                    std::vector<BackingId>* used) const;
+
+  uint64_t total_bytes() const { return total_bytes_; }
+  size_t size() const { return by_va_.size(); }
+
+ private:
+  absl::btree_map<uint64_t, BackingRecord> by_va_;  // key: va
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace cache
+
+#endif  // REGCACHE_CACHE_BACKING_SET_H_

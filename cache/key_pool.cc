@@ -1,0 +1,159 @@
+#include "cache/key_pool.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+
+namespace cache {
+
+KeyPool::KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats)
+    : device_(device), pd_(pd), options_(options), stats_(stats) {
+  RC_CHECK(!options_.capacity_classes.empty());
+  for (uint32_t c : options_.capacity_classes) {
+    RC_CHECK(classes_.empty() || c > classes_.back().capacity) << "classes must ascend";
+    Class cls;
+    cls.capacity = c;
+    classes_.push_back(std::move(cls));
+  }
+}
+
+KeyPool::~KeyPool() {
+  absl::Status s = DestroyAll();
+  if (!s.ok()) RC_LOG(WARNING) << "key pool teardown: " << s;
+}
+
+absl::StatusOr<int> KeyPool::ClassFor(uint32_t entries) const {
+  for (int i = 0; i < num_classes(); ++i) {
+    if (classes_[i].capacity >= entries) return i;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "layout needs %d KLM entries; the largest key class holds %d", entries,
+      classes_.back().capacity));
+}
+
+absl::Status KeyPool::Create(int cls, uint32_t count) {
+  Class& c = classes_[cls];
+  const uint64_t room = options_.max_keys_per_class - std::min<uint64_t>(
+                                                          c.total, options_.max_keys_per_class);
+  count = static_cast<uint32_t>(std::min<uint64_t>(count, room));
+  if (count == 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "key class %d (%d entries) is at its limit of %d keys", cls, c.capacity,
+        options_.max_keys_per_class));
+  }
+  ASSIGN_OR_RETURN(std::vector<hca::Key> keys,
+                   device_->CreateIndirectKeys(pd_, c.capacity, count, {}));
+  for (hca::Key k : keys) c.free.push_back(k);
+  c.total += keys.size();
+  stats_->keys_created.Inc(keys.size());
+  stats_->keys_free.Add(static_cast<int64_t>(keys.size()));
+  return absl::OkStatus();
+}
+
+void KeyPool::ReleaseEligible(absl::Time now) {
+  while (!quarantine_.empty()) {
+    const Quarantined& q = quarantine_.front();
+    const bool time_ok = now - q.entered >= options_.quarantine_time;
+    const bool count_ok = quarantine_seq_ - q.seq >= options_.quarantine_count;
+    if (!time_ok || !count_ok) break;  // FIFO: later entries are younger
+    classes_[q.key.cls].free.push_back(q.key.key);
+    quarantine_.pop_front();
+    stats_->keys_released_from_quarantine.Inc();
+    stats_->keys_quarantined_now.Sub();
+    stats_->keys_free.Add();
+    stats_->keys_in_use.Sub();
+  }
+}
+
+absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
+  RC_CHECK(cls >= 0 && cls < num_classes());
+  Class& c = classes_[cls];
+  if (c.free.empty()) ReleaseEligible(now);
+  if (c.free.empty()) {
+    const uint32_t batch = std::max<uint32_t>(1, options_.high_watermark);
+    absl::Status s = Create(cls, batch);
+    if (!s.ok() || c.free.empty()) {
+      stats_->pool_exhausted.Inc();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "key pool exhausted for class %d (%d entries): %s; %d keys wait in quarantine", cls,
+          c.capacity, s.ok() ? "no key created" : s.message(), quarantine_.size()));
+    }
+  }
+  TakenKey t;
+  t.pooled.key = c.free.front();
+  t.pooled.cls = cls;
+  c.free.pop_front();
+  t.new_variant = static_cast<uint8_t>(hca::KeyVariant(t.pooled.key) + 1);
+  stats_->keys_taken.Inc();
+  stats_->keys_free.Sub();
+  stats_->keys_in_use.Add();
+  return t;
+}
+
+void KeyPool::Quarantine(PooledKey key, absl::Time now) {
+  quarantine_.push_back({key, now, ++quarantine_seq_});
+  stats_->keys_quarantined.Inc();
+  stats_->keys_quarantined_now.Add();
+}
+
+void KeyPool::Forget(PooledKey key) {
+  classes_[key.cls].total--;
+  stats_->keys_in_use.Sub();
+}
+
+absl::Status KeyPool::Maintain(absl::Time now) {
+  ReleaseEligible(now);
+  absl::Status first;
+  for (int i = 0; i < num_classes(); ++i) {
+    Class& c = classes_[i];
+    if (c.free.size() >= options_.low_watermark) continue;
+    const uint32_t want = options_.high_watermark - static_cast<uint32_t>(c.free.size());
+    absl::Status s = Create(i, want);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status KeyPool::DestroyAll() {
+  absl::Status first;
+  auto destroy = [&](hca::Key k, int cls) {
+    absl::Status s = device_->DestroyKey(k);
+    if (!s.ok() && first.ok()) first = s;
+    classes_[cls].total--;
+    stats_->keys_destroyed.Inc();
+  };
+  for (int i = 0; i < num_classes(); ++i) {
+    for (hca::Key k : classes_[i].free) {
+      destroy(k, i);
+      stats_->keys_free.Sub();
+    }
+    classes_[i].free.clear();
+  }
+  for (const Quarantined& q : quarantine_) {
+    destroy(q.key.key, q.key.cls);
+    stats_->keys_quarantined_now.Sub();
+    stats_->keys_in_use.Sub();
+  }
+  quarantine_.clear();
+  return first;
+}
+
+uint64_t KeyPool::free_keys() const {
+  uint64_t n = 0;
+  for (const Class& c : classes_) n += c.free.size();
+  return n;
+}
+
+uint64_t KeyPool::total_keys() const {
+  uint64_t n = 0;
+  for (const Class& c : classes_) n += c.total;
+  return n;
+}
+
+uint64_t KeyPool::outstanding_keys() const {
+  return total_keys() - free_keys() - quarantined_keys();
+}
+
+}  // namespace cache

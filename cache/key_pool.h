@@ -1,0 +1,105 @@
+// The pool of pre-created free indirect keys of one tenant (one PD), in capacity classes.
+//
+// Keys are created free and UMR-enabled (CreateIndirectKeys) and handed out FIFO. Each hand-out
+// bumps the key's 8-bit variant: Take() returns the key's current full value and the variant
+// the map must give it, so the rkey a registration hands out differs from every earlier rkey
+// of the same index. An invalidated key enters quarantine; its index is handed out again only
+// once it has spent PoolOptions::quarantine_time there AND quarantine_count other keys entered
+// quarantine after it (see options.h for why).
+//
+// Thread safety: none; the owning tenant serializes calls (its mutex).
+#ifndef REGCACHE_CACHE_KEY_POOL_H_
+#define REGCACHE_CACHE_KEY_POOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cache/options.h"
+#include "cache/stats.h"
+#include "hca/device.h"
+
+namespace cache {
+
+struct PooledKey {
+  hca::Key key = 0;  // the full key as the device currently knows it (index<<8 | variant)
+  int cls = 0;       // capacity class index
+};
+
+// What Take() hands out: the key as it is now, and the variant to map it with.
+struct TakenKey {
+  PooledKey pooled;
+  uint8_t new_variant = 0;
+  hca::Key mapped_key() const { return hca::MakeKey(hca::KeyIndex(pooled.key), new_variant); }
+};
+
+class KeyPool {
+ public:
+  // REQUIRES: options.capacity_classes non-empty, ascending, each <= device max_klm_entries;
+  // `device` and `stats` outlive the pool.
+  KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats);
+  ~KeyPool();  // destroys free and quarantined keys (DestroyAll)
+  KeyPool(const KeyPool&) = delete;
+  KeyPool& operator=(const KeyPool&) = delete;
+
+  int num_classes() const { return static_cast<int>(classes_.size()); }
+  uint32_t capacity(int cls) const { return classes_[cls].capacity; }
+
+  // The smallest class holding `entries` KLM entries. kInvalidArgument if none does.
+  absl::StatusOr<int> ClassFor(uint32_t entries) const;
+
+  // Hands out the oldest free key of `cls`; if none is free, first releases eligible
+  // quarantined keys, then creates a batch on the device. kResourceExhausted when the class is
+  // at max_keys_per_class or the device cannot create keys (the message says how many keys
+  // wait in quarantine).
+  absl::StatusOr<TakenKey> Take(int cls, absl::Time now);
+
+  // A key whose invalidation the device confirmed (its current full key): into quarantine.
+  void Quarantine(PooledKey key, absl::Time now);
+
+  // A key that was destroyed on the device (recovery): forgotten.
+  void Forget(PooledKey key);
+
+  // Releases eligible quarantined keys, then tops up every class below the low watermark to
+  // the high watermark. Returns the first device error (the pool stays usable).
+  absl::Status Maintain(absl::Time now);
+
+  // Destroys every free and quarantined key. Keys handed out and not returned stay the
+  // caller's. Returns the first error.
+  absl::Status DestroyAll();
+
+  uint64_t free_keys() const;
+  uint64_t quarantined_keys() const { return quarantine_.size(); }
+  uint64_t outstanding_keys() const;  // handed out, not yet back (mapping/live/draining)
+  uint64_t total_keys() const;        // free + quarantined + outstanding
+
+ private:
+  struct Class {
+    uint32_t capacity = 0;
+    std::deque<hca::Key> free;  // FIFO
+    uint64_t total = 0;         // keys of this class that exist on the device
+  };
+  struct Quarantined {
+    PooledKey key;
+    absl::Time entered;
+    uint64_t seq = 0;
+  };
+
+  absl::Status Create(int cls, uint32_t count);
+  void ReleaseEligible(absl::Time now);
+
+  hca::Device* const device_;
+  const hca::Pd pd_;
+  const PoolOptions options_;
+  CacheStats* const stats_;
+  std::vector<Class> classes_;
+  std::deque<Quarantined> quarantine_;  // FIFO by entry
+  uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine
+};
+
+}  // namespace cache
+
+#endif  // REGCACHE_CACHE_KEY_POOL_H_

@@ -1,0 +1,61 @@
+// Configuration of the registration cache and of each tenant. Every field states its default.
+#ifndef REGCACHE_CACHE_OPTIONS_H_
+#define REGCACHE_CACHE_OPTIONS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace cache {
+
+struct PoolOptions {
+  // Capacity classes of pooled indirect keys, in KLM entries, ascending. A registration takes a
+  // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR.
+  // Default: {4, 16, 64, 256}.
+  std::vector<uint32_t> capacity_classes = {4, 16, 64, 256};
+  // Background refill keeps each class's free list between these (per tenant). Defaults 8 / 32.
+  uint32_t low_watermark = 8;
+  uint32_t high_watermark = 32;
+  // Most keys one tenant may own per class (free + quarantined + live). Default 1 << 20.
+  uint32_t max_keys_per_class = 1u << 20;
+  // An index whose key was invalidated is not handed out again before BOTH hold: it spent
+  // quarantine_time in quarantine, and quarantine_count keys entered quarantine after it. Until
+  // then a stale rkey still held by a remote peer cannot alias a new registration on the same
+  // index, even after the 8-bit variant wraps. Defaults: 10 ms, 16 keys.
+  absl::Duration quarantine_time = absl::Milliseconds(10);
+  uint32_t quarantine_count = 16;
+};
+
+struct EngineOptions {
+  // Dedicated UMR queues per tenant; a thread posts on queue (thread slot % queues). Default 2.
+  uint32_t queues_per_tenant = 2;
+  // Ring depth in 64-byte WQE basic blocks (power of two). Default 256.
+  uint32_t queue_depth = 256;
+  // How long a request may wait for its UMR completion before it fails with
+  // kDeadlineExceeded and its key goes to recovery. Default 2 s.
+  absl::Duration completion_timeout = absl::Seconds(2);
+};
+
+struct CacheOptions {
+  PoolOptions pool;
+  EngineOptions engine;
+  // Run a background thread that refills pools and releases quarantined keys. When false, the
+  // owner calls RegCache::Maintain() (tests do, for determinism). Default true.
+  bool background_maintenance = true;
+  // Period of the background thread. Default 2 ms.
+  absl::Duration maintenance_period = absl::Milliseconds(2);
+  // Shards of each tenant's registration index (a power of two; the hit path locks one).
+  // Default 64.
+  uint32_t index_shards = 64;
+};
+
+// Per-tenant limits. 0 means "no limit" for each.
+struct TenantOptions {
+  uint64_t max_keys = 0;          // live registrations + windows
+  uint64_t max_backed_bytes = 0;  // bytes of backing memory attached (pinned or ODP)
+};
+
+}  // namespace cache
+
+#endif  // REGCACHE_CACHE_OPTIONS_H_

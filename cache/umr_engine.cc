@@ -1,0 +1,218 @@
+#include "cache/umr_engine.h"
+
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+
+namespace cache {
+
+absl::StatusOr<std::unique_ptr<UmrEngine>> UmrEngine::Create(hca::Device* device, hca::Pd pd,
+                                                             const EngineOptions& options,
+                                                             CacheStats* stats) {
+  if (options.queues_per_tenant == 0) {
+    return absl::InvalidArgumentError("engine needs at least one queue");
+  }
+  std::unique_ptr<UmrEngine> engine(new UmrEngine(device, pd, options, stats));
+  for (uint32_t i = 0; i < options.queues_per_tenant; ++i) {
+    auto slot = std::make_unique<QueueSlot>();
+    ASSIGN_OR_RETURN(std::unique_ptr<hca::Queue> q,
+                     device->CreateQueue(pd, hca::QueueOptions{options.queue_depth}));
+    base::MutexLock lock(&slot->mu);
+    slot->queue = std::move(q);
+    engine->slots_.push_back(std::move(slot));
+  }
+  return engine;
+}
+
+UmrEngine::UmrEngine(hca::Device* device, hca::Pd pd, const EngineOptions& options,
+                     CacheStats* stats)
+    : device_(device), pd_(pd), options_(options), stats_(stats) {}
+
+UmrEngine::~UmrEngine() {
+  for (auto& slot : slots_) {
+    base::MutexLock lock(&slot->mu);
+    RC_CHECK(slot->outstanding.empty()) << "UMR engine destroyed with requests in flight";
+    slot->queue.reset();
+  }
+}
+
+UmrEngine::QueueSlot& UmrEngine::SlotForThisThread() {
+  static std::atomic<uint32_t> next_thread{0};
+  thread_local const uint32_t thread_slot = next_thread.fetch_add(1, std::memory_order_relaxed);
+  return *slots_[thread_slot % slots_.size()];
+}
+
+absl::Status UmrEngine::PostOne(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled) {
+  hca::PostOptions po;
+  po.fence = op.fence;
+  po.signaled = signaled;
+  if (op.kind == UmrOp::Kind::kMap) {
+    op.map.klm = op.klm;
+    op.map.options = po;
+    return slot.queue->PostMap(id, op.map);
+  }
+  return slot.queue->PostInvalidate(id, op.key, po);
+}
+
+void UmrEngine::PollAndDispatch(QueueSlot& slot) {
+  hca::Completion cqes[16];
+  for (;;) {
+    const size_t n = slot.queue->Poll(absl::MakeSpan(cqes));
+    for (size_t i = 0; i < n; ++i) {
+      const hca::Completion& c = cqes[i];
+      // Requests execute in order: a success retires every earlier request still pending
+      // (they were unsignalled successes); an error names exactly one request.
+      while (!slot.outstanding.empty() && slot.outstanding.front().id <= c.request_id) {
+        Pending p = slot.outstanding.front();
+        slot.outstanding.pop_front();
+        if (p.id == c.request_id) {
+          p.op->result = c.status;
+          if (!c.status.ok()) stats_->umr_failed.Inc();
+        } else if (!c.status.ok()) {
+          // An earlier request with no completion of its own while a later one failed: it
+          // succeeded (errors always complete) — keep scanning for the failed one.
+          p.op->result = absl::OkStatus();
+        } else {
+          p.op->result = absl::OkStatus();
+        }
+        p.done->store(true, std::memory_order_release);
+        if (p.id == c.request_id) break;
+      }
+    }
+    if (n < std::size(cqes)) return;
+  }
+}
+
+void UmrEngine::ResetQueue(QueueSlot& slot, const absl::Status& why) {
+  RC_LOG(WARNING) << "UMR queue reset: " << why;
+  for (Pending& p : slot.outstanding) {
+    p.op->result = base::Annotate(why, "queue reset");
+    p.done->store(true, std::memory_order_release);
+  }
+  slot.outstanding.clear();
+  slot.queue.reset();
+  auto q = device_->CreateQueue(pd_, hca::QueueOptions{options_.queue_depth});
+  if (q.ok()) {
+    slot.queue = std::move(*q);
+  } else {
+    RC_LOG(ERROR) << "UMR queue could not be recreated: " << q.status();
+  }
+}
+
+void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
+  if (ops.empty()) return;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.completion_timeout;
+  QueueSlot& slot = SlotForThisThread();
+  // One flag per op; stable storage for the dispatcher.
+  std::unique_ptr<std::atomic<bool>[]> done(new std::atomic<bool>[ops.size()]);
+  for (size_t i = 0; i < ops.size(); ++i) done[i].store(false, std::memory_order_relaxed);
+
+  {
+    base::MutexLock lock(&slot.mu);
+    if (slot.queue == nullptr) ResetQueue(slot, absl::UnavailableError("queue missing"));
+    size_t posted = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      UmrOp& op = *ops[i];
+      if (slot.queue == nullptr) {
+        op.result = absl::UnavailableError("no UMR queue available");
+        done[i].store(true, std::memory_order_relaxed);
+        continue;
+      }
+      const bool last = i + 1 == ops.size();
+      const uint64_t id = slot.next_id++;
+      absl::Status s = PostOne(slot, op, id, /*signaled=*/last);
+      // A full ring: retire what completed and try again, until the deadline.
+      while (absl::IsResourceExhausted(s) && absl::Now() < deadline) {
+        if (posted > 0) {
+          s = slot.queue->Doorbell();
+          if (!s.ok()) break;
+        }
+        PollAndDispatch(slot);
+        std::this_thread::yield();
+        s = PostOne(slot, op, id, last);
+      }
+      if (!s.ok()) {
+        op.result = base::Annotate(s, "post UMR");
+        done[i].store(true, std::memory_order_relaxed);
+        stats_->umr_failed.Inc();
+        if (!absl::IsInvalidArgument(s) && !absl::IsResourceExhausted(s) &&
+            !absl::IsUnimplemented(s)) {
+          ResetQueue(slot, s);  // the queue itself is broken
+        }
+        continue;
+      }
+      slot.outstanding.push_back({id, &op, &done[i]});
+      ++posted;
+      stats_->umr_posted.Inc();
+    }
+    if (posted > 0 && slot.queue != nullptr) {
+      // If the batch's last op failed to post, the last posted one is unsignalled: a signalled
+      // success must still arrive for the batch to retire, so post nothing more and flush.
+      absl::Status s = slot.queue->Doorbell();
+      stats_->umr_batches.Inc();
+      if (!s.ok()) ResetQueue(slot, s);
+      if (!ops.back()->result.ok() && done[ops.size() - 1].load()) {
+        absl::Status f = slot.queue != nullptr
+                             ? slot.queue->Flush(options_.completion_timeout)
+                             : absl::OkStatus();
+        PollAndDispatch(slot);
+        // Anything still pending had no error completion after a full flush: it succeeded.
+        if (f.ok()) {
+          while (!slot.outstanding.empty()) {
+            Pending p = slot.outstanding.front();
+            slot.outstanding.pop_front();
+            p.op->result = absl::OkStatus();
+            p.done->store(true, std::memory_order_release);
+          }
+        }
+      }
+    }
+  }
+
+  // Wait: poll (shared with other waiters on this queue) until every op of the batch is done.
+  auto all_done = [&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!done[i].load(std::memory_order_acquire)) return false;
+    }
+    return true;
+  };
+  int spins = 0;
+  while (!all_done()) {
+    {
+      base::MutexLock lock(&slot.mu);
+      if (slot.queue != nullptr) PollAndDispatch(slot);
+      if (all_done()) break;
+      if (absl::Now() >= deadline) {
+        // Abandon what is left: take it out of the pending list so no dispatcher touches it.
+        for (auto it = slot.outstanding.begin(); it != slot.outstanding.end();) {
+          bool mine = false;
+          for (size_t i = 0; i < ops.size(); ++i) mine |= it->done == &done[i];
+          if (mine) {
+            it->op->result = absl::DeadlineExceededError(absl::StrFormat(
+                "UMR request %d had no completion after %s", it->id,
+                absl::FormatDuration(options_.completion_timeout)));
+            it->done->store(true, std::memory_order_release);
+            stats_->umr_timeouts.Inc();
+            it = slot.outstanding.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        break;
+      }
+    }
+    if (++spins < 64) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(absl::Microseconds(20));
+    }
+  }
+  stats_->umr_latency_ns.Record(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+}
+
+}  // namespace cache

@@ -1,0 +1,101 @@
+// The UMR engine: the tenant's dedicated queues and the discipline for using them.
+//
+// A caller hands Execute() a batch of operations (map a pooled key, invalidate a key). The
+// engine posts them on one of its queues (chosen by the calling thread, so threads spread over
+// queues), only the last one signalled — selective signalling: a signalled success retires
+// every earlier request on the queue, and errors always complete — rings the doorbell once,
+// and waits until every operation of the batch has a result. Whoever waits polls the queue and
+// hands each completion to its owner, so concurrent batches on one queue share the polling.
+//
+// Guarantees:
+//   - Execute() returns only after each op's result is final: OK means the device completed it
+//     (for a map: the key is usable; for an invalidate: the device refuses the key);
+//   - an op that failed to post, completed with an error, or timed out reports that status;
+//     the caller must treat the key of a failed or timed-out op as being in an unknown state
+//     (the cache sends it to recovery, never back to the pool);
+//   - ops with `fence` start only after everything posted before them on the queue completed.
+//
+// Thread safety: Execute may be called from any number of threads.
+#ifndef REGCACHE_CACHE_UMR_ENGINE_H_
+#define REGCACHE_CACHE_UMR_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "base/mutex.h"
+#include "cache/options.h"
+#include "cache/stats.h"
+#include "hca/device.h"
+
+namespace cache {
+
+struct UmrOp {
+  enum class Kind { kMap, kInvalidate };
+  Kind kind = Kind::kMap;
+  hca::MapRequest map;                // kMap; map.klm points at `klm` below
+  std::vector<hca::KlmEntry> klm;     // storage for map.klm
+  hca::Key key = 0;                   // kInvalidate: the key's current full value
+  bool fence = false;
+
+  absl::Status result;                // set by Execute
+
+  static UmrOp Invalidate(hca::Key key, bool fence) {
+    UmrOp op;
+    op.kind = Kind::kInvalidate;
+    op.key = key;
+    op.fence = fence;
+    return op;
+  }
+};
+
+class UmrEngine {
+ public:
+  // Creates the tenant's queues in `pd`. `device` and `stats` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<UmrEngine>> Create(hca::Device* device, hca::Pd pd,
+                                                          const EngineOptions& options,
+                                                          CacheStats* stats);
+  ~UmrEngine();
+
+  // Posts the ops as one batch and waits for all of them; see the guarantees above.
+  void Execute(absl::Span<UmrOp* const> ops);
+
+ private:
+  struct Pending {
+    uint64_t id = 0;
+    UmrOp* op = nullptr;
+    std::atomic<bool>* done = nullptr;
+  };
+  struct QueueSlot {
+    base::Mutex mu;
+    std::unique_ptr<hca::Queue> queue ABSL_GUARDED_BY(mu);
+    uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+    std::deque<Pending> outstanding ABSL_GUARDED_BY(mu);  // in posting order
+  };
+
+  UmrEngine(hca::Device* device, hca::Pd pd, const EngineOptions& options, CacheStats* stats);
+
+  absl::Status PostOne(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Polls the queue once and resolves the pending ops its completions decide.
+  void PollAndDispatch(QueueSlot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Replaces a queue that stopped accepting work (error state); pending ops fail.
+  void ResetQueue(QueueSlot& slot, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  QueueSlot& SlotForThisThread();
+
+  hca::Device* const device_;
+  const hca::Pd pd_;
+  const EngineOptions options_;
+  CacheStats* const stats_;
+  std::vector<std::unique_ptr<QueueSlot>> slots_;
+};
+
+}  // namespace cache
+
+#endif  // REGCACHE_CACHE_UMR_ENGINE_H_
