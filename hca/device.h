@@ -153,6 +153,10 @@ struct Backing {
 
 struct IndirectKeyOptions {
   bool remote_invalidate = false;  // en_rinval: the key may be invalidated by SEND with invalidate
+  // kKlm (default) or kKsm. The layout is fixed at creation (a UMR cannot change the access
+  // mode): every MapRequest on the key must use the same layout.
+  Layout layout = Layout::kKlm;
+  uint32_t log_entity_size = 12;   // kKsm: bytes covered by each entry (2^n); maps may change it
 };
 
 struct DirectKeyOptions {
@@ -191,7 +195,7 @@ struct PostOptions {
 struct MapRequest {
   Key key = 0;                       // the target's current full key
   uint8_t new_variant = 0;           // the variant the key accepts afterwards
-  Layout layout = Layout::kKlm;
+  Layout layout = Layout::kKlm;      // must be the key's creation layout (kMtt: direct keys)
   absl::Span<const KlmEntry> klm;    // kKlm / kKsm; copied at post time
   absl::Span<const MttEntry> mtt;    // kMtt; copied at post time
   uint32_t log_entity_size = 12;     // kKsm / kMtt
@@ -258,9 +262,9 @@ class Queue {
   // through it fail from the completion on. Invalidating a window never touches its parent.
   virtual absl::Status PostInvalidate(uint64_t request_id, Key key, PostOptions options) = 0;
   // Rewrites MTT entries [first_entry, first_entry + entries.size()) of a live direct key (an
-  // ODP backing being faulted in or zapped). The device writes whole 64-byte blocks: the entry
-  // count is padded with absent entries up to a multiple of 8.
-  // REQUIRES: first_entry % 8 == 0; entries non-empty.
+  // ODP backing being faulted in or zapped). The device writes whole 64-byte blocks, so the
+  // range must cover whole blocks of 8 entries (padding would overwrite the neighbours).
+  // REQUIRES: first_entry % 8 == 0; entries.size() a non-zero multiple of 8.
   virtual absl::Status PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
                                               absl::Span<const MttEntry> entries,
                                               PostOptions options) = 0;

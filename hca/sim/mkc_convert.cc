@@ -1,0 +1,57 @@
+#include "hca/sim/mkc_convert.h"
+
+namespace hca::sim {
+
+AccessFlags FromMkeyAccess(const umr::MkeyAccess& a) {
+  return (a.local_read ? kLocalRead : 0) | (a.local_write ? kLocalWrite : 0) |
+         (a.remote_read ? kRemoteRead : 0) | (a.remote_write ? kRemoteWrite : 0) |
+         (a.remote_atomic ? kRemoteAtomic : 0);
+}
+
+umr::MkeyAccess ToMkeyAccess(AccessFlags access) {
+  umr::MkeyAccess a;
+  a.local_read = (access & kLocalRead) != 0;
+  a.local_write = (access & kLocalWrite) != 0;
+  a.remote_read = (access & kRemoteRead) != 0;
+  a.remote_write = (access & kRemoteWrite) != 0;
+  a.remote_atomic = (access & kRemoteAtomic) != 0;
+  return a;
+}
+
+MkeyState FromMkc(const umr::MkeyContextDesc& d) {
+  MkeyState s;
+  s.free = d.free;
+  s.umr_en = d.umr_en;
+  s.access_mode = d.access_mode;
+  s.access = FromMkeyAccess(d.access);
+  s.variant = d.mkey_7_0;
+  s.qpn = d.qpn;
+  s.pd = d.pd;
+  s.length64 = d.length64;
+  s.en_rinval = d.en_rinval;
+  s.start_addr = d.start_addr;
+  s.len = d.len;
+  s.translations_octword_size = d.translations_octword_size;
+  s.log_entity_size = d.log_entity_size;
+  return s;
+}
+
+umr::MkeyContextDesc ToMkc(const MkeyState& s) {
+  umr::MkeyContextDesc d;
+  d.free = s.free;
+  d.umr_en = s.umr_en;
+  d.access_mode = s.access_mode;
+  d.access = ToMkeyAccess(s.access);
+  d.mkey_7_0 = s.variant;
+  d.qpn = s.qpn;
+  d.pd = s.pd;
+  d.length64 = s.length64;
+  d.en_rinval = s.en_rinval;
+  d.start_addr = s.start_addr;
+  d.len = s.len;
+  d.translations_octword_size = s.translations_octword_size;
+  d.log_entity_size = s.log_entity_size;
+  return d;
+}
+
+}  // namespace hca::sim

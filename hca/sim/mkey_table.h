@@ -1,0 +1,101 @@
+// The sim's key table: the memory protection table of a ConnectX, indexed by the 24-bit mkey
+// index, each slot holding the decoded (host-order) mkey context and its translation table.
+//
+// What is stored is exactly what CREATE_MKEY / UMR bytes set: the executor (umr_executor.h) and
+// the command path (commands.h) decode PRM bytes with umr/ and write MkeyState; the translator
+// (translator.h) reads it. Nothing else changes a slot.
+//
+// Thread safety: the table is safe for concurrent use. Each slot has its own reader/writer lock:
+// translations take it shared for a few loads (no global lock on the access path), UMRs and
+// commands take it exclusively for the whole check-and-commit of one WQE, so a failing WQE leaves
+// the slot unchanged and a reader never sees half an update. Slot allocation uses one table lock.
+#ifndef REGCACHE_HCA_SIM_MKEY_TABLE_H_
+#define REGCACHE_HCA_SIM_MKEY_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "base/mutex.h"
+#include "hca/device.h"
+
+namespace hca::sim {
+
+// The decoded mkey context fields the model uses (PRM names; facts §2).
+struct MkeyState {
+  bool free = true;
+  bool umr_en = false;
+  uint8_t access_mode = 0;    // 1 MTT, 2 KLM, 3 KSM
+  AccessFlags access = 0;     // lr/lw/rr/rw/a as hca::AccessBits
+  uint8_t variant = 0;        // mkey_7_0
+  uint32_t qpn = 0xffffff;
+  uint32_t pd = 0;
+  bool length64 = false;
+  bool en_rinval = false;
+  uint64_t start_addr = 0;
+  uint64_t len = 0;
+  uint32_t translations_octword_size = 0;
+  uint8_t log_entity_size = 0;
+};
+
+// One KLM/KSM entry, host order (KSM ignores byte_count).
+struct IndirectEntry {
+  uint32_t byte_count = 0;
+  uint32_t mkey = 0;
+  uint64_t address = 0;
+};
+
+struct MkeySlot {
+  mutable base::Mutex mu;
+  bool exists ABSL_GUARDED_BY(mu) = false;
+  // Set by RegisterBacking(on_demand): an absent MTT entry faults instead of failing. Like
+  // hardware, this is not an MKC bit (the seed, §3.5).
+  bool on_demand ABSL_GUARDED_BY(mu) = false;
+  MkeyState state ABSL_GUARDED_BY(mu);
+  // MTT keys: one BE-decoded entry per page (address | wr_en<<1 | rd_en); capacity entries.
+  std::vector<uint64_t> mtt ABSL_GUARDED_BY(mu);
+  // KLM/KSM keys: capacity entries; klm_end[j] = T[j] + n[j] (KLM prefix sums).
+  std::vector<IndirectEntry> klm ABSL_GUARDED_BY(mu);
+  std::vector<uint64_t> klm_end ABSL_GUARDED_BY(mu);
+
+  // Recomputes klm_end after the KLM entries changed.
+  void RecomputeKlmEnds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Number of translation entries the state's octoword size holds.
+  static uint32_t CapacityEntries(const MkeyState& s);
+};
+
+class MkeyTable {
+ public:
+  // Indices 0 and 1 are never handed out (key 0x100 is MLX5_INVALID_LKEY). REQUIRES: 2 < size.
+  explicit MkeyTable(uint32_t size);
+
+  uint32_t size() const { return size_; }
+
+  // Reserves a free index (lowest first after the most recently freed are used: FIFO of freed
+  // indices, then never-used ones). kResourceExhausted when full.
+  absl::StatusOr<uint32_t> Allocate();
+  // Returns an index to the allocator. REQUIRES: the slot's `exists` was cleared.
+  void Release(uint32_t index);
+
+  // The slot of `index`, or nullptr when out of range. Slots live as long as the table.
+  MkeySlot* Slot(uint32_t index) const {
+    return index < size_ ? &slots_[index] : nullptr;
+  }
+
+  uint32_t live_count() const;
+
+ private:
+  const uint32_t size_;
+  std::unique_ptr<MkeySlot[]> slots_;
+  mutable base::Mutex mu_;
+  std::vector<uint32_t> freed_ ABSL_GUARDED_BY(mu_);  // FIFO (front = oldest)
+  size_t freed_head_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t next_unused_ ABSL_GUARDED_BY(mu_) = 2;
+  uint32_t live_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace hca::sim
+
+#endif  // REGCACHE_HCA_SIM_MKEY_TABLE_H_

@@ -1,0 +1,646 @@
+#include "hca/sim/sim_device.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/mutex.h"
+#include "base/status_macros.h"
+#include "hca/sim/commands.h"
+#include "hca/sim/mkc_convert.h"
+#include "hca/sim/mkey_table.h"
+#include "hca/sim/sim_queue.h"
+#include "hca/sim/translator.h"
+#include "umr/prm.h"
+#include "umr/segments.h"
+#include "umr/wqe_builder.h"
+#include "umr/wqe_decoder.h"
+
+namespace hca::sim {
+namespace {
+
+constexpr uint32_t kMaxParkRetries = 64;  // a parked access re-faulting this often gives up
+
+class SimDeviceImpl;
+
+class SimPeer final : public Peer {
+ public:
+  SimPeer(SimDeviceImpl* dev, Pd pd) : dev_(dev), pd_(pd) {}
+  Pd pd() const override { return pd_; }
+  absl::Status Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) override;
+  absl::Status Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) override;
+  absl::StatusOr<uint64_t> CompareSwap(Key rkey, uint64_t remote_addr, uint64_t compare,
+                                       uint64_t swap) override;
+  absl::StatusOr<uint64_t> FetchAdd(Key rkey, uint64_t remote_addr, uint64_t add) override;
+  absl::Status SendWithInvalidate(Key rkey) override;
+  absl::Status LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out) override;
+  absl::Status LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) override;
+
+ private:
+  absl::StatusOr<uint64_t> Atomic(Key rkey, uint64_t addr, bool cas, uint64_t a, uint64_t b);
+  SimDeviceImpl* const dev_;
+  const Pd pd_;
+};
+
+class SimDeviceImpl final : public SimDevice {
+ public:
+  SimDeviceImpl(const SimOptions& o, const OpenOptions& open)
+      : options_(o),
+        table_(o.max_keys),
+        translator_(&table_, o.max_indirection),
+        commands_(&table_),
+        event_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    caps_.backend = "sim";
+    caps_.device_name = o.device_name;
+    caps_.max_klm_entries = 1u << o.log_max_klm_list_size;
+    caps_.max_inline_klm = umr::kMaxInlineKlms;
+    caps_.max_indirection = o.max_indirection;
+    for (unsigned n = 12; n <= 31; ++n) caps_.page_size_mask |= uint64_t{1} << n;
+    caps_.max_key_length = 0;
+    caps_.max_queue_depth = o.max_queue_depth;
+    caps_.max_keys = o.max_keys;
+    caps_.umr = caps_.ksm = caps_.odp = caps_.atomics = caps_.remote_invalidate = true;
+    caps_.translation_offset = caps_.peer = true;
+    if (open.stats_registry != nullptr) {
+      registration_ = base::stats::Registration(
+          *open.stats_registry,
+          open.stats_component.empty() ? "hca_sim" : open.stats_component, &stats_);
+    }
+  }
+  ~SimDeviceImpl() override {
+    if (event_fd_ >= 0) close(event_fd_);
+  }
+
+  const Capabilities& capabilities() const override { return caps_; }
+  const SimStats& stats() const override { return stats_; }
+
+  absl::StatusOr<Pd> AllocPd() override {
+    base::MutexLock lock(&mu_);
+    const Pd pd{next_pdn_++};
+    pds_.insert(pd.pdn);
+    return pd;
+  }
+  absl::Status DeallocPd(Pd pd) override {
+    base::MutexLock lock(&mu_);
+    if (pds_.erase(pd.pdn) == 0) return absl::NotFoundError(absl::StrCat("no pd ", pd.pdn));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length,
+                                          AccessFlags access,
+                                          const BackingOptions& options) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    if (length == 0) return absl::InvalidArgumentError("backing of length 0");
+    if (options.log_page_size < 12 || options.log_page_size > 31) {
+      return absl::InvalidArgumentError(absl::StrCat("page size 2^", options.log_page_size,
+                                                     " unsupported (12..31)"));
+    }
+    if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
+    const uint64_t page = uint64_t{1} << options.log_page_size;
+    const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
+    const uint64_t cap = (pages + 7) / 8 * 8;
+    if (cap > (uint64_t{1} << 31)) return absl::InvalidArgumentError("backing too large");
+    MkeyState st;
+    st.free = false;
+    st.umr_en = true;
+    st.access_mode = umr::kAccessModeMtt;
+    st.access = access | kLocalRead;
+    st.pd = pd.pdn;
+    st.start_addr = addr;
+    st.len = length;
+    st.translations_octword_size = static_cast<uint32_t>(cap / 2);
+    st.log_entity_size = static_cast<uint8_t>(options.log_page_size);
+    std::vector<umr::MttEntry> mtt;
+    if (!options.on_demand) {
+      const bool wr = (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) != 0;
+      mtt.resize(pages);
+      const uint64_t base = addr & ~(page - 1);
+      for (uint64_t i = 0; i < pages; ++i) mtt[i] = umr::MttEntry{base + i * page, true, wr};
+    }
+    ASSIGN_OR_RETURN(uint32_t index, CreateMkey(st, mtt, {}, {}, options.on_demand));
+    Backing b;
+    b.key = MakeKey(index, 0);
+    b.pd = pd;
+    b.addr = addr;
+    b.length = length;
+    b.log_page_size = options.log_page_size;
+    b.num_entries = static_cast<uint32_t>(pages);
+    b.on_demand = options.on_demand;
+    return b;
+  }
+
+  absl::StatusOr<std::vector<Key>> CreateIndirectKeys(Pd pd, uint32_t capacity, uint32_t count,
+                                                      const IndirectKeyOptions& o) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    if (capacity == 0 || capacity > caps_.max_klm_entries) {
+      return absl::InvalidArgumentError(absl::StrCat("capacity ", capacity, " outside 1..",
+                                                     caps_.max_klm_entries));
+    }
+    if (o.layout == Layout::kMtt) return absl::InvalidArgumentError("indirect key with kMtt");
+    MkeyState st;
+    st.free = true;
+    st.umr_en = true;
+    st.access_mode = o.layout == Layout::kKsm ? umr::kAccessModeKsm : umr::kAccessModeKlm;
+    st.access = kLocalRead;
+    st.pd = pd.pdn;
+    st.en_rinval = o.remote_invalidate;
+    st.translations_octword_size = (capacity + 3) / 4 * 4;
+    st.log_entity_size = o.layout == Layout::kKsm ? static_cast<uint8_t>(o.log_entity_size) : 0;
+    return CreateMany(st, count);
+  }
+
+  absl::StatusOr<std::vector<Key>> CreateDirectKeys(Pd pd, uint32_t capacity, uint32_t count,
+                                                    const DirectKeyOptions& o) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    if (capacity == 0 || capacity > (1u << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("capacity ", capacity));
+    }
+    MkeyState st;
+    st.free = true;
+    st.umr_en = true;
+    st.access_mode = umr::kAccessModeMtt;
+    st.access = kLocalRead;
+    st.pd = pd.pdn;
+    st.en_rinval = o.remote_invalidate;
+    st.translations_octword_size = (capacity + 7) / 8 * 4;
+    st.log_entity_size = static_cast<uint8_t>(o.log_page_size);
+    return CreateMany(st, count);
+  }
+
+  absl::Status DestroyKey(Key key) override {
+    std::vector<uint8_t> in(sizeof(umr::MkeyIndexCmdLayout)), out;
+    auto* cmd = reinterpret_cast<umr::MkeyIndexCmdLayout*>(in.data());
+    cmd->dw0 = base::be32::FromHost(uint32_t{umr::kCmdDestroyMkey} << 16);
+    cmd->mkey_index = base::be32::FromHost(KeyIndex(key));
+    absl::Status s = RunCommand(in, &out, false);
+    if (!s.ok()) return absl::NotFoundError(s.message());
+    stats_.live_keys.Sub();
+    return s;
+  }
+
+  absl::StatusOr<KeyInfo> QueryKey(Key key) override {
+    std::vector<uint8_t> in(sizeof(umr::MkeyIndexCmdLayout)), out;
+    auto* cmd = reinterpret_cast<umr::MkeyIndexCmdLayout*>(in.data());
+    cmd->dw0 = base::be32::FromHost(uint32_t{umr::kCmdQueryMkey} << 16);
+    cmd->mkey_index = base::be32::FromHost(KeyIndex(key));
+    absl::Status s = RunCommand(in, &out, false);
+    if (!s.ok()) return absl::NotFoundError(s.message());
+    umr::QueryMkeyOutLayout o;
+    std::memcpy(&o, out.data(), sizeof(o));
+    const umr::MkeyContextDesc mkc = umr::DecodeMkeyContext(o.mkc);
+    KeyInfo info;
+    info.key = MakeKey(KeyIndex(key), mkc.mkey_7_0);
+    info.free = mkc.free;
+    info.umr_en = mkc.umr_en;
+    info.access_mode = mkc.access_mode;
+    info.layout = mkc.access_mode == umr::kAccessModeMtt   ? Layout::kMtt
+                  : mkc.access_mode == umr::kAccessModeKsm ? Layout::kKsm
+                                                           : Layout::kKlm;
+    info.access = FromMkeyAccess(mkc.access);
+    info.pd = Pd{mkc.pd};
+    info.start_addr = mkc.start_addr;
+    info.length = mkc.len;
+    info.length64 = mkc.length64;
+    info.remote_invalidate = mkc.en_rinval;
+    info.log_entity_size = mkc.log_entity_size;
+    const bool mtt = mkc.access_mode == umr::kAccessModeMtt;
+    info.capacity_entries = mtt ? mkc.translations_octword_size * 2 : mkc.translations_octword_size;
+    const size_t entry_bytes = mtt ? 8 : 16;
+    const absl::Span<const uint8_t> xlt = absl::MakeConstSpan(out).subspan(
+        sizeof(o), size_t{info.capacity_entries} * entry_bytes);
+    ASSIGN_OR_RETURN(umr::Translation t,
+                     umr::DecodeTranslation(static_cast<umr::AccessMode>(mkc.access_mode), xlt));
+    for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(MttEntry{e.addr, e.read, e.write});
+    for (const umr::KlmEntry& e : t.klm) info.klm.push_back(KlmEntry{e.mkey, e.address, e.byte_count});
+    for (const umr::KsmEntry& e : t.ksm) info.klm.push_back(KlmEntry{e.mkey, e.va, 0});
+    return info;
+  }
+
+  absl::StatusOr<std::unique_ptr<Queue>> CreateQueue(Pd pd, const QueueOptions& o) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    if (o.depth > caps_.max_queue_depth) {
+      return absl::InvalidArgumentError(absl::StrCat("depth ", o.depth, " > ", caps_.max_queue_depth));
+    }
+    QueueContext ctx;
+    ctx.table = &table_;
+    ctx.stats = &stats_;
+    ctx.take_injected_umr_failure = [this] {
+      return static_cast<Syndrome>(fail_next_umr_.exchange(0));
+    };
+    ctx.completion_delay = [this] {
+      return absl::Nanoseconds(completion_delay_ns_.load(std::memory_order_relaxed));
+    };
+    uint32_t sqn;
+    {
+      base::MutexLock lock(&mu_);
+      sqn = next_sqn_++;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<SimQueue> q,
+                     SimQueue::Create(std::move(ctx), pd, sqn, o.depth, options_.mode));
+    return std::unique_ptr<Queue>(std::move(q));
+  }
+
+  absl::StatusOr<std::unique_ptr<Peer>> CreatePeer(Pd pd) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    return std::unique_ptr<Peer>(new SimPeer(this, pd));
+  }
+
+  // --- ODP ---
+  absl::StatusOr<FaultEvent> NextFaultEvent(absl::Duration timeout) override {
+    base::MutexLock lock(&fault_mu_);
+    const bool got = fault_cv_.WaitFor(&fault_mu_, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return !pending_events_.empty();
+    });
+    if (!got) return absl::DeadlineExceededError("no page-fault event");
+    FaultEvent ev = pending_events_.front();
+    pending_events_.pop_front();
+    if (pending_events_.empty()) {
+      uint64_t v;
+      (void)!read(event_fd_, &v, sizeof(v));  // drain: not readable while nothing is pending
+    }
+    return ev;
+  }
+  int FaultEventFd() override { return event_fd_; }
+
+  absl::Status ResumeFault(uint64_t token, bool ok) override {
+    if (ok && fail_next_resume_.exchange(false)) {
+      stats_.injected_failures.Inc();
+      ok = false;
+    }
+    base::MutexLock lock(&fault_mu_);
+    auto it = parked_.find(token);
+    if (it == parked_.end() || it->second.resumed) {
+      return absl::NotFoundError(absl::StrCat("no parked fault with token ", token));
+    }
+    it->second.resumed = true;
+    it->second.ok = ok;
+    (ok ? stats_.faults_resumed_ok : stats_.faults_resumed_error).Inc();
+    fault_cv_.SignalAll();
+    return absl::OkStatus();
+  }
+
+  absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) override {
+    stats_.prefetches.Inc();
+    MkeySlot* slot = table_.Slot(KeyIndex(backing));
+    if (slot == nullptr) return absl::InvalidArgumentError("no such key");
+    base::MutexLock lock(&slot->mu);
+    const MkeyState& s = slot->state;
+    if (!slot->exists || !slot->on_demand || s.variant != KeyVariant(backing)) {
+      return absl::InvalidArgumentError(absl::StrFormat("key 0x%08x is not an on-demand backing",
+                                                        backing));
+    }
+    if (addr < s.start_addr || addr + length > s.start_addr + s.len || addr + length < addr) {
+      return absl::InvalidArgumentError("prefetch range outside the backing");
+    }
+    if (length == 0) return absl::OkStatus();
+    // The sim's "driver" resolves the pages itself (DMA address = VA) and writes the MTT
+    // entries; on hardware this is the kernel's fault path (ibv_advise_mr).
+    const unsigned log = s.log_entity_size;
+    const uint64_t page = uint64_t{1} << log;
+    const uint64_t base = s.start_addr & ~(page - 1);
+    const uint64_t first = (addr - base) >> log, last = (addr + length - 1 - base) >> log;
+    for (uint64_t i = first; i <= last && i < slot->mtt.size(); ++i) {
+      const uint64_t wr = (write || (slot->mtt[i] & 2)) ? 2 : 0;
+      slot->mtt[i] = (base + i * page) | 1 | wr;
+    }
+    return absl::OkStatus();
+  }
+
+  // --- test hooks ---
+  void FailNextUmrForTest(Syndrome s) override { fail_next_umr_.store(static_cast<uint8_t>(s)); }
+  void DelayCompletionsForTest(absl::Duration d) override {
+    completion_delay_ns_.store(absl::ToInt64Nanoseconds(d));
+  }
+  void FailNextResumeForTest() override { fail_next_resume_.store(true); }
+
+  // --- used by SimPeer ---
+  // Translates, parking on ODP faults until resumed. Bumps the counters.
+  absl::Status TranslateParked(uint32_t pd, Key key, uint64_t va, uint64_t len, AccessKind kind,
+                               Segments* out) {
+    for (uint32_t attempt = 0; attempt < kMaxParkRetries; ++attempt) {
+      out->clear();
+      std::optional<FaultNeed> need;
+      absl::Status s = translator_.Translate(pd, key, va, len, kind, out, &need);
+      if (s.ok()) {
+        stats_.translations.Inc();
+        return s;
+      }
+      if (!need.has_value()) {
+        stats_.translation_errors.Inc();
+        return s;
+      }
+      RETURN_IF_ERROR(Park(*need, kind));
+    }
+    stats_.translation_errors.Inc();
+    return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
+                       "access faulted too often", kVendorSyndromeOdpFault);
+  }
+
+  absl::Status InvalidateRemote(uint32_t pd, Key rkey) {
+    // The responder executes the requester's SEND_INVAL WQE: build it with umr/ and decode it
+    // back, so the key to invalidate comes from the bytes.
+    alignas(64) uint8_t buf[64] = {};
+    umr::SendInvalidateRequest r;
+    r.invalidate_key = rkey;
+    ASSIGN_OR_RETURN(umr::WqeSize size, umr::BuildSendInvalidate(umr::WqeHeader{}, r, buf));
+    ASSIGN_OR_RETURN(umr::WqeDesc wqe, umr::DecodeWqe(absl::MakeConstSpan(buf, size.bytes())));
+    const Key key = wqe.ctrl.imm;
+    auto refuse = [&](absl::string_view why) {
+      stats_.remote_invalidations_refused.Inc();
+      return DeviceError(Syndrome::kRemoteInvalReq,
+                         absl::StrFormat("invalidate key 0x%08x: %s", key, why));
+    };
+    MkeySlot* slot = table_.Slot(KeyIndex(key));
+    if (slot == nullptr) return refuse("no such key");
+    base::MutexLock lock(&slot->mu);
+    if (!slot->exists || slot->state.variant != KeyVariant(key)) return refuse("no such key");
+    if (slot->state.free) return refuse("key is free");
+    if (slot->state.pd != pd) return refuse("PD mismatch");
+    if (!slot->state.en_rinval) return refuse("en_rinval is 0");
+    slot->state.free = true;
+    stats_.remote_invalidations.Inc();
+    return absl::OkStatus();
+  }
+
+  SimStats& mutable_stats() { return stats_; }
+
+ private:
+  struct Parked {
+    bool resumed = false;
+    bool ok = false;
+  };
+
+  absl::Status Park(const FaultNeed& need, AccessKind kind) {
+    stats_.page_faults.Inc();
+    stats_.parked_accesses.Add();
+    base::MutexLock lock(&fault_mu_);
+    const uint64_t token = next_token_++;
+    parked_[token] = Parked{};
+    pending_events_.push_back(FaultEvent{token, need.key, need.address, need.length, need.write});
+    const uint64_t one = 1;
+    (void)!write(event_fd_, &one, sizeof(one));
+    fault_cv_.SignalAll();
+    const bool resumed = fault_cv_.WaitFor(&fault_mu_, options_.fault_timeout,
+                                           [this, token]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                             return parked_[token].resumed;
+                                           });
+    const bool ok = parked_[token].ok;
+    parked_.erase(token);
+    stats_.parked_accesses.Sub();
+    if (!resumed) {
+      stats_.fault_timeouts.Inc();
+      // Leave no stale event behind for a servicer to resume.
+      for (auto it = pending_events_.begin(); it != pending_events_.end(); ++it) {
+        if (it->token == token) {
+          pending_events_.erase(it);
+          break;
+        }
+      }
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "page fault on key 0x%08x at 0x%x not resumed in time", need.key, need.address));
+    }
+    if (!ok) {
+      return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
+                         absl::StrFormat("page fault on key 0x%08x at 0x%x resumed with error",
+                                         need.key, need.address),
+                         kVendorSyndromeOdpFault);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPd(Pd pd) {
+    base::MutexLock lock(&mu_);
+    if (pds_.count(pd.pdn) == 0) return absl::InvalidArgumentError(absl::StrCat("no pd ", pd.pdn));
+    return absl::OkStatus();
+  }
+
+  absl::Status RunCommand(absl::Span<const uint8_t> in, std::vector<uint8_t>* out, bool odp) {
+    stats_.commands.Inc();
+    absl::Status s = commands_.Execute(in, out, odp);
+    if (!s.ok()) stats_.command_errors.Inc();
+    return s;
+  }
+
+  // CREATE_MKEY through its mailbox. Host-side mailbox encoding lives here until umr/ has a
+  // mailbox builder (TODO(umr mailbox.h): replace with umr's CREATE_MKEY encoder).
+  absl::StatusOr<uint32_t> CreateMkey(const MkeyState& st, absl::Span<const umr::MttEntry> mtt,
+                                      absl::Span<const umr::KlmEntry> klm,
+                                      absl::Span<const umr::KsmEntry> ksm, bool on_demand) {
+    const size_t xlt_bytes = mtt.size() * 8 + (klm.size() + ksm.size()) * 16;
+    const size_t padded = (xlt_bytes + 15) / 16 * 16;
+    std::vector<uint8_t> in(sizeof(umr::CreateMkeyInLayout) + padded, 0), out;
+    auto* cmd = reinterpret_cast<umr::CreateMkeyInLayout*>(in.data());
+    cmd->hdr.opcode_uid = base::be32::FromHost(uint32_t{umr::kCmdCreateMkey} << 16);
+    cmd->dw3.SetBit(umr::kCreateMkeyPgAccessBit, true);
+    RETURN_IF_ERROR(umr::EncodeMkeyContext(ToMkc(st), &cmd->mkc));
+    cmd->translations_octword_actual_size = base::be32::FromHost(static_cast<uint32_t>(padded / 16));
+    uint8_t* xlt = in.data() + sizeof(umr::CreateMkeyInLayout);
+    RETURN_IF_ERROR(umr::EncodeMttEntries(mtt, xlt));
+    umr::EncodeKlmEntries(klm, xlt);
+    umr::EncodeKsmEntries(ksm, xlt);
+    RETURN_IF_ERROR(RunCommand(in, &out, on_demand));
+    umr::MkeyIndexCmdLayout o;
+    std::memcpy(&o, out.data(), sizeof(o));
+    stats_.live_keys.Add();
+    return o.mkey_index.GetBits(23, 0);
+  }
+
+  absl::StatusOr<std::vector<Key>> CreateMany(const MkeyState& st, uint32_t count) {
+    std::vector<Key> keys;
+    keys.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      absl::StatusOr<uint32_t> index = CreateMkey(st, {}, {}, {}, false);
+      if (!index.ok()) {
+        for (Key k : keys) (void)DestroyKey(k);
+        return index.status();
+      }
+      keys.push_back(MakeKey(*index, 0));
+    }
+    return keys;
+  }
+
+  const SimOptions options_;
+  Capabilities caps_;
+  SimStats stats_;
+  base::stats::Registration registration_;
+  MkeyTable table_;
+  Translator translator_;
+  CommandProcessor commands_;
+
+  base::Mutex mu_;
+  std::set<uint32_t> pds_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
+  uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
+
+  base::Mutex fault_mu_;
+  base::CondVar fault_cv_;
+  uint64_t next_token_ ABSL_GUARDED_BY(fault_mu_) = 1;
+  std::map<uint64_t, Parked> parked_ ABSL_GUARDED_BY(fault_mu_);
+  std::deque<FaultEvent> pending_events_ ABSL_GUARDED_BY(fault_mu_);
+  const int event_fd_;
+
+  std::atomic<uint8_t> fail_next_umr_{0};
+  std::atomic<int64_t> completion_delay_ns_{0};
+  std::atomic<bool> fail_next_resume_{false};
+};
+
+// --- SimPeer ---
+
+absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
+  dev_->mutable_stats().peer_writes.Inc();
+  Segments segs;
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, rkey, remote_addr, data.size(),
+                                        AccessKind::kRemoteWrite, &segs));
+  size_t off = 0;
+  for (const Segment& s : segs) {
+    std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
+    off += s.len;
+  }
+  dev_->mutable_stats().bytes_moved.Inc(data.size());
+  return absl::OkStatus();
+}
+
+absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) {
+  dev_->mutable_stats().peer_reads.Inc();
+  Segments segs;
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, rkey, remote_addr, out.size(),
+                                        AccessKind::kRemoteRead, &segs));
+  size_t off = 0;
+  for (const Segment& s : segs) {
+    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
+    off += s.len;
+  }
+  dev_->mutable_stats().bytes_moved.Inc(out.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SimPeer::Atomic(Key rkey, uint64_t addr, bool cas, uint64_t a,
+                                         uint64_t b) {
+  dev_->mutable_stats().peer_atomics.Inc();
+  if (addr % 8 != 0) {
+    return DeviceError(Syndrome::kRemoteInvalReq,
+                       absl::StrFormat("atomic at 0x%x is not 8-byte aligned", addr));
+  }
+  Segments segs;
+  RETURN_IF_ERROR(
+      dev_->TranslateParked(pd_.pdn, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
+  if (segs.size() != 1 || segs[0].addr % 8 != 0) {
+    return DeviceError(Syndrome::kRemoteInvalReq,
+                       absl::StrFormat("atomic at 0x%x does not translate to one aligned 8-byte "
+                                       "location", addr));
+  }
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(segs[0].addr));
+  if (cas) {
+    uint64_t expected = a;
+    word.compare_exchange_strong(expected, b);
+    return expected;  // the old value, whether or not it swapped
+  }
+  return word.fetch_add(a);
+}
+
+absl::StatusOr<uint64_t> SimPeer::CompareSwap(Key rkey, uint64_t remote_addr, uint64_t compare,
+                                              uint64_t swap) {
+  return Atomic(rkey, remote_addr, true, compare, swap);
+}
+
+absl::StatusOr<uint64_t> SimPeer::FetchAdd(Key rkey, uint64_t remote_addr, uint64_t add) {
+  return Atomic(rkey, remote_addr, false, add, 0);
+}
+
+absl::Status SimPeer::SendWithInvalidate(Key rkey) { return dev_->InvalidateRemote(pd_.pdn, rkey); }
+
+absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out) {
+  dev_->mutable_stats().local_accesses.Inc();
+  Segments segs;
+  RETURN_IF_ERROR(
+      dev_->TranslateParked(pd_.pdn, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
+  size_t off = 0;
+  for (const Segment& s : segs) {
+    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
+    off += s.len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) {
+  dev_->mutable_stats().local_accesses.Inc();
+  Segments segs;
+  RETURN_IF_ERROR(
+      dev_->TranslateParked(pd_.pdn, lkey, addr, data.size(), AccessKind::kLocalWrite, &segs));
+  size_t off = 0;
+  for (const Segment& s : segs) {
+    std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
+    off += s.len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseU32(const std::string& key, const std::string& v, uint32_t* out) {
+  if (!absl::SimpleAtoi(v, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("sim: ", key, "='", v, "' is not a number"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
+  SimOptions o;
+  if (!spec.device.empty()) o.device_name = spec.device;
+  for (const auto& [k, v] : spec.params) {
+    if (k == "mode") {
+      if (v == "inline") {
+        o.mode = ExecutionMode::kInline;
+      } else if (v == "thread") {
+        o.mode = ExecutionMode::kThread;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("sim: mode='", v, "' (inline|thread)"));
+      }
+    } else if (k == "max_keys") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.max_keys));
+      if (o.max_keys < 4 || o.max_keys > (1u << 24)) {
+        return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
+      }
+    } else if (k == "max_indirection") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.max_indirection));
+    } else if (k == "log_max_klm") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.log_max_klm_list_size));
+      if (o.log_max_klm_list_size > 24) return absl::InvalidArgumentError("sim: log_max_klm > 24");
+    } else if (k == "fault_timeout_ms") {
+      uint32_t ms;
+      RETURN_IF_ERROR(ParseU32(k, v, &ms));
+      o.fault_timeout = absl::Milliseconds(ms);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("sim: unknown parameter '", k, "'"));
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& options,
+                                                        const OpenOptions& open) {
+  if (options.max_keys < 4 || options.max_keys > (1u << 24)) {
+    return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
+  }
+  return std::unique_ptr<SimDevice>(new SimDeviceImpl(options, open));
+}
+
+void RegisterBackend() {
+  (void)hca::RegisterBackend(
+      "sim", [](const BackendSpec& spec,
+                const OpenOptions& open) -> absl::StatusOr<std::unique_ptr<Device>> {
+        ASSIGN_OR_RETURN(SimOptions o, SimOptionsFromSpec(spec));
+        ASSIGN_OR_RETURN(std::unique_ptr<SimDevice> d, NewSimDevice(o, open));
+        return std::unique_ptr<Device>(std::move(d));
+      });
+}
+
+}  // namespace hca::sim

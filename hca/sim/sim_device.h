@@ -1,0 +1,117 @@
+// hca/sim — the software HCA: a model of the ConnectX memory-key path (the seed document and
+// ../shared/reference/mlx5-prm-facts.md) that executes the PRM bytes umr/ builds. It is the
+// embedded default device of regcached and the device every unit test runs against.
+//
+// What it models (see translator.h for the access checks, umr_executor.h for UMR semantics):
+//   - a key table of mkey contexts indexed by the 24-bit index; CREATE / QUERY / DESTROY_MKEY
+//     are executed from PRM mailbox bytes (commands.h);
+//   - send queues as real rings of 64-byte WQEBBs: Post* build WQEs with umr/ builders into the
+//     ring, Doorbell() publishes the producer index, the engine gathers and decodes the bytes
+//     with umr/ decoders and executes them; completions are 64-byte CQEs in a CQ ring with an
+//     owner bit, polled back and decoded;
+//   - two execution modes: kInline (the doorbell executes in the caller's thread: deterministic
+//     tests) and kThread (each queue has an engine thread: realistic concurrency);
+//   - the peer data path: RDMA READ/WRITE, 8-byte atomics and SEND with invalidate through rkeys,
+//     local SGE access through lkeys, moving real bytes (DMA address = this process's VA);
+//   - ODP: on-demand backings start with absent MTT entries; an access needing one raises a
+//     FaultEvent and parks until ResumeFault (retry) or fails with vendor syndrome 0x93;
+//   - fault injection and counters.
+//
+// Syndromes the sim chooses where the PRM sources read do not say (facts §13):
+//   access through a bad rkey (any check)      REMOTE_ACCESS 0x13   kPermissionDenied
+//   access through a bad lkey                  LOCAL_PROT 0x04      kPermissionDenied
+//   UMR on a key whose state refuses it        MW_BIND 0x06         kFailedPrecondition
+//     (no such index, umr_en 0, free-check failed, queue PD != key PD, capacity exceeded,
+//      PD change from an ordinary queue)
+//   malformed or unsupported WQE               LOCAL_QP_OP 0x02     kInvalidArgument
+//   misaligned atomic; SEND-with-invalidate    REMOTE_INVAL_REQ 0x12 kInvalidArgument
+//     of a key without en_rinval (or free, other PD, wrong variant)
+//   ODP fault resumed with error               REMOTE_ACCESS / LOCAL_PROT + vendor 0x93
+//                                                                   kUnavailable
+// UMRs locate their target by index only (the variant in ctrl.imm is not compared; facts §13).
+// After an error completion the queue keeps executing (the sim does not model the QP error
+// state; the device.h contract lets a real backend flush and recover instead).
+//
+// Thread safety: as hca::Device. Test hooks (…ForTest) may be called from any thread.
+#ifndef REGCACHE_HCA_SIM_SIM_DEVICE_H_
+#define REGCACHE_HCA_SIM_SIM_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/stats.h"
+#include "hca/backend.h"
+#include "hca/device.h"
+
+namespace hca::sim {
+
+#define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
+  COUNTER(translations, "accesses translated successfully")                      \
+  COUNTER(translation_errors, "accesses refused by a key check")                 \
+  COUNTER(bytes_moved, "bytes moved by the peer data path")                      \
+  COUNTER(peer_reads, "peer RDMA READs")                                         \
+  COUNTER(peer_writes, "peer RDMA WRITEs")                                       \
+  COUNTER(peer_atomics, "peer atomics")                                          \
+  COUNTER(local_accesses, "local SGE accesses by lkey")                          \
+  COUNTER(remote_invalidations, "keys invalidated by SEND with invalidate")      \
+  COUNTER(remote_invalidations_refused, "SEND with invalidate refused")          \
+  COUNTER(wqes_executed, "WQEs executed")                                        \
+  COUNTER(umrs_executed, "UMR WQEs executed successfully")                       \
+  COUNTER(umrs_failed, "WQEs completed with an error")                           \
+  COUNTER(local_invalidations, "local invalidate UMRs executed")                 \
+  COUNTER(cqes_written, "CQEs written")                                          \
+  COUNTER(doorbells, "doorbells rung")                                           \
+  COUNTER(commands, "firmware commands executed")                                \
+  COUNTER(command_errors, "firmware commands failed")                            \
+  COUNTER(page_faults, "ODP page-fault events raised")                           \
+  COUNTER(faults_resumed_ok, "faults resumed with success")                      \
+  COUNTER(faults_resumed_error, "faults resumed with error")                     \
+  COUNTER(fault_timeouts, "parked accesses that timed out")                      \
+  COUNTER(prefetches, "prefetch calls")                                          \
+  COUNTER(injected_failures, "failures injected by test hooks")                  \
+  GAUGE(live_keys, "keys in the key table")                                      \
+  GAUGE(parked_accesses, "accesses waiting for a fault resume")
+RC_DEFINE_STATS(SimStats, HCA_SIM_STATS);
+
+enum class ExecutionMode { kInline, kThread };
+
+struct SimOptions {
+  ExecutionMode mode = ExecutionMode::kInline;   // spec "mode=inline|thread"
+  uint32_t max_keys = 1u << 16;                  // key table size; spec "max_keys="
+  uint32_t max_indirection = 4;                  // KLM/KSM hops; spec "max_indirection="
+  uint32_t log_max_klm_list_size = 16;           // max KLM entries = 2^n; spec "log_max_klm="
+  uint32_t max_queue_depth = 1u << 15;           // WQEBBs
+  absl::Duration fault_timeout = absl::Seconds(5);  // parked access gives up; "fault_timeout_ms="
+  std::string device_name = "sim0";
+};
+
+// Parses the parameters of a "sim:..." spec (those named above). kInvalidArgument for unknown
+// keys, bad numbers, a positional device name is taken as device_name.
+absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec);
+
+class SimDevice : public Device {
+ public:
+  virtual const SimStats& stats() const = 0;
+
+  // Fault injection. Each applies to the next matching event device-wide.
+  // The next UMR WQE executed fails with `syndrome` and changes nothing.
+  virtual void FailNextUmrForTest(Syndrome syndrome) = 0;
+  // Every completion becomes visible `delay` after its WQE executed (zero: off).
+  virtual void DelayCompletionsForTest(absl::Duration delay) = 0;
+  // The next ResumeFault(token, true) acts as ResumeFault(token, false).
+  virtual void FailNextResumeForTest() = 0;
+};
+
+// A sim device with `options`; `open` gives the stats registry.
+absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& options,
+                                                        const OpenOptions& open = {});
+
+// Registers the "sim" backend with hca::OpenDevice. Idempotent; call it from the binary that
+// wants the backend (see hca/backend.h on why registration is explicit).
+void RegisterBackend();
+
+}  // namespace hca::sim
+
+#endif  // REGCACHE_HCA_SIM_SIM_DEVICE_H_

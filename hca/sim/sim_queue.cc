@@ -1,0 +1,328 @@
+#include "hca/sim/sim_queue.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "hca/sim/mkc_convert.h"
+#include "hca/sim/umr_executor.h"
+#include "umr/mkey.h"
+#include "umr/prm.h"
+
+namespace hca::sim {
+namespace {
+
+constexpr uint8_t kCqeInvalidOpcode = 0xf;
+
+umr::MttEntry ToUmr(const MttEntry& e) { return umr::MttEntry{e.dma_addr, e.read, e.write}; }
+
+absl::Status PostError(absl::Status s) {
+  // Builder failures are the caller's request breaking its REQUIRES.
+  if (s.code() == absl::StatusCode::kResourceExhausted || s.code() == absl::StatusCode::kUnimplemented) {
+    return s;
+  }
+  return absl::InvalidArgumentError(s.message());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd pd, uint32_t sqn,
+                                                           uint32_t depth, ExecutionMode mode) {
+  if (depth < 4 || (depth & (depth - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("queue depth ", depth,
+                                                   " is not a power of two >= 4"));
+  }
+  std::unique_ptr<SimQueue> q(new SimQueue(std::move(ctx), pd, depth, mode));
+  umr::SqRing::Options o;
+  o.sqn = sqn;
+  o.umr_fence = umr::FenceMode::kInitiatorSmall;
+  absl::StatusOr<umr::SqRing> ring =
+      umr::SqRing::Create(absl::MakeSpan(q->ring_.get(), size_t{depth} * umr::kWqebb), o);
+  if (!ring.ok()) return ring.status();
+  q->sq_ = std::make_unique<umr::SqRing>(*std::move(ring));
+  if (mode == ExecutionMode::kThread) q->engine_ = std::thread([p = q.get()] { p->EngineLoop(); });
+  return q;
+}
+
+SimQueue::SimQueue(QueueContext ctx, Pd pd, uint32_t depth, ExecutionMode mode)
+    : ctx_(std::move(ctx)),
+      pd_(pd),
+      depth_(depth),
+      mode_(mode),
+      ring_(new (std::align_val_t{64}) uint8_t[size_t{depth} * umr::kWqebb]()),
+      cq_(new umr::CqeLayout[depth]()),
+      shadow_(depth),
+      error_status_(depth) {
+  // Every CQE starts invalid (opcode 0xf), as the driver initializes a CQ.
+  for (uint32_t i = 0; i < depth; ++i) cq_[i].op_own = kCqeInvalidOpcode << 4;
+}
+
+SimQueue::~SimQueue() {
+  if (engine_.joinable()) {
+    {
+      base::MutexLock lock(&engine_mu_);
+      stop_ = true;
+    }
+    engine_cv_.SignalAll();
+    engine_.join();
+  }
+}
+
+uint32_t SimQueue::FreeSlots() const { return sq_->FreeWqebbs(retired_); }
+
+absl::Status SimQueue::Post(
+    uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
+    const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&, absl::Span<uint8_t>)>&
+        build) {
+  const umr::WqeHeader header = sq_->NextHeader(/*is_umr=*/true, options.signaled, options.fence);
+  absl::StatusOr<absl::Span<uint8_t>> buf = sq_->Begin(retired_, max_wqebbs);
+  if (!buf.ok()) return buf.status();
+  absl::StatusOr<umr::WqeSize> size = build(header, *buf);
+  if (!size.ok()) return PostError(size.status());
+  const uint32_t counter = sq_->producer();
+  absl::StatusOr<uint32_t> committed = sq_->Commit(*size, header, /*is_umr=*/true);
+  if (!committed.ok()) return committed.status();
+  shadow_[counter & (depth_ - 1)] = Shadow{request_id, options.signaled, size->wqebbs};
+  return absl::OkStatus();
+}
+
+absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
+  umr::MapKeyRequest m;
+  m.key = umr::MakeKey(KeyIndex(r.key), r.new_variant);
+  m.access = ToMkeyAccess(r.access | kLocalRead);
+  m.start_addr = r.start_addr;
+  m.length = r.length;
+  m.length64 = r.length64;
+  m.en_rinval = r.remote_invalidate;
+  m.check_free = r.require_free ? umr::FreeCheck::kMustBeFree : umr::FreeCheck::kNone;
+  switch (r.layout) {
+    case Layout::kKlm:
+      m.mode = umr::AccessMode::kKlm;
+      for (const KlmEntry& e : r.klm) {
+        if (e.length == 0 || e.length > (uint64_t{1} << 31)) {
+          return absl::InvalidArgumentError(absl::StrCat("KLM length ", e.length,
+                                                         " outside (0, 2^31]"));
+        }
+        m.klm.push_back(umr::KlmEntry{static_cast<uint32_t>(e.length), e.key, e.addr});
+      }
+      break;
+    case Layout::kKsm:
+      m.mode = umr::AccessMode::kKsm;
+      m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
+      for (const KlmEntry& e : r.klm) m.ksm.push_back(umr::KsmEntry{e.key, e.addr});
+      break;
+    case Layout::kMtt:
+      m.mode = umr::AccessMode::kMtt;
+      m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
+      for (const MttEntry& e : r.mtt) m.mtt.push_back(ToUmr(e));
+      break;
+  }
+  // ctrl+UMR ctrl (1 WQEBB) + mkc (1) + the inline list padded to 64 B.
+  const size_t list = m.mtt.size() * 8 + (m.klm.size() + m.ksm.size()) * 16;
+  const unsigned wqebbs = static_cast<unsigned>(std::min<size_t>(2 + (list + 63) / 64, umr::kMaxWqebbsPerWqe));
+  return Post(request_id, r.options, wqebbs,
+              [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                // Capacity is the device's check (MW_BIND), not the poster's.
+                return umr::BuildMapKey(h, m, /*capacity_entries=*/UINT32_MAX, out);
+              });
+}
+
+absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& r) {
+  if (r.fields == 0) return absl::InvalidArgumentError("UpdateRequest with no fields");
+  umr::UpdateKeyRequest u;
+  u.key = umr::MakeKey(KeyIndex(r.key), r.new_variant);
+  u.check_free = umr::FreeCheck::kMustNotBeFree;
+  u.fields.access = ToMkeyAccess(r.access | kLocalRead);
+  u.fields.start_addr = r.start_addr;
+  u.fields.len = r.length;
+  u.fields.length64 = r.length64;
+  u.fields.mkey_7_0 = r.new_variant;
+  u.fields.en_rinval = r.remote_invalidate;
+  if (r.fields & kUpdateAccess) u.mask |= umr::kMaskAccess;
+  if (r.fields & kUpdateRange) u.mask |= umr::kMaskLen | umr::kMaskStartAddr;
+  if (r.fields & kUpdateVariant) u.mask |= umr::kMaskKey;
+  if (r.fields & kUpdateRemoteInvalidate) u.mask |= umr::kMaskEnRinval;
+  return Post(request_id, r.options, 2, [&u](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+    return umr::BuildUpdateKey(h, u, out);
+  });
+}
+
+absl::Status SimQueue::PostInvalidate(uint64_t request_id, Key key, PostOptions options) {
+  umr::LocalInvalidateRequest r;
+  r.key = key;
+  return Post(request_id, options, 2, [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+    return umr::BuildLocalInvalidate(h, r, out);
+  });
+}
+
+absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
+                                              absl::Span<const MttEntry> entries,
+                                              PostOptions options) {
+  if (entries.empty() || entries.size() % 8 != 0 || first_entry % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MTT rewrite [", first_entry, ", +",
+                                                   entries.size(),
+                                                   ") is not whole blocks of 8 entries"));
+  }
+  umr::RewriteTranslationRequest r;
+  r.key = key;
+  r.mode = umr::AccessMode::kMtt;
+  r.first_entry = first_entry;
+  r.check_free = umr::FreeCheck::kMustNotBeFree;
+  for (const MttEntry& e : entries) r.mtt.push_back(ToUmr(e));
+  const unsigned wqebbs = static_cast<unsigned>(std::min<size_t>(2 + (entries.size() * 8 + 63) / 64, umr::kMaxWqebbsPerWqe));
+  return Post(request_id, options, wqebbs,
+              [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                return umr::BuildRewriteTranslation(h, r, /*extended_offset=*/true, out);
+              });
+}
+
+absl::Status SimQueue::Doorbell() {
+  ctx_.stats->doorbells.Inc();
+  published_.store(sq_->producer(), std::memory_order_release);
+  base::MutexLock lock(&engine_mu_);
+  if (mode_ == ExecutionMode::kInline) {
+    Drain();
+  } else {
+    engine_cv_.SignalAll();
+  }
+  return absl::OkStatus();
+}
+
+void SimQueue::EngineLoop() {
+  base::MutexLock lock(&engine_mu_);
+  while (true) {
+    while (!stop_ && executed_ == published_.load(std::memory_order_acquire)) {
+      engine_cv_.Wait(&engine_mu_);
+    }
+    if (stop_) return;
+    Drain();
+    engine_cv_.SignalAll();  // Flush waiters
+  }
+}
+
+void SimQueue::Drain() {
+  uint32_t published = published_.load(std::memory_order_acquire);
+  while (executed_ != published) {
+    executed_ += ExecuteOne(executed_);
+    published = published_.load(std::memory_order_acquire);
+  }
+}
+
+uint32_t SimQueue::ExecuteOne(uint32_t counter) {
+  ctx_.stats->wqes_executed.Inc();
+  const uint32_t slot = counter & (depth_ - 1);
+  const absl::Span<const uint8_t> ring(ring_.get(), size_t{depth_} * umr::kWqebb);
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = umr::GatherWqe(ring, slot, &scratch_);
+  absl::Status status;
+  uint32_t wqebbs = 1;
+  bool signaled = true;  // a WQE we cannot parse completes with an error
+  uint8_t opcode = umr::kOpcodeUmr;
+  if (!bytes.ok()) {
+    status = DeviceError(Syndrome::kLocalQpOp, bytes.status().message());
+  } else {
+    wqebbs = umr::WqebbsForDs(bytes->size() / umr::kOctoword);
+    absl::StatusOr<umr::WqeDesc> wqe = umr::DecodeWqe(*bytes);
+    if (!wqe.ok()) {
+      status = DeviceError(Syndrome::kLocalQpOp, wqe.status().message());
+    } else {
+      signaled = wqe->ctrl.signaled();
+      opcode = wqe->ctrl.opcode;
+      if (opcode == umr::kOpcodeNop) {
+        status = absl::OkStatus();
+      } else if (opcode != umr::kOpcodeUmr) {
+        status = DeviceError(Syndrome::kLocalQpOp,
+                             absl::StrCat("opcode 0x", absl::Hex(opcode), " on a UMR queue"));
+      } else if (Syndrome injected = ctx_.take_injected_umr_failure(); injected != Syndrome::kNone) {
+        ctx_.stats->injected_failures.Inc();
+        status = DeviceError(injected, "injected UMR failure");
+      } else {
+        UmrOutcome outcome;
+        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, &outcome);
+        if (status.ok()) {
+          ctx_.stats->umrs_executed.Inc();
+          if (outcome.local_invalidate) ctx_.stats->local_invalidations.Inc();
+        }
+      }
+    }
+  }
+  if (!status.ok()) ctx_.stats->umrs_failed.Inc();
+  if (!status.ok()) error_status_[slot] = status;
+  if (signaled || !status.ok()) WriteCqe(static_cast<uint16_t>(counter), opcode, status);
+  return wqebbs;
+}
+
+void SimQueue::WriteCqe(uint16_t wqe_counter, uint8_t opcode, const absl::Status& status) {
+  const absl::Duration delay = ctx_.completion_delay();
+  if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+  const uint32_t n = cq_producer_.load(std::memory_order_relaxed);
+  umr::CqeLayout cqe{};
+  cqe.sop_drop_qpn = base::be32::FromHost(uint32_t{opcode} << 24);
+  cqe.wqe_counter = base::be16::FromHost(wqe_counter);
+  const uint8_t owner = (n / depth_) & 1;
+  uint8_t cqe_opcode = umr::kCqeOpReq;
+  if (!status.ok()) {
+    cqe_opcode = umr::kCqeOpReqErr;
+    std::optional<ErrorInfo> info = ErrorOf(status);
+    uint8_t* raw = reinterpret_cast<uint8_t*>(&cqe);
+    raw[umr::kCqeSyndromeByte] = static_cast<uint8_t>(info ? info->syndrome : Syndrome::kLocalQpOp);
+    raw[umr::kCqeVendorErrSyndByte] = info ? info->vendor_syndrome : 0;
+  }
+  cqe.op_own = static_cast<uint8_t>(cqe_opcode << 4 | owner);
+  cq_[n & (depth_ - 1)] = cqe;
+  ctx_.stats->cqes_written.Inc();
+  cq_producer_.store(n + 1, std::memory_order_release);
+}
+
+size_t SimQueue::Poll(absl::Span<Completion> out) {
+  size_t got = 0;
+  while (got < out.size()) {
+    if (cq_consumer_ == cq_producer_.load(std::memory_order_acquire)) break;
+    const umr::CqeLayout& cqe = cq_[cq_consumer_ & (depth_ - 1)];
+    const uint8_t owner = cqe.op_own & 1;
+    const uint8_t cqe_opcode = cqe.op_own >> 4;
+    // The owner bit must match this pass over the ring (RC_CHECK: the producer counter said so).
+    RC_CHECK(cqe_opcode != kCqeInvalidOpcode && owner == ((cq_consumer_ / depth_) & 1))
+        << "CQE " << cq_consumer_ << " not valid";
+    ++cq_consumer_;
+    const uint16_t wqe_counter = cqe.wqe_counter.ToHost();
+    const uint32_t counter = retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
+    const Shadow& sh = shadow_[counter & (depth_ - 1)];
+    retired_ = counter + sh.wqebbs;
+    const bool error = cqe_opcode == umr::kCqeOpReqErr;
+    if (!error && !sh.want_completion) continue;  // forced signal: retire only
+    Completion& c = out[got++];
+    c.request_id = sh.request_id;
+    if (error) {
+      const uint8_t* raw = reinterpret_cast<const uint8_t*>(&cqe);
+      c.syndrome = static_cast<Syndrome>(raw[umr::kCqeSyndromeByte]);
+      c.vendor_syndrome = raw[umr::kCqeVendorErrSyndByte];
+      // The reason text comes from the executor; the syndromes are the CQE's bytes.
+      c.status = DeviceError(c.syndrome,
+                             absl::StrFormat("WQE %u: %s", wqe_counter,
+                                             error_status_[counter & (depth_ - 1)].message()),
+                             c.vendor_syndrome);
+    } else {
+      c.syndrome = Syndrome::kNone;
+      c.vendor_syndrome = 0;
+      c.status = absl::OkStatus();
+    }
+  }
+  return got;
+}
+
+absl::Status SimQueue::Flush(absl::Duration timeout) {
+  base::MutexLock lock(&engine_mu_);
+  if (mode_ == ExecutionMode::kInline) {
+    Drain();
+    return absl::OkStatus();
+  }
+  const bool done = engine_cv_.WaitFor(&engine_mu_, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return executed_ == published_.load(std::memory_order_acquire);
+  });
+  return done ? absl::OkStatus() : absl::DeadlineExceededError("sim queue flush timed out");
+}
+
+}  // namespace hca::sim

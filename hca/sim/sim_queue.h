@@ -1,0 +1,114 @@
+// The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill with
+// umr/ builders (through umr::SqRing, which handles the wrap), a doorbell that publishes the
+// producer counter, an engine that gathers (umr::GatherWqe), decodes (umr::DecodeWqe) and
+// executes each WQE (umr_executor.h), and a CQ ring of 64-byte CQEs (umr::CqeLayout) with an
+// owner bit that Poll reads back.
+//
+// Selective signalling: umr::SqRing signals every depth/2 WQEs even when the caller did not ask,
+// so completions keep retiring ring space; Poll consumes those CQEs silently (the caller asked
+// for no completion), reporting only requested successes and every error.
+//
+// Thread safety: the poster side (Post*, Doorbell, Poll, FreeSlots) is single-threaded as
+// hca::Queue says; the engine runs in the doorbell caller (kInline) or in the queue's own
+// thread (kThread). Ring bytes are handed over with release/acquire on the published producer
+// counter (SQ) and the CQ producer counter (CQ).
+#ifndef REGCACHE_HCA_SIM_SIM_QUEUE_H_
+#define REGCACHE_HCA_SIM_SIM_QUEUE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/mutex.h"
+#include "hca/device.h"
+#include "hca/sim/mkey_table.h"
+#include "hca/sim/sim_device.h"
+#include "umr/sq.h"
+#include "umr/wqe_decoder.h"
+
+namespace hca::sim {
+
+// What a queue needs from its device (injected: the device owns table, stats and hooks).
+struct QueueContext {
+  MkeyTable* table = nullptr;
+  SimStats* stats = nullptr;
+  // Returns a syndrome to fail the next UMR with (consumed), or kNone.
+  std::function<Syndrome()> take_injected_umr_failure;
+  // Current completion delay.
+  std::function<absl::Duration()> completion_delay;
+};
+
+class SimQueue final : public Queue {
+ public:
+  // REQUIRES: depth a power of two >= 4. Starts the engine thread in kThread mode.
+  static absl::StatusOr<std::unique_ptr<SimQueue>> Create(QueueContext ctx, Pd pd, uint32_t sqn,
+                                                          uint32_t depth, ExecutionMode mode);
+  ~SimQueue() override;
+
+  Pd pd() const override { return pd_; }
+  uint32_t FreeSlots() const override;
+  absl::Status PostMap(uint64_t request_id, const MapRequest& request) override;
+  absl::Status PostUpdate(uint64_t request_id, const UpdateRequest& request) override;
+  absl::Status PostInvalidate(uint64_t request_id, Key key, PostOptions options) override;
+  absl::Status PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
+                                      absl::Span<const MttEntry> entries,
+                                      PostOptions options) override;
+  absl::Status Doorbell() override;
+  size_t Poll(absl::Span<Completion> out) override;
+  absl::Status Flush(absl::Duration timeout) override;
+
+ private:
+  struct Shadow {
+    uint64_t request_id = 0;
+    bool want_completion = false;
+    uint8_t wqebbs = 0;
+  };
+
+  SimQueue(QueueContext ctx, Pd pd, uint32_t depth, ExecutionMode mode);
+
+  // Reserves ring space, runs `build` on the buffer, commits and records the shadow entry.
+  absl::Status Post(uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
+                    const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&,
+                                                                     absl::Span<uint8_t>)>& build);
+  // Engine: executes everything published and not yet executed.
+  void Drain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Engine: executes the WQE at `counter`; returns its WQEBB count.
+  uint32_t ExecuteOne(uint32_t counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  void WriteCqe(uint16_t wqe_counter, uint8_t opcode, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  void EngineLoop();
+
+  const QueueContext ctx_;
+  const Pd pd_;
+  const uint32_t depth_;
+  const ExecutionMode mode_;
+  std::unique_ptr<uint8_t[]> ring_;   // depth_ WQEBBs, 64-byte aligned
+  std::unique_ptr<umr::CqeLayout[]> cq_;
+  std::unique_ptr<umr::SqRing> sq_;   // poster side
+  std::vector<Shadow> shadow_;        // poster side, by slot of a WQE's first WQEBB
+  // The executor's status for an error CQE, by the WQE's slot: a CQE only carries syndromes, the
+  // sim adds the reason text to the completion. Written before the CQE is published.
+  std::vector<absl::Status> error_status_;
+  uint32_t retired_ = 0;              // poster side: WQEBBs whose completion was polled
+  uint32_t cq_consumer_ = 0;          // poster side
+
+  std::atomic<uint32_t> published_{0};    // doorbell record: producer counter
+  std::atomic<uint32_t> cq_producer_{0};  // CQEs written
+
+  base::Mutex engine_mu_;
+  base::CondVar engine_cv_;
+  uint32_t executed_ ABSL_GUARDED_BY(engine_mu_) = 0;  // WQEBBs executed
+  bool stop_ ABSL_GUARDED_BY(engine_mu_) = false;
+  umr::WqeScratch scratch_ ABSL_GUARDED_BY(engine_mu_);
+  std::thread engine_;
+};
+
+}  // namespace hca::sim
+
+#endif  // REGCACHE_HCA_SIM_SIM_QUEUE_H_

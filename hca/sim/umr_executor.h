@@ -1,0 +1,37 @@
+// Executes one decoded UMR WQE against the key table — the device side of umr/wqe_builder.h.
+//
+// Semantics (facts §6.3, §7; seed §5.2): the target is found by the INDEX in ctrl.imm. Under the
+// target slot's exclusive lock, in this order:
+//   the index is a created key; umr_en = 1; the key's PD equals the posting queue's PD; the
+//   free-check condition of the UMR control segment (1: must be free, 2: must not be free); no
+//   PD change (mask bit 7 is for REG_UMR queues only); only modelled mask bits; the translation
+//   data is inline, 64-byte aligned in size and offset, and fits the key's
+//   translations_octword_size at the translation offset.
+// Any failure returns the DeviceError (MW_BIND 0x06 for key state, LOCAL_QP_OP 0x02 for the WQE
+// itself) and leaves the key exactly as it was. Success applies every mkc field selected by the
+// mask (LEN+length64, PAGE_SIZE, START_ADDR, EN_RINVAL, KEY, QPN, LR, LW, RR, RW, A, FREE,
+// SMALL_FENCE / relaxed ordering accepted and ignored) and writes the translation entries,
+// decoded for the key's access mode, at the offset.
+//
+// Thread safety: may run concurrently with translations and other executors.
+#ifndef REGCACHE_HCA_SIM_UMR_EXECUTOR_H_
+#define REGCACHE_HCA_SIM_UMR_EXECUTOR_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "hca/sim/mkey_table.h"
+#include "umr/wqe_builder.h"
+
+namespace hca::sim {
+
+struct UmrOutcome {
+  bool local_invalidate = false;  // the WQE only set free = 1
+};
+
+absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
+                        UmrOutcome* outcome);
+
+}  // namespace hca::sim
+
+#endif  // REGCACHE_HCA_SIM_UMR_EXECUTOR_H_
