@@ -5,7 +5,8 @@ The allowed dependencies are read from cmake/Regcache.cmake (the REGCACHE_ALLOWE
 lines), so the build and this check share one table. Rules:
 
   1. A file in folder F may include "G/..." only if G is F or G is in F's allowed list.
-     Test files (*_test.cc) may also include hca/sim: the software HCA is the project's fake.
+     Test files (*_test.cc, test_util.h) may also include hca/sim: the software HCA is the
+     project's fake.
   2. Only hca/mlx5 and hca/verbs may include <infiniband/...> (rdma-core).
   3. Only api/ may include gRPC or protobuf headers.
 
@@ -65,7 +66,7 @@ def check(root):
                 if own != folder:
                     continue  # belongs to a nested folder, checked there
                 allowed = table[own] | {own}
-                if name.endswith("_test.cc"):
+                if name.endswith("_test.cc") or name.startswith("test_util."):
                     allowed = allowed | {"hca/sim"}
                 with open(full, encoding="utf-8", errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
