@@ -34,20 +34,6 @@ SqRing::SqRing(absl::Span<uint8_t> ring, const Options& o)
   if (options_.signal_every == 0) options_.signal_every = std::max<uint32_t>(1, (mask_ + 1) / 2);
 }
 
-WqeHeader SqRing::NextHeader(bool is_umr, bool want_signal, bool want_fence) const {
-  WqeHeader h;
-  h.wqe_index = wqe_index();
-  h.sqn = options_.sqn;
-  FenceMode f = is_umr ? options_.umr_fence : FenceMode::kNone;
-  if (small_fence_pending_ && f == FenceMode::kNone) f = FenceMode::kInitiatorSmall;
-  if (want_fence && f != FenceMode::kStrongOrdering) {
-    f = small_fence_pending_ ? FenceMode::kSmallAndFence : FenceMode::kFence;
-  }
-  h.fence = f;
-  h.signaled = want_signal || unsignaled_run_ + 1 >= options_.signal_every;
-  return h;
-}
-
 absl::StatusOr<absl::Span<uint8_t>> SqRing::Begin(uint32_t consumer, unsigned max_wqebbs) {
   if (max_wqebbs == 0 || max_wqebbs > kMaxWqebbsPerWqe || max_wqebbs > num_wqebbs()) {
     return absl::InvalidArgumentError(absl::StrCat("reservation of ", max_wqebbs,

@@ -28,7 +28,7 @@
 // support) and the output bytes are unspecified. On success the first WqeSize::bytes() bytes of
 // `out` hold the WQE; the tail of the last WQEBB is not touched. Builders never allocate.
 //
-// `out` is a contiguous buffer; to post into a ring use SqRing (umr/sq.h), which hands out either
+// `out` is a contiguous, 8-byte aligned buffer (kInvalidArgument otherwise); to post into a ring use SqRing (umr/sq.h), which hands out either
 // the ring slot or a scratch buffer when the WQE may cross the ring end.
 //
 // Thread safety: pure functions over caller-owned memory.
