@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "base/spinlock.h"
 #include "base/status_macros.h"
 #include "cache/key_pool.h"
 #include "cache/umr_engine.h"
@@ -37,15 +38,28 @@ absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
 
 namespace {
 
-// Handle layout: tenant slot (16 bits) | sequence (40 bits) | index shard (8 bits).
+// Handle layout: tenant slot (16 bits) | generation (20) | slot in its shard (20) | shard (8).
+// A handle names a slot of a shard's table directly (no hash lookup on release); the slot's
+// generation, bumped on every reuse, makes a stale handle miss instead of aliasing.
 constexpr int kShardBits = 8;
-constexpr int kSeqBits = 40;
+constexpr int kSlotBits = 20;
+constexpr int kGenBits = 20;
 constexpr uint32_t kMaxTenantSlots = 1u << 16;
 constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
 constexpr int kEvictionAttempts = 8;
 
-uint32_t HandleTenantSlot(Handle h) { return static_cast<uint32_t>(h >> (kSeqBits + kShardBits)); }
+uint32_t HandleTenantSlot(Handle h) {
+  return static_cast<uint32_t>(h >> (kGenBits + kSlotBits + kShardBits));
+}
 uint32_t HandleShard(Handle h) { return static_cast<uint32_t>(h & ((1u << kShardBits) - 1)); }
+uint32_t HandleSlot(Handle h) {
+  return static_cast<uint32_t>((h >> kShardBits) & ((1u << kSlotBits) - 1));
+}
+Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot, uint32_t shard) {
+  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits + kShardBits)) |
+         (uint64_t{gen & ((1u << kGenBits) - 1)} << (kSlotBits + kShardBits)) |
+         (uint64_t{slot} << kShardBits) | shard;
+}
 
 struct RangeKey {
   uint64_t va;
@@ -58,41 +72,54 @@ struct RangeKey {
 };
 
 // One registration or window. Fields are guarded as marked; immutable ones are set before the
-// registration is published and never change.
+// registration is published and never change. The first 32 bytes are what a hit and a release
+// touch (one cache line in three of every four allocations); the rest is the slow path's.
 struct Registration {
-  // Immutable once published.
-  Handle handle = 0;
-  uint64_t va = 0;
-  uint64_t length = 0;
-  hca::AccessFlags access = 0;
-  hca::Key key = 0;          // the mapped key (lkey = rkey)
-  PooledKey pooled;          // the key as the pool tracks it
-  uint32_t klm_entries = 0;
-  bool is_window = false;
-  struct Registration* parent = nullptr;
+  // --- hot ---
+  Handle handle = 0;                         // immutable once published (shard lock)
+  struct Registration* next_same_range = nullptr;  // shard lock
+  hca::Key key = 0;                          // immutable: the mapped key (lkey = rkey)
+  hca::AccessFlags access = 0;               // immutable
+  uint32_t holders = 0;                      // shard lock
+  bool indexed = false;         // shard lock: in by_range, Register may return it
+  bool dying = false;           // shard lock: stop-reference done, lifecycle running
+  bool revoked = false;         // shard lock: dying while held; a tombstone until last release
+  bool referenced = false;      // shard lock: released since queued on the LRU (second chance)
+
+  // --- cold ---
+  uint64_t va = 0;              // immutable
+  uint64_t length = 0;          // immutable
+  bool in_lru = false;          // shard lock
+  bool lifecycle_done = false;  // shard lock: the lifecycle finished with it
+  bool is_window = false;       // immutable
+  uint32_t klm_entries = 0;     // immutable
+  PooledKey pooled;             // immutable: the key as the pool tracks it
+  uint64_t queued_at = 0;       // shard lock: LRU queue order (cache-wide ticket)
+  Registration* lru_prev = nullptr;  // shard lock
+  Registration* lru_next = nullptr;  // shard lock
+  struct Registration* parent = nullptr;  // immutable (windows)
 
   // Guarded by the tenant mutex.
   KeyLifecycle life;
   std::vector<Registration*> windows;
-  absl::InlinedVector<BackingId, 2> backings;
-
-  // Guarded by the mutex of the shard the handle names.
-  uint32_t holders = 0;
-  bool indexed = false;        // in by_range: Register may return it
-  bool dying = false;          // stop-reference done: no new holders, lifecycle running
-  bool revoked = false;        // dying while held: a tombstone until the last release
-  bool lifecycle_done = false; // the lifecycle finished with it
-  bool in_lru = false;
-  uint64_t last_used = 0;
-  Registration* lru_prev = nullptr;
-  Registration* lru_next = nullptr;
-  Registration* next_same_range = nullptr;
+  absl::InlinedVector<BackingId, 1> backings;
 };
 
+// One shard of a tenant's index. The hit path takes exactly one shard lock.
+//
+// LRU: CLOCK with second chance. A registration joins its shard's list when its holder count
+// first drops to zero and stays there while it is hit and released again, which only sets its
+// `referenced` bit: the hit path touches no list neighbour and no shared counter. Eviction
+// takes, over all shards, the oldest-queued entry that is unheld and unreferenced; on the way
+// it drops held entries from the list (their release queues them again) and gives referenced
+// ones a second chance at the young end.
 struct alignas(64) Shard {
-  base::Mutex mu;
+  base::SpinLock mu;
   absl::flat_hash_map<RangeKey, Registration*> by_range ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<Handle, Registration*> by_handle ABSL_GUARDED_BY(mu);
+  std::vector<Registration*> slots ABSL_GUARDED_BY(mu);  // by HandleSlot
+  std::vector<uint32_t> gens ABSL_GUARDED_BY(mu);        // generation of each slot
+  std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
+  uint64_t published ABSL_GUARDED_BY(mu) = 0;            // slots in use
   Registration* lru_oldest ABSL_GUARDED_BY(mu) = nullptr;
   Registration* lru_newest ABSL_GUARDED_BY(mu) = nullptr;
   uint64_t lru_size ABSL_GUARDED_BY(mu) = 0;
@@ -107,8 +134,6 @@ struct Tenant {
   std::unique_ptr<UmrEngine> engine;
   std::unique_ptr<Shard[]> shards;
   uint32_t shard_mask = 0;
-  std::atomic<uint64_t> next_seq{1};
-  std::atomic<uint64_t> lru_tick{1};
 
   base::Mutex mu;  // the slow path: backings, pool, cover index, quota, lifecycles
   BackingSet backings ABSL_GUARDED_BY(mu);
@@ -123,12 +148,45 @@ struct Tenant {
   uint32_t ShardFor(uint64_t va, uint64_t length) const {
     return static_cast<uint32_t>(absl::HashOf(va, length)) & shard_mask;
   }
-  Handle NewHandle(uint32_t shard) {
-    const uint64_t seq = next_seq.fetch_add(1, std::memory_order_relaxed) &
-                         ((uint64_t{1} << kSeqBits) - 1);
-    return (uint64_t{slot} << (kSeqBits + kShardBits)) | (seq << kShardBits) | shard;
-  }
 };
+
+// --- Handle table of a shard (REQUIRE the shard lock) ---
+
+// Gives `r` a slot and its handle. kResourceExhausted when the shard's table is full.
+absl::Status Publish(Shard& s, uint32_t shard_index, uint32_t tenant_slot, Registration* r)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  uint32_t slot;
+  if (!s.free_slots.empty()) {
+    slot = s.free_slots.back();
+    s.free_slots.pop_back();
+  } else {
+    if (s.slots.size() >= (size_t{1} << kSlotBits)) {
+      return absl::ResourceExhaustedError("registration index shard is full");
+    }
+    slot = static_cast<uint32_t>(s.slots.size());
+    s.slots.push_back(nullptr);
+    s.gens.push_back(0);
+  }
+  s.slots[slot] = r;
+  r->handle = MakeHandle(tenant_slot, ++s.gens[slot], slot, shard_index);
+  s.published++;
+  return absl::OkStatus();
+}
+
+Registration* Lookup(Shard& s, Handle h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const uint32_t slot = HandleSlot(h);
+  if (slot >= s.slots.size()) return nullptr;
+  Registration* r = s.slots[slot];
+  return r != nullptr && r->handle == h ? r : nullptr;
+}
+
+void Unpublish(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const uint32_t slot = HandleSlot(r->handle);
+  RC_DCHECK(slot < s.slots.size() && s.slots[slot] == r);
+  s.slots[slot] = nullptr;
+  s.free_slots.push_back(slot);
+  s.published--;
+}
 
 // --- Shard helpers (REQUIRE the shard mutex) ---
 
@@ -141,9 +199,10 @@ void LruUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   s.lru_size--;
 }
 
-void LruPush(Shard& s, Registration* r, uint64_t tick) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+void LruPush(Shard& s, Registration* r, uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   RC_DCHECK(!r->in_lru);
-  r->last_used = tick;
+  r->queued_at = ticket;
+  r->referenced = false;
   r->lru_prev = s.lru_newest;
   r->lru_next = nullptr;
   (s.lru_newest ? s.lru_newest->lru_next : s.lru_oldest) = r;
@@ -173,8 +232,21 @@ void StopReference(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu
   if (r->holders > 0) {
     r->revoked = true;  // the handle stays for Release/Query until the last holder is gone
     s.tombstones++;
+  } else if (r->handle != 0) {
+    Unpublish(s, r);
+  }
+}
+
+// Tickets order LRU queueing across a tenant's shards. Taken only when an entry is (re)queued,
+// never on a hit or a plain release.
+std::atomic<uint64_t> g_lru_ticket{1};
+
+// A holder is done: the registration joins the LRU, or marks itself used since it was queued.
+void Unreferenced(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (r->in_lru) {
+    r->referenced = true;
   } else {
-    s.by_handle.erase(r->handle);
+    LruPush(s, r, g_lru_ticket.fetch_add(1, std::memory_order_relaxed));
   }
 }
 
@@ -348,10 +420,10 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
   std::vector<Registration*> windows, parents;
   for (uint32_t i = 0; i <= t->shard_mask; ++i) {
     Shard& s = t->shards[i];
-    base::MutexLock lock(&s.mu);
+    base::SpinLockHolder lock(&s.mu);
     std::vector<Registration*> here;
-    for (auto& [h, r] : s.by_handle) {
-      if (!r->dying) here.push_back(r);
+    for (Registration* r : s.slots) {
+      if (r != nullptr && !r->dying) here.push_back(r);
     }
     for (Registration* r : here) {
       StopReference(s, r);
@@ -378,9 +450,11 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
   // Tombstones still held: their holders' handles die with the tenant.
   for (uint32_t i = 0; i <= t->shard_mask; ++i) {
     Shard& s = t->shards[i];
-    base::MutexLock lock(&s.mu);
-    for (auto& [h, r] : s.by_handle) delete r;
-    s.by_handle.clear();
+    base::SpinLockHolder lock(&s.mu);
+    for (Registration*& r : s.slots) {
+      delete r;
+      r = nullptr;
+    }
   }
   t->engine.reset();
   absl::Status s = device_->DeallocPd(t->pd);
@@ -457,7 +531,7 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
         Registration* r = it->second;
         if (r->va + r->length <= b->va) continue;
         Shard& s = t->ShardOf(r->handle);
-        base::MutexLock sl(&s.mu);
+        base::SpinLockHolder sl(&s.mu);
         if (!r->dying) {
           StopReference(s, r);
           victims.push_back(r);
@@ -479,14 +553,20 @@ std::optional<KeyGrant> RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t le
   // Top half: the exact range, one shard lock.
   {
     Shard& s = t->shards[t->ShardFor(va, length)];
-    base::MutexLock lock(&s.mu);
+    base::SpinLockHolder lock(&s.mu);
     auto it = s.by_range.find(RangeKey{va, length});
     if (it != s.by_range.end()) {
       for (Registration* r = it->second; r != nullptr; r = r->next_same_range) {
         if ((r->access & access) == access) {
-          LruUnlink(s, r);
-          r->holders++;
-          return GrantOf(*r, true);
+          r->holders++;  // stays on the LRU; eviction skips held entries
+          KeyGrant g;    // built from the request: va and length are the key's (exact match)
+          g.handle = r->handle;
+          g.lkey = g.rkey = r->key;
+          g.va = va;
+          g.length = length;
+          g.access = r->access;
+          g.hit = true;
+          return g;
         }
       }
     }
@@ -503,9 +583,8 @@ std::optional<KeyGrant> RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t le
     if (end - r->va > t->max_length) break;  // nothing further left can reach `end`
     if (r->va + r->length < end || (r->access & access) != access) continue;
     Shard& s = t->ShardOf(r->handle);
-    base::MutexLock sl(&s.mu);
+    base::SpinLockHolder sl(&s.mu);
     if (!r->indexed) continue;
-    LruUnlink(s, r);
     r->holders++;
     return GrantOf(*r, true);
   }
@@ -566,23 +645,41 @@ absl::StatusOr<TakenKey> RegCacheImpl::ReserveKey(Tenant* t, int cls) {
 }
 
 Registration* RegCacheImpl::PickVictim(Tenant* t) {
+  // Make each shard's oldest entry an eligible one (bounded work), then take the least recently
+  // used of those heads.
+  constexpr int kCleanPerShard = 32;
   for (int attempt = 0; attempt < 4; ++attempt) {
     uint32_t best = UINT32_MAX;
     uint64_t best_tick = UINT64_MAX;
     for (uint32_t i = 0; i <= t->shard_mask; ++i) {
       Shard& s = t->shards[i];
-      base::MutexLock lock(&s.mu);
-      if (s.lru_oldest != nullptr && s.lru_oldest->last_used < best_tick) {
-        best_tick = s.lru_oldest->last_used;
+      base::SpinLockHolder lock(&s.mu);
+      for (int n = 0; n < kCleanPerShard && s.lru_oldest != nullptr; ++n) {
+        Registration* r = s.lru_oldest;
+        if (r->holders > 0) {
+          LruUnlink(s, r);  // its release queues it again
+        } else if (r->referenced) {
+          LruUnlink(s, r);  // second chance: used since it was queued
+          LruPush(s, r, g_lru_ticket.fetch_add(1, std::memory_order_relaxed));
+        } else {
+          break;
+        }
+      }
+      Registration* head = s.lru_oldest;
+      if (head != nullptr && head->holders == 0 && !head->referenced &&
+          head->queued_at < best_tick) {
+        best_tick = head->queued_at;
         best = i;
       }
     }
     if (best == UINT32_MAX) return nullptr;
     Shard& s = t->shards[best];
-    base::MutexLock lock(&s.mu);
+    base::SpinLockHolder lock(&s.mu);
     Registration* r = s.lru_oldest;
-    if (r == nullptr || r->last_used != best_tick) continue;  // raced with a hit: look again
-    RC_DCHECK(r->holders == 0 && !r->dying);
+    if (r == nullptr || r->holders != 0 || r->referenced || r->queued_at != best_tick) {
+      continue;  // raced with a hit or a release: look again
+    }
+    RC_DCHECK(!r->dying);
     StopReference(s, r);
     return r;
   }
@@ -619,7 +716,6 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   r->klm_entries = static_cast<uint32_t>(layout.size());
   r->key = taken.mapped_key();
   r->pooled = PooledKey{r->key, cls};
-  r->handle = t->NewHandle(t->ShardFor(va, length));
   r->backings.assign(used.begin(), used.end());
   for (BackingId id : used) t->backings.Find(id)->users++;
   r->life.Transition(KeyState::kMapping);
@@ -638,6 +734,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   UmrOp* ops[] = {&op};
   t->engine->Execute(ops);
 
+  absl::Status published;
   if (!op.result.ok()) {
     RecoverKey(t, r, taken.pooled.key);
     {
@@ -655,14 +752,27 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
     r->life.Transition(KeyState::kActive);
     t->cover.emplace(va, r);
     t->max_length = std::max(t->max_length, length);
-    Shard& s = t->ShardOf(r->handle);
-    base::MutexLock sl(&s.mu);
-    Registration*& head = s.by_range[RangeKey{va, length}];
-    r->next_same_range = head;
-    head = r;
-    s.by_handle.emplace(r->handle, r);
-    r->indexed = true;
-    r->holders = 1;
+    const uint32_t shard = t->ShardFor(va, length);
+    Shard& s = t->shards[shard];
+    base::SpinLockHolder sl(&s.mu);
+    published = Publish(s, shard, t->slot, r);
+    if (published.ok()) {
+      Registration*& head = s.by_range[RangeKey{va, length}];
+      r->next_same_range = head;
+      head = r;
+      r->indexed = true;
+      r->holders = 1;
+    }
+  }
+  if (!published.ok()) {  // not reachable by anyone: retire it like an eviction
+    {
+      Shard& s = t->shards[t->ShardFor(va, length)];
+      base::SpinLockHolder sl(&s.mu);
+      r->dying = true;
+    }
+    stats_.live_registrations.Add();
+    RunLifecycle(t, r);
+    return published;
   }
   stats_.register_misses.Inc();
   stats_.live_registrations.Add();
@@ -687,12 +797,11 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
   }());
   Registration* p = nullptr;
   {
-    base::MutexLock lock(&ps->mu);
-    auto it = ps->by_handle.find(parent);
-    if (it == ps->by_handle.end()) {
+    base::SpinLockHolder lock(&ps->mu);
+    p = Lookup(*ps, parent);
+    if (p == nullptr) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", parent));
     }
-    p = it->second;
     if (p->dying) {
       return absl::FailedPreconditionError(
           absl::StrFormat("registration 0x%x was invalidated", parent));
@@ -710,15 +819,12 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
           "window access %s is not narrower than its parent's %s",
           hca::AccessToString(normalized), hca::AccessToString(p->access)));
     }
-    LruUnlink(*ps, p);
     p->holders++;  // a window holds its parent
   }
   auto drop_parent = [&] {
-    base::MutexLock lock(&ps->mu);
+    base::SpinLockHolder lock(&ps->mu);
     p->holders--;
-    if (p->holders == 0 && !p->dying) {
-      LruPush(*ps, p, t->lru_tick.fetch_add(1, std::memory_order_relaxed));
-    }
+    if (p->holders == 0 && !p->dying) Unreferenced(*ps, p);
   };
   absl::StatusOr<TakenKey> taken = ReserveKey(t, cls);
   if (!taken.ok()) {
@@ -735,7 +841,6 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
   w->klm_entries = 1;
   w->key = taken->mapped_key();
   w->pooled = PooledKey{w->key, cls};
-  w->handle = t->NewHandle(static_cast<uint32_t>(t->next_seq.load()) & t->shard_mask);
   w->life.Transition(KeyState::kMapping);
   p->windows.push_back(w);
   t->mu.Unlock();
@@ -764,13 +869,24 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
     stats_.register_errors.Inc();
     return op.result;
   }
+  absl::Status published;
   {
     base::MutexLock lock(&t->mu);
     w->life.Transition(KeyState::kActive);
-    Shard& s = t->ShardOf(w->handle);
-    base::MutexLock sl(&s.mu);
-    s.by_handle.emplace(w->handle, w);
-    w->holders = 1;
+    const uint32_t shard = t->ShardFor(w->va, w->length);
+    Shard& s = t->shards[shard];
+    base::SpinLockHolder sl(&s.mu);
+    published = Publish(s, shard, t->slot, w);
+    if (published.ok()) {
+      w->holders = 1;
+    } else {
+      w->dying = true;
+    }
+  }
+  if (!published.ok()) {
+    stats_.live_registrations.Add();
+    RunLifecycle(t, w);
+    return published;
   }
   stats_.windows_created.Inc();
   stats_.live_registrations.Add();
@@ -786,12 +902,11 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
   Registration* window_to_retire = nullptr;
   Registration* to_delete = nullptr;
   {
-    base::MutexLock lock(&s->mu);
-    auto it = s->by_handle.find(handle);
-    if (it == s->by_handle.end()) {
+    base::SpinLockHolder lock(&s->mu);
+    Registration* r = Lookup(*s, handle);
+    if (r == nullptr) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    Registration* r = it->second;
     if (r->holders == 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x has no holders left to release", handle));
@@ -801,7 +916,7 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
     if (r->revoked) {
       stats_.releases_after_revoke.Inc();
       if (r->holders == 0) {
-        s->by_handle.erase(it);
+        Unpublish(*s, r);
         s->tombstones--;
         if (r->lifecycle_done) to_delete = r;
       }
@@ -810,7 +925,7 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
         StopReference(*s, r);  // windows are not cached
         window_to_retire = r;
       } else {
-        LruPush(*s, r, t->lru_tick.fetch_add(1, std::memory_order_relaxed));
+        Unreferenced(*s, r);
       }
     }
   }
@@ -824,12 +939,11 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Shard * s, ShardForHandle(t, handle));
   Registration* r = nullptr;
   {
-    base::MutexLock lock(&s->mu);
-    auto it = s->by_handle.find(handle);
-    if (it == s->by_handle.end()) {
+    base::SpinLockHolder lock(&s->mu);
+    r = Lookup(*s, handle);
+    if (r == nullptr) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    r = it->second;
     if (r->dying) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x was already invalidated", handle));
@@ -866,7 +980,7 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
           continue;
         }
         Shard& ws = t->ShardOf(w->handle);
-        base::MutexLock sl(&ws.mu);
+        base::SpinLockHolder sl(&ws.mu);
         if (!w->dying) {
           StopReference(ws, w);
           stop.push_back(w);
@@ -922,13 +1036,13 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
     Shard& ps = t->ShardOf(parent->handle);
     Registration* delete_parent = nullptr;
     {
-      base::MutexLock lock(&ps.mu);
+      base::SpinLockHolder lock(&ps.mu);
       parent->holders--;
       if (parent->holders == 0) {
         if (!parent->dying) {
-          LruPush(ps, parent, t->lru_tick.fetch_add(1, std::memory_order_relaxed));
+          Unreferenced(ps, parent);
         } else if (parent->revoked) {
-          ps.by_handle.erase(parent->handle);
+          Unpublish(ps, parent);
           ps.tombstones--;
           if (parent->lifecycle_done) delete_parent = parent;
         }
@@ -972,16 +1086,13 @@ void RegCacheImpl::FinishWithRegistration(Tenant* t, Registration* r) {
   Shard& s = t->ShardOf(r->handle);
   bool drop = false;
   {
-    base::MutexLock lock(&s.mu);
+    base::SpinLockHolder lock(&s.mu);
     r->lifecycle_done = true;
     // A revoked handle lives until its last holder releases it.
     drop = !r->revoked || r->holders == 0;
-    if (drop && r->revoked) {
-      auto it = s.by_handle.find(r->handle);
-      if (it != s.by_handle.end() && it->second == r) {
-        s.by_handle.erase(it);
-        s.tombstones--;
-      }
+    if (drop && r->revoked && Lookup(s, r->handle) == r) {
+      Unpublish(s, r);
+      s.tombstones--;
     }
   }
   if (drop) delete r;
@@ -991,12 +1102,12 @@ absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle han
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
   ASSIGN_OR_RETURN(Shard * s, ShardForHandle(t, handle));
   base::ReaderMutexLock lock(&t->mu);
-  base::MutexLock sl(&s->mu);
-  auto it = s->by_handle.find(handle);
-  if (it == s->by_handle.end()) {
+  base::SpinLockHolder sl(&s->mu);
+  const Registration* found = Lookup(*s, handle);
+  if (found == nullptr) {
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
-  const Registration& r = *it->second;
+  const Registration& r = *found;
   RegistrationInfo info;
   info.handle = r.handle;
   info.key = r.key;
@@ -1029,7 +1140,7 @@ absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {
     u.pool_total = t->pool->total_keys();
   }
   for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-    base::MutexLock lock(&t->shards[i].mu);
+    base::SpinLockHolder lock(&t->shards[i].mu);
     u.cached_unreferenced += t->shards[i].lru_size;
     u.revoked_held += t->shards[i].tombstones;
   }

@@ -1,0 +1,327 @@
+// cache_bench: the registration cache against its anchor, UCX's ucs_rcache (Debian libucx-dev
+// 1.13), in the same run, same machine, same region counts and threads.
+//
+//   BM_RegisterHit/regions:N/threads:T   Register of a live range (a hit) + Release
+//   BM_UcsRcacheHit/regions:N/threads:T  ucs_rcache_get of a registered range + region_put,
+//                                        with no-op register callbacks (the anchor)
+//   BM_RegisterMiss/regions:N            Register of a range not cached: layout, pooled key,
+//                                        one UMR executed by the sim, insert
+//   BM_Invalidate/regions:N              the full lifecycle of one key: stop-reference, fenced
+//                                        invalidate UMR, completion, quarantine
+//
+// Hits pick ranges pseudo-randomly over all N live registrations. At the end a summary prints
+// the hit ratio against ucs_rcache (aim: >= 3x at 100k) and the 2-thread / 1-thread hit
+// throughput (aim: >= 1.5x), plus cache bytes per live registration at 100k (aim: <= 256).
+#include <malloc.h>
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <ucs/memory/rcache.h>
+}
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "benchmark/benchmark.h"
+#include "cache/reg_cache.h"
+#include "hca/sim/sim_device.h"
+
+namespace {
+
+constexpr uint64_t kRegionBytes = 4096;
+constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+
+uint64_t NextRandom(uint64_t& x) {  // xorshift64*: cheap, per thread
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+// A sim device, a cache and one tenant with `regions` live (released, cached) registrations of
+// 4 KiB each over one attachment. Built once per region count and kept for the whole run.
+struct CacheWorld {
+  std::unique_ptr<hca::sim::SimDevice> device;
+  std::unique_ptr<cache::RegCache> cache;
+  cache::TenantId tenant = 0;
+  uint8_t* mem = nullptr;
+  uint64_t regions = 0;
+  uint64_t bytes_per_registration = 0;
+  uint64_t next_miss = 0;  // index of the next never-registered range
+  uint64_t capacity = 0;   // ranges the attachment holds
+
+  static CacheWorld* Get(uint64_t regions) {
+    static std::map<uint64_t, std::unique_ptr<CacheWorld>>* worlds =
+        new std::map<uint64_t, std::unique_ptr<CacheWorld>>;
+    auto& w = (*worlds)[regions];
+    if (w == nullptr) w = Build(regions);
+    return w.get();
+  }
+
+  static std::unique_ptr<CacheWorld> Build(uint64_t regions) {
+    auto w = std::make_unique<CacheWorld>();
+    w->regions = regions;
+    w->capacity = regions + (1u << 20);  // room for misses
+    hca::sim::SimOptions sim;
+    sim.max_keys = static_cast<uint32_t>(regions + (1u << 18));
+    w->device = std::move(*hca::sim::NewSimDevice(sim));
+    cache::CacheOptions o;
+    // One class (every range here is one KLM entry), pre-filled with a key for every region so
+    // that the memory measured below is the cache's, not the device model's key table.
+    o.pool.capacity_classes = {4};
+    o.pool.low_watermark = static_cast<uint32_t>(regions + 8192);
+    o.pool.high_watermark = o.pool.low_watermark;
+    o.background_maintenance = false;
+    w->cache = std::move(*cache::RegCache::Create(w->device.get(), o));
+    w->tenant = *w->cache->OpenTenant({});
+    const uint64_t bytes = w->capacity * kRegionBytes;
+    w->mem = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    RC_CHECK(w->mem != MAP_FAILED);
+    cache::BackingSpec spec;
+    spec.va = reinterpret_cast<uint64_t>(w->mem);
+    spec.local_addr = w->mem;
+    spec.length = bytes;
+    RC_CHECK(w->cache->AddBacking(w->tenant, spec).ok());
+    w->cache->Maintain();  // creates the pool's keys
+    const size_t before = ::mallinfo2().uordblks;
+    for (uint64_t i = 0; i < regions; ++i) {
+      auto g = w->cache->Register(w->tenant, w->va(i), kRegionBytes, kRw);
+      RC_CHECK(g.ok()) << g.status();
+      RC_CHECK(w->cache->Release(w->tenant, g->handle).ok());
+    }
+    const size_t after = ::mallinfo2().uordblks;
+    w->bytes_per_registration = (after - before) / regions;
+    w->next_miss = regions;
+    return w;
+  }
+
+  uint64_t va(uint64_t i) const { return reinterpret_cast<uint64_t>(mem) + i * kRegionBytes; }
+};
+
+void BM_RegisterHit(benchmark::State& state) {
+  CacheWorld* w = CacheWorld::Get(state.range(0));
+  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  for (auto _ : state) {
+    const uint64_t i = NextRandom(x) % w->regions;
+    auto g = w->cache->Register(w->tenant, w->va(i), kRegionBytes, kRw);
+    if (!g.ok() || !g->hit) {
+      state.SkipWithError("expected a hit");
+      break;
+    }
+    benchmark::DoNotOptimize(g->rkey);
+    (void)w->cache->Release(w->tenant, g->handle);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0 && state.range(0) == 100000) {
+    state.counters["bytes_per_registration"] = static_cast<double>(w->bytes_per_registration);
+  }
+}
+
+void BM_RegisterMiss(benchmark::State& state) {
+  CacheWorld* w = CacheWorld::Get(state.range(0));
+  std::vector<cache::Handle> made;
+  for (auto _ : state) {
+    if (w->next_miss + 1 >= w->capacity) {
+      state.SkipWithError("ran out of fresh ranges");
+      break;
+    }
+    auto g = w->cache->Register(w->tenant, w->va(w->next_miss++), kRegionBytes, kRw);
+    if (!g.ok() || g->hit) {
+      state.SkipWithError("expected a miss");
+      break;
+    }
+    made.push_back(g->handle);
+    if (made.size() == 4096) {
+      state.PauseTiming();  // keep the live count near N: retire this batch
+      for (cache::Handle h : made) {
+        (void)w->cache->Invalidate(w->tenant, h);
+        (void)w->cache->Release(w->tenant, h);
+      }
+      made.clear();
+      state.ResumeTiming();
+    }
+  }
+  for (cache::Handle h : made) {  // after the timed loop
+    (void)w->cache->Invalidate(w->tenant, h);
+    (void)w->cache->Release(w->tenant, h);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_Invalidate(benchmark::State& state) {
+  CacheWorld* w = CacheWorld::Get(state.range(0));
+  std::vector<cache::Handle> batch;
+  for (auto _ : state) {
+    if (batch.empty()) {
+      state.PauseTiming();
+      for (int i = 0; i < 1024 && w->next_miss + 1 < w->capacity; ++i) {
+        auto g = w->cache->Register(w->tenant, w->va(w->next_miss++), kRegionBytes, kRw);
+        RC_CHECK(g.ok());
+        RC_CHECK(w->cache->Release(w->tenant, g->handle).ok());
+        batch.push_back(g->handle);
+      }
+      state.ResumeTiming();
+      if (batch.empty()) {
+        state.SkipWithError("ran out of fresh ranges");
+        break;
+      }
+    }
+    absl::Status s = w->cache->Invalidate(w->tenant, batch.back());
+    batch.pop_back();
+    if (!s.ok()) {
+      state.SkipWithError("invalidate failed");
+      break;
+    }
+  }
+  for (cache::Handle h : batch) (void)w->cache->Invalidate(w->tenant, h);  // after the loop
+  state.SetItemsProcessed(state.iterations());
+}
+
+// --- The anchor: ucs_rcache with no-op callbacks ---
+
+ucs_status_t NoopReg(void*, ucs_rcache_t*, void*, ucs_rcache_region_t*, uint16_t) {
+  return UCS_OK;
+}
+void NoopDereg(void*, ucs_rcache_t*, ucs_rcache_region_t*) {}
+void NoopDump(void*, ucs_rcache_t*, ucs_rcache_region_t*, char* buf, size_t max) {
+  if (max > 0) buf[0] = '\0';
+}
+
+struct UcsWorld {
+  ucs_rcache_t* rcache = nullptr;
+  uint8_t* mem = nullptr;
+  uint64_t regions = 0;
+
+  static UcsWorld* Get(uint64_t regions) {
+    static std::map<uint64_t, std::unique_ptr<UcsWorld>>* worlds =
+        new std::map<uint64_t, std::unique_ptr<UcsWorld>>;
+    auto& w = (*worlds)[regions];
+    if (w == nullptr) {
+      w = std::make_unique<UcsWorld>();
+      w->regions = regions;
+      static const ucs_rcache_ops_t ops = {NoopReg, NoopDereg, NoopDump};
+      ucs_rcache_params_t p = {};
+      p.region_struct_size = sizeof(ucs_rcache_region_t);
+      p.alignment = 64;
+      p.max_alignment = 4096;
+      p.ucm_events = 0;  // no memory hooks: the anchor measures lookups only
+      p.ops = &ops;
+      p.flags = UCS_RCACHE_FLAG_NO_PFN_CHECK;
+      p.max_regions = static_cast<unsigned long>(-1);
+      p.max_size = static_cast<size_t>(-1);
+      p.max_unreleased = static_cast<size_t>(-1);
+      RC_CHECK(ucs_rcache_create(&p, "cache_bench", nullptr, &w->rcache) == UCS_OK);
+      w->mem = static_cast<uint8_t*>(::mmap(nullptr, regions * kRegionBytes,
+                                            PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      RC_CHECK(w->mem != MAP_FAILED);
+      for (uint64_t i = 0; i < regions; ++i) {
+        ucs_rcache_region_t* r;
+        RC_CHECK(ucs_rcache_get(w->rcache, w->mem + i * kRegionBytes, kRegionBytes,
+                                PROT_READ | PROT_WRITE, nullptr, &r) == UCS_OK);
+        ucs_rcache_region_put(w->rcache, r);
+      }
+    }
+    return w.get();
+  }
+};
+
+void BM_UcsRcacheHit(benchmark::State& state) {
+  UcsWorld* w = UcsWorld::Get(state.range(0));
+  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
+  for (auto _ : state) {
+    const uint64_t i = NextRandom(x) % w->regions;
+    ucs_rcache_region_t* r;
+    if (ucs_rcache_get(w->rcache, w->mem + i * kRegionBytes, kRegionBytes,
+                       PROT_READ | PROT_WRITE, nullptr, &r) != UCS_OK) {
+      state.SkipWithError("ucs_rcache_get failed");
+      break;
+    }
+    benchmark::DoNotOptimize(r);
+    ucs_rcache_region_put(w->rcache, r);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void Regions(benchmark::internal::Benchmark* b) {
+  b->ArgName("regions")->Arg(1000)->Arg(100000)->UseRealTime();
+}
+
+BENCHMARK(BM_RegisterHit)->Apply(Regions)->Threads(1)->Threads(2);
+BENCHMARK(BM_UcsRcacheHit)->Apply(Regions)->Threads(1)->Threads(2);
+BENCHMARK(BM_RegisterMiss)->Apply(Regions);
+BENCHMARK(BM_Invalidate)->Apply(Regions);
+
+// Collects items/s per run name for the summary.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.error_occurred) continue;
+      auto it = r.counters.find("items_per_second");
+      if (it != r.counters.end()) rates_[r.benchmark_name()] = it->second;
+      auto b = r.counters.find("bytes_per_registration");
+      if (b != r.counters.end()) bytes_per_registration_ = b->second;
+    }
+  }
+  double Rate(const std::string& name) const {
+    auto it = rates_.find(name);
+    return it == rates_.end() ? 0 : it->second;
+  }
+  double bytes_per_registration() const { return bytes_per_registration_; }
+
+ private:
+  std::map<std::string, double> rates_;
+  double bytes_per_registration_ = 0;
+};
+
+void PrintSummary(const SummaryReporter& r) {
+  std::printf("\n=== cache_bench summary (anchor: UCX ucs_rcache 1.13, same run)\n");
+  for (int regions : {1000, 100000}) {
+    for (int threads : {1, 2}) {
+      const std::string suffix =
+          absl::StrFormat("/regions:%d/real_time/threads:%d", regions, threads);
+      const double ours = r.Rate("BM_RegisterHit" + suffix);
+      const double ucs = r.Rate("BM_UcsRcacheHit" + suffix);
+      if (ours == 0 || ucs == 0) continue;
+      std::printf("hit  regions=%-6d threads=%d  regcache %7.2f Mops/s  ucs_rcache %7.2f Mops/s  "
+                  "ratio %.2fx%s\n",
+                  regions, threads, ours / 1e6, ucs / 1e6, ours / ucs,
+                  regions == 100000 ? "  (aim >= 3x)" : "");
+    }
+    const std::string one = absl::StrFormat("/regions:%d/real_time/threads:1", regions);
+    const std::string two = absl::StrFormat("/regions:%d/real_time/threads:2", regions);
+    const double ours1 = r.Rate("BM_RegisterHit" + one), ours2 = r.Rate("BM_RegisterHit" + two);
+    const double ucs1 = r.Rate("BM_UcsRcacheHit" + one), ucs2 = r.Rate("BM_UcsRcacheHit" + two);
+    if (ours1 > 0 && ours2 > 0 && ucs1 > 0 && ucs2 > 0) {
+      std::printf("scaling regions=%-6d 2 threads / 1 thread: regcache %.2fx (aim >= 1.5x), "
+                  "ucs_rcache %.2fx\n",
+                  regions, ours2 / ours1, ucs2 / ucs1);
+    }
+  }
+  if (r.bytes_per_registration() > 0) {
+    std::printf("memory: %.0f bytes of cache memory per live registration at 100k "
+                "(aim <= 256; malloc delta over the inserts, pool pre-filled)\n",
+                r.bytes_per_registration());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  base::SetMinLogSeverity(base::LogSeverity::kWarning);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  PrintSummary(reporter);
+  benchmark::Shutdown();
+  return 0;
+}
