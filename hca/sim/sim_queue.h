@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,7 +89,10 @@ class SimQueue final : public Queue {
   const Pd pd_;
   const uint32_t depth_;
   const ExecutionMode mode_;
-  std::unique_ptr<uint8_t[]> ring_;   // depth_ WQEBBs, 64-byte aligned
+  struct AlignedDelete {
+    void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<uint8_t[], AlignedDelete> ring_;   // depth_ WQEBBs, 64-byte aligned
   std::unique_ptr<umr::CqeLayout[]> cq_;
   std::unique_ptr<umr::SqRing> sq_;   // poster side
   std::vector<Shadow> shadow_;        // poster side, by slot of a WQE's first WQEBB
