@@ -11,9 +11,11 @@ namespace cache {
 
 struct PoolOptions {
   // Capacity classes of pooled indirect keys, in KLM entries, ascending. A registration takes a
-  // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR.
-  // Default: {4, 16, 64, 256}.
-  std::vector<uint32_t> capacity_classes = {4, 16, 64, 256};
+  // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR; a
+  // class may not exceed what one map can carry inline (Capabilities::max_inline_klm: 52 on
+  // the sim and on ConnectX with the 6-bit DS limit), since the cache maps a key in one UMR.
+  // Default: {4, 16, 48} — 48 entries cover ranges over up to 48 attachments or 96 GiB.
+  std::vector<uint32_t> capacity_classes = {4, 16, 48};
   // Background refill keeps each class's free list between these (per tenant). Defaults 8 / 32.
   uint32_t low_watermark = 8;
   uint32_t high_watermark = 32;

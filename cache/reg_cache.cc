@@ -1199,6 +1199,11 @@ absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
           "capacity class %d exceeds the device's %d KLM entries per key", c,
           device->capabilities().max_klm_entries));
     }
+    if (device->capabilities().max_inline_klm != 0 && c > device->capabilities().max_inline_klm) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capacity class %d exceeds the %d KLM entries one map carries inline", c,
+          device->capabilities().max_inline_klm));
+    }
   }
   if (options.pool.high_watermark < options.pool.low_watermark) {
     return absl::InvalidArgumentError("pool high watermark below low watermark");

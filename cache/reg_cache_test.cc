@@ -450,3 +450,44 @@ TEST_F(RegCacheTest, ClosingATenantRunsEveryKeyThroughTheLifecycle) {
 
 }  // namespace
 }  // namespace cache
+
+namespace cache {
+namespace {
+
+using ::cache::testing::Memory;
+constexpr hca::AccessFlags kRwAll = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+
+class RegCacheLimitsTest : public testing::CacheTest {
+ protected:
+  void SetUp() override { Init(); }
+};
+
+TEST_F(RegCacheLimitsTest, LayoutsBeyondTheLargestClassAreRefused) {
+  Memory mem(64 * 4096);
+  for (int i = 0; i < 64; ++i) {  // 64 adjacent attachments of one page each
+    BackingSpec spec{mem.va() + 4096 * i, mem.data() + 4096 * i, 4096};
+    ASSERT_TRUE(cache_->AddBacking(tenant_, spec).ok());
+  }
+  auto fits = cache_->Register(tenant_, mem.va(), 48 * 4096, kRwAll);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(cache_->Query(tenant_, fits->handle)->klm_entries, 48u);
+  EXPECT_TRUE(cache_->Release(tenant_, fits->handle).ok());
+  auto too_many = cache_->Register(tenant_, mem.va(), 49 * 4096, kRwAll);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument) << too_many.status();
+  EXPECT_EQ(UsageNow().pool_outstanding, UsageNow().live_registrations);
+}
+
+TEST(RegCacheCreateTest, ClassesMustFitOneInlineMap) {
+  auto device = hca::sim::NewSimDevice({});
+  ASSERT_TRUE(device.ok());
+  CacheOptions o = testing::TestCacheOptions();
+  o.pool.capacity_classes = {4, 64};
+  auto c = RegCache::Create(device->get(), o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  o.pool.capacity_classes = {16, 4};
+  EXPECT_EQ(RegCache::Create(device->get(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cache
