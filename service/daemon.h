@@ -1,0 +1,196 @@
+// service::Daemon — the core of regcached, without any transport.
+//
+// It owns the device (opened by name), the registration cache over it, the sessions of the
+// clients, and the shareable memory those sessions use. The transports in api/ (the unix control
+// socket that carries peer credentials and file descriptors, the gRPC service, the metrics
+// endpoint) call into it; nothing here knows gRPC, protobuf or sockets.
+//
+// Sessions. A client process gets one session (one cache tenant: its own PD, quotas, pool and
+// queues) when it connects to the control socket. The transport passes the peer's credentials
+// (SO_PEERCRED); OpenSession refuses uids/gids that are not on the allow-list. The session has
+// a secret token the client presents on every gRPC call (Authenticate). When the client
+// disconnects or dies, the transport calls CloseSession: every key of the session goes through
+// the lifecycle (cache::RegCache::CloseTenant), its memory is unmapped, and all counters return
+// to where they were; every other session is untouched.
+//
+// Memory. Backing memory is shareable memory mapped in both processes; registrations use the
+// client's own virtual addresses:
+//   - AllocateMemory: the daemon creates a memfd (optionally hugetlb), seals it against
+//     shrinking and growing, maps it, and hands the transport an fd to pass to the client;
+//     the client maps it and says where (AttachMemory);
+//   - ImportMemory: the client passed an fd (memfd, hugetlbfs file). The daemon requires it to
+//     be sealed against shrinking — or seals it itself — because a file that shrinks under a
+//     mapping turns every later device access into SIGBUS; then maps it; AttachMemory follows.
+//   AttachMemory registers the daemon's mapping with the device once (one backing) at the
+//   client's address; DetachMemory invalidates every key over it, deregisters and unmaps.
+//
+// Thread safety: every method may be called from any thread. Calls on one session run
+// concurrently with each other; CloseSession waits for the session's calls in flight, and
+// later calls on it fail with kNotFound.
+#ifndef REGCACHE_SERVICE_DAEMON_H_
+#define REGCACHE_SERVICE_DAEMON_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "base/stats.h"
+#include "cache/options.h"
+#include "cache/reg_cache.h"
+#include "hca/device.h"
+
+namespace service {
+
+struct DaemonConfig {
+  // Device spec for hca::OpenDevice: "sim", "sim:mode=thread", "verbs[:name]", "mlx5[:name]".
+  // The binary must have registered the backend. Default "sim".
+  std::string device = "sim";
+  // Peer credentials allowed to open a session. A client is accepted when its uid is in
+  // allow_uids or its gid in allow_gids. Both empty (the default): the daemon's own uid and root.
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+  // Uids that may use the admin calls (Sessions, Drain). Empty (default): root and the
+  // daemon's own uid.
+  std::vector<uint32_t> admin_uids;
+  // Per-session quotas (0 = unlimited). Defaults: 1M keys, 1 TiB of attached memory.
+  uint64_t max_keys_per_session = 1u << 20;
+  uint64_t max_bytes_per_session = uint64_t{1} << 40;
+  // Largest single AllocateMemory / ImportMemory. Default 1 TiB.
+  uint64_t max_memory_length = uint64_t{1} << 40;
+  // Most sessions at once. Default 1024.
+  uint32_t max_sessions = 1024;
+  // The cache (pool classes and watermarks, quarantine, UMR queues per session).
+  cache::CacheOptions cache;
+};
+
+using SessionId = uint64_t;
+using MemoryId = uint64_t;
+
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct SessionGrant {
+  SessionId id = 0;
+  std::string token;  // 32 hex digits; the client presents it on every call
+  bool admin = false;
+};
+
+struct SessionInfo {
+  SessionId id = 0;
+  PeerCredentials peer;
+  bool admin = false;
+  absl::Time opened;
+  cache::TenantUsage usage;
+  uint64_t memories = 0;
+};
+
+// An fd the transport passes to the client (SCM_RIGHTS) and then closes.
+struct AllocatedMemory {
+  MemoryId id = 0;
+  uint64_t length = 0;
+  int fd = -1;  // owned by the caller: close it after sending
+  bool hugetlb = false;
+};
+
+struct MemoryInfo {
+  MemoryId id = 0;
+  uint64_t length = 0;
+  uint64_t client_va = 0;  // 0 until attached
+  bool attached = false;
+  bool on_demand = false;
+  bool daemon_allocated = false;
+  bool hugetlb = false;
+};
+
+struct DaemonStatus {
+  std::string device;       // backend name and device name
+  hca::Capabilities capabilities;
+  uint64_t sessions = 0;
+  bool draining = false;
+  absl::Time started;
+};
+
+class Daemon {
+ public:
+  // Opens the device and builds the cache. `registry` (may be null) receives every stat.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Create(const DaemonConfig& config,
+                                                        base::stats::Registry* registry);
+  virtual ~Daemon() = default;
+
+  // --- Sessions ---
+  // kPermissionDenied when the peer is not on the allow-list; kUnavailable while draining;
+  // kResourceExhausted past max_sessions.
+  virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer) = 0;
+  // The session whose token this is. kUnauthenticated for an unknown or malformed token.
+  virtual absl::StatusOr<SessionId> Authenticate(absl::string_view token) = 0;
+  // Runs every key of the session through the lifecycle, unmaps its memory. kNotFound if the
+  // session is unknown or already closed.
+  virtual absl::Status CloseSession(SessionId session) = 0;
+  virtual absl::StatusOr<bool> IsAdmin(SessionId session) = 0;
+
+  // --- Memory ---
+  // kInvalidArgument for length 0 or not a multiple of the page size (hugetlb: 2 MiB) or above
+  // max_memory_length; kResourceExhausted when the session's memory quota would be exceeded;
+  // errno-based errors from memfd_create/ftruncate/mmap.
+  virtual absl::StatusOr<AllocatedMemory> AllocateMemory(SessionId session, uint64_t length,
+                                                         bool hugetlb) = 0;
+  // Takes ownership of `fd` (closed on error too). `length` bytes from `offset` (page aligned)
+  // must lie within the file. kInvalidArgument for a non-regular file, out-of-file ranges, or a
+  // file that cannot be sealed against shrinking.
+  virtual absl::StatusOr<MemoryId> ImportMemory(SessionId session, int fd, uint64_t offset,
+                                                uint64_t length) = 0;
+  // Registers the memory with the device at the client's address. kInvalidArgument for a
+  // client_va of 0 or one whose range wraps; kAlreadyExists if attached or overlapping another
+  // attachment; kUnimplemented for on_demand on a device without ODP.
+  virtual absl::Status AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
+                                    bool on_demand) = 0;
+  // Invalidates every key over it, deregisters, unmaps. kNotFound for an unknown id.
+  virtual absl::Status DetachMemory(SessionId session, MemoryId memory) = 0;
+  virtual absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) = 0;
+
+  // --- Keys (see cache/reg_cache.h for the semantics and error codes) ---
+  virtual absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va,
+                                                   uint64_t length,
+                                                   hca::AccessFlags access) = 0;
+  virtual absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
+                                                       uint64_t offset, uint64_t length,
+                                                       hca::AccessFlags access) = 0;
+  virtual absl::Status Release(SessionId session, cache::Handle handle) = 0;
+  virtual absl::Status Invalidate(SessionId session, cache::Handle handle) = 0;
+  virtual absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
+                                                        cache::Handle handle) = 0;
+  virtual absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) = 0;
+  virtual absl::StatusOr<cache::TenantUsage> Usage(SessionId session) = 0;
+
+  // --- The peer data path (device "sim" only; kUnimplemented elsewhere): what a remote node
+  // does with this session's rkeys. Errors carry the device syndrome (hca::ErrorOf). ---
+  virtual absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
+                                 absl::Span<const uint8_t> data) = 0;
+  virtual absl::StatusOr<std::vector<uint8_t>> PeerRead(SessionId session, hca::Key rkey,
+                                                        uint64_t addr, uint64_t length) = 0;
+
+  // --- Introspection and shutdown ---
+  virtual DaemonStatus Status() = 0;
+  // Admin only (kPermissionDenied otherwise).
+  virtual absl::StatusOr<std::vector<SessionInfo>> Sessions(SessionId caller) = 0;
+  virtual std::vector<base::stats::Sample> Stats() = 0;
+  // Stops accepting sessions and calls (kUnavailable from then on) and closes every session.
+  // Idempotent. Returns the first error closing a session.
+  virtual absl::Status Drain() = 0;
+  virtual bool draining() const = 0;
+};
+
+}  // namespace service
+
+#endif  // REGCACHE_SERVICE_DAEMON_H_
