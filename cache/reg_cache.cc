@@ -307,6 +307,7 @@ class RegCacheImpl final : public RegCache {
   absl::Status Invalidate(TenantId tenant, Handle handle) override;
   absl::StatusOr<RegistrationInfo> Query(TenantId tenant, Handle handle) override;
   absl::StatusOr<TenantUsage> Usage(TenantId tenant) override;
+  absl::StatusOr<std::vector<RegistrationInfo>> List(TenantId tenant) override;
   void Maintain() override;
   const CacheStats& stats() const override { return stats_; }
   hca::Device* device() const override { return device_; }
@@ -347,6 +348,8 @@ class RegCacheImpl final : public RegCache {
   void RecoverKey(Tenant* t, Registration* r, hca::Key previous_key);
   // Drops the registration object if both the lifecycle and the last holder are done.
   void FinishWithRegistration(Tenant* t, Registration* r);
+  // REQUIRES: the tenant mutex (shared) and the registration's shard lock.
+  RegistrationInfo InfoOf(Tenant* t, const Registration& r) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void MaintenanceLoop();
 
   hca::Device* const device_;
@@ -1107,7 +1110,10 @@ absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle han
   if (found == nullptr) {
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
-  const Registration& r = *found;
+  return InfoOf(t, *found);
+}
+
+RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r) {
   RegistrationInfo info;
   info.handle = r.handle;
   info.key = r.key;
@@ -1123,6 +1129,20 @@ absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle han
   info.key_capacity = t->pool != nullptr ? t->pool->capacity(r.pooled.cls) : 0;
   info.key_state = r.life.state();
   return info;
+}
+
+absl::StatusOr<std::vector<RegistrationInfo>> RegCacheImpl::List(TenantId tenant) {
+  ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
+  std::vector<RegistrationInfo> out;
+  base::ReaderMutexLock lock(&t->mu);
+  for (uint32_t i = 0; i <= t->shard_mask; ++i) {
+    Shard& s = t->shards[i];
+    base::SpinLockHolder sl(&s.mu);
+    for (const Registration* r : s.slots) {
+      if (r != nullptr) out.push_back(InfoOf(t, *r));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -143,6 +144,9 @@ class RegCache {
   virtual absl::Status Invalidate(TenantId tenant, Handle handle) = 0;
   virtual absl::StatusOr<RegistrationInfo> Query(TenantId tenant, Handle handle) = 0;
   virtual absl::StatusOr<TenantUsage> Usage(TenantId tenant) = 0;
+  // Every registration and window of the tenant that has a handle (live, cached or revoked and
+  // still held), in no particular order.
+  virtual absl::StatusOr<std::vector<RegistrationInfo>> List(TenantId tenant) = 0;
 
   // One maintenance pass: quarantine releases and pool refills for every tenant. The background
   // thread (CacheOptions::background_maintenance) calls it periodically.

@@ -72,6 +72,13 @@ TEST_F(RegCacheTest, HitReturnsTheLiveRegistrationAndCountsHolders) {
   }
   EXPECT_EQ(cache_->stats().register_hits.value(), 2u);
   EXPECT_EQ(UsageNow().cached_unreferenced, 2u);
+  auto list = cache_->List(tenant_);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  for (const RegistrationInfo& i : *list) {
+    EXPECT_EQ(i.holders, 0u);
+    EXPECT_EQ(i.key_state, KeyState::kActive);
+  }
 }
 
 TEST_F(RegCacheTest, InvalidatedKeyRefusesThePeerAndIsNeverHitAgain) {
