@@ -9,6 +9,8 @@
 
 namespace cache {
 
+class BackingObserver;  // cache/backing_observer.h
+
 struct PoolOptions {
   // Capacity classes of pooled indirect keys, in KLM entries, ascending. A registration takes a
   // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR; a
@@ -50,6 +52,10 @@ struct CacheOptions {
   // Shards of each tenant's registration index (a power of two; the hit path locks one).
   // Default 64.
   uint32_t index_shards = 64;
+  // Told about every backing attached and, before its device registration goes away, removed
+  // (cache/backing_observer.h); odp/'s fault servicer is the one. Not owned; must outlive the
+  // cache. Default none.
+  BackingObserver* backing_observer = nullptr;
 };
 
 // Per-tenant limits. 0 means "no limit" for each.

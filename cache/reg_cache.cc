@@ -17,6 +17,7 @@
 #include "base/mutex.h"
 #include "base/spinlock.h"
 #include "base/status_macros.h"
+#include "cache/backing_observer.h"
 #include "cache/key_pool.h"
 #include "cache/umr_engine.h"
 
@@ -351,6 +352,19 @@ class RegCacheImpl final : public RegCache {
   // REQUIRES: the tenant mutex (shared) and the registration's shard lock.
   RegistrationInfo InfoOf(Tenant* t, const Registration& r) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void MaintenanceLoop();
+  // Tell CacheOptions::backing_observer (if any) about a backing just attached, or about to be
+  // deregistered (cache/backing_observer.h). REQUIRE the tenant mutex.
+  void NotifyAdded(const Tenant& t, const BackingRecord& b) const {
+    if (options_.backing_observer != nullptr) {
+      options_.backing_observer->OnBackingAdded(BackingEvent{t.id, b.id, b.va, b.device, b.access});
+    }
+  }
+  void NotifyRemoving(const Tenant& t, const BackingRecord& b) const {
+    if (options_.backing_observer != nullptr) {
+      options_.backing_observer->OnBackingRemoving(
+          BackingEvent{t.id, b.id, b.va, b.device, b.access});
+    }
+  }
 
   hca::Device* const device_;
   const CacheOptions options_;
@@ -444,6 +458,7 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
     for (auto& [va, b] : t->backings.by_va()) ids.push_back(b.id);
     for (BackingId id : ids) {
       auto b = t->backings.Remove(id);
+      NotifyRemoving(*t, *b);
       absl::Status s = device_->DestroyKey(b->device.key);
       if (!s.ok() && first.ok()) first = s;
       stats_.bytes_backed.Sub(static_cast<int64_t>(b->length));
@@ -508,6 +523,7 @@ absl::StatusOr<BackingId> RegCacheImpl::AddBacking(TenantId tenant, const Backin
     return added;
   }
   stats_.bytes_backed.Add(static_cast<int64_t>(spec.length));
+  NotifyAdded(*t, rec);
   return rec.id;
 }
 
@@ -525,6 +541,7 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
       if (b->users == 0) {
         auto rec = t->backings.Remove(backing);
         stats_.bytes_backed.Sub(static_cast<int64_t>(rec->length));
+        NotifyRemoving(*t, *rec);
         return device_->DestroyKey(rec->device.key);
       }
       // Registrations over it: those whose range intersects it.
