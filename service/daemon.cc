@@ -1,0 +1,579 @@
+#include "service/daemon.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "base/mutex.h"
+#include "base/status_macros.h"
+#include "hca/backend.h"
+#include "service/shared_memory.h"
+
+namespace service {
+namespace {
+
+#define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
+  COUNTER(sessions_opened, "sessions opened")                                      \
+  COUNTER(sessions_refused, "sessions refused (allow-list, draining, limit)")      \
+  COUNTER(sessions_closed, "sessions closed (disconnect, death or drain)")         \
+  COUNTER(auth_failures, "calls with a missing or unknown session token")          \
+  COUNTER(memory_allocated, "memfd arenas created for clients")                    \
+  COUNTER(memory_imported, "client memory files imported")                         \
+  COUNTER(memory_refused, "memory requests refused")                               \
+  GAUGE(sessions_open, "sessions open now")                                        \
+  GAUGE(memory_mapped_bytes, "bytes of shareable memory mapped by the daemon")     \
+  HISTOGRAM(session_close_ns, "time to run a closing session's keys through the lifecycle, ns")
+
+RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
+
+struct Memory {
+  MemoryId id = 0;
+  std::unique_ptr<SharedMemory> mem;
+  bool attached = false;
+  bool on_demand = false;
+  bool daemon_allocated = false;
+  uint64_t client_va = 0;
+  cache::BackingId backing = 0;
+};
+
+struct Session {
+  SessionId id = 0;
+  std::string token;
+  PeerCredentials peer;
+  bool admin = false;
+  absl::Time opened;
+  cache::TenantId tenant = 0;
+
+  // Calls in flight hold it shared; CloseSession takes it exclusively.
+  base::Mutex ops;
+  bool closed ABSL_GUARDED_BY(ops) = false;
+
+  base::Mutex mu;  // memory and the peer port
+  std::map<MemoryId, Memory> memories ABSL_GUARDED_BY(mu);
+  MemoryId next_memory ABSL_GUARDED_BY(mu) = 1;
+  uint64_t mapped_bytes ABSL_GUARDED_BY(mu) = 0;
+  std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
+};
+
+// A session pinned for the duration of one call: it cannot close underneath.
+class SessionRef {
+ public:
+  SessionRef(std::shared_ptr<Session> s) ABSL_NO_THREAD_SAFETY_ANALYSIS : s_(std::move(s)) {
+    s_->ops.ReaderLock();
+  }
+  ~SessionRef() ABSL_NO_THREAD_SAFETY_ANALYSIS { s_->ops.ReaderUnlock(); }
+  SessionRef(const SessionRef&) = delete;
+  SessionRef& operator=(const SessionRef&) = delete;
+  Session* operator->() const { return s_.get(); }
+  Session& operator*() const { return *s_; }
+
+ private:
+  std::shared_ptr<Session> s_;
+};
+
+bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+absl::StatusOr<std::string> NewToken() {
+  uint8_t bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return base::ErrnoToStatus(errno, "getrandom for a session token");
+    }
+    got += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+class DaemonImpl final : public Daemon {
+ public:
+  DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
+             std::unique_ptr<hca::Device> device, std::unique_ptr<cache::RegCache> cache)
+      : config_(config),
+        registry_(registry),
+        device_(std::move(device)),
+        cache_(std::move(cache)),
+        started_(absl::Now()) {
+    if (registry_ != nullptr) stats_registration_ = {*registry_, "daemon", &stats_};
+  }
+
+  ~DaemonImpl() override {
+    absl::Status s = Drain();
+    if (!s.ok()) RC_LOG(WARNING) << "drain at destruction: " << s;
+    stats_registration_ = {};
+    cache_.reset();
+    device_.reset();
+  }
+
+  absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer) override;
+  absl::StatusOr<SessionId> Authenticate(absl::string_view token) override;
+  absl::Status CloseSession(SessionId session) override;
+  absl::StatusOr<bool> IsAdmin(SessionId session) override;
+
+  absl::StatusOr<AllocatedMemory> AllocateMemory(SessionId session, uint64_t length,
+                                                 bool hugetlb) override;
+  absl::StatusOr<MemoryId> ImportMemory(SessionId session, int fd, uint64_t offset,
+                                        uint64_t length) override;
+  absl::Status AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
+                            bool on_demand) override;
+  absl::Status DetachMemory(SessionId session, MemoryId memory) override;
+  absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
+
+  absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
+                                           hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->Register(s.tenant, va, length, access);
+  }
+  absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
+                                               uint64_t offset, uint64_t length,
+                                               hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->CreateWindow(s.tenant, parent, offset, length, access);
+  }
+  absl::Status Release(SessionId session, cache::Handle handle) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->Release(s.tenant, handle);
+  }
+  absl::Status Invalidate(SessionId session, cache::Handle handle) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->Invalidate(s.tenant, handle);
+  }
+  absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
+                                                cache::Handle handle) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->Query(s.tenant, handle);
+  }
+  absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->List(s.tenant);
+  }
+  absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    return cache_->Usage(s.tenant);
+  }
+
+  absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
+                         absl::Span<const uint8_t> data) override;
+  absl::StatusOr<std::vector<uint8_t>> PeerRead(SessionId session, hca::Key rkey, uint64_t addr,
+                                                uint64_t length) override;
+
+  DaemonStatus Status() override;
+  absl::StatusOr<std::vector<SessionInfo>> Sessions(SessionId caller) override;
+  std::vector<base::stats::Sample> Stats() override {
+    return registry_ != nullptr ? registry_->Snapshot() : base::stats::SnapshotOf("daemon", stats_);
+  }
+  absl::Status Drain() override;
+  bool draining() const override { return draining_.load(std::memory_order_acquire); }
+
+ private:
+  // The session, pinned against closing for the caller's scope. kNotFound if unknown or closed,
+  // kUnavailable while draining.
+  absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
+  absl::StatusOr<std::shared_ptr<Session>> Lookup(SessionId id);
+  bool Allowed(const PeerCredentials& peer) const;
+  bool AdminUid(uid_t uid) const;
+  absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
+  // The sim's peer port for the session's PD. REQUIRES s.mu.
+  absl::StatusOr<hca::Peer*> PeerPort(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+
+  const DaemonConfig config_;
+  base::stats::Registry* const registry_;
+  std::unique_ptr<hca::Device> device_;
+  std::unique_ptr<cache::RegCache> cache_;
+  const absl::Time started_;
+  DaemonStats stats_;
+  base::stats::Registration stats_registration_;
+  std::atomic<bool> draining_{false};
+
+  base::Mutex mu_;
+  absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
+  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+bool DaemonImpl::Allowed(const PeerCredentials& peer) const {
+  if (config_.allow_uids.empty() && config_.allow_gids.empty()) {
+    return peer.uid == 0 || peer.uid == ::getuid();
+  }
+  return Contains(config_.allow_uids, peer.uid) || Contains(config_.allow_gids, peer.gid);
+}
+
+bool DaemonImpl::AdminUid(uid_t uid) const {
+  if (config_.admin_uids.empty()) return uid == 0 || uid == ::getuid();
+  return Contains(config_.admin_uids, uid);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> DaemonImpl::Lookup(SessionId id) {
+  base::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return absl::NotFoundError(absl::StrFormat("no session %d", id));
+  return it->second;
+}
+
+absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
+  if (draining()) return absl::UnavailableError("regcached is draining");
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Lookup(id));
+  auto ref = std::make_unique<SessionRef>(std::move(s));
+  if ((**ref).closed) return absl::NotFoundError(absl::StrFormat("session %d is closed", id));
+  return ref;
+}
+
+absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer) {
+  if (draining()) {
+    stats_.sessions_refused.Inc();
+    return absl::UnavailableError("regcached is draining");
+  }
+  if (!Allowed(peer)) {
+    stats_.sessions_refused.Inc();
+    RC_LOG(WARNING) << "session refused: pid " << peer.pid << " uid " << peer.uid << " gid "
+                    << peer.gid << " is not on the allow-list";
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
+  }
+  {
+    base::MutexLock lock(&mu_);
+    if (sessions_.size() >= config_.max_sessions) {
+      stats_.sessions_refused.Inc();
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("session limit %d reached", config_.max_sessions));
+    }
+  }
+  auto s = std::make_shared<Session>();
+  s->peer = peer;
+  s->admin = AdminUid(peer.uid);
+  s->opened = absl::Now();
+  ASSIGN_OR_RETURN(s->token, NewToken());
+  cache::TenantOptions to;
+  to.max_keys = config_.max_keys_per_session;
+  to.max_backed_bytes = config_.max_bytes_per_session;
+  ASSIGN_OR_RETURN(s->tenant, cache_->OpenTenant(to));
+  SessionGrant grant;
+  {
+    base::MutexLock lock(&mu_);
+    s->id = next_session_++;
+    sessions_[s->id] = s;
+    by_token_[s->token] = s->id;
+    grant = {s->id, s->token, s->admin};
+  }
+  stats_.sessions_opened.Inc();
+  stats_.sessions_open.Add();
+  RC_LOG(INFO) << "session " << grant.id << " opened: pid " << peer.pid << " uid " << peer.uid
+               << (grant.admin ? " (admin)" : "");
+  return grant;
+}
+
+absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
+  base::MutexLock lock(&mu_);
+  auto it = by_token_.find(std::string(token));
+  if (token.size() != 32 || it == by_token_.end()) {
+    stats_.auth_failures.Inc();
+    return absl::UnauthenticatedError("missing or unknown session token");
+  }
+  return it->second;
+}
+
+absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Lookup(session));
+  return s->admin;
+}
+
+absl::Status DaemonImpl::CloseLocked(Session& s) {
+  const absl::Time start = absl::Now();
+  s.closed = true;
+  absl::Status first;
+  {
+    base::MutexLock lock(&s.mu);
+    s.peer_port.reset();  // before its PD goes
+  }
+  // Every key through the lifecycle, every backing deregistered, the PD freed.
+  absl::Status closed = cache_->CloseTenant(s.tenant);
+  if (!closed.ok()) first = closed;
+  // Only now — after the device confirmed every invalidation — is the memory unmapped.
+  {
+    base::MutexLock lock(&s.mu);
+    for (auto& [id, m] : s.memories) stats_.memory_mapped_bytes.Sub(m.mem->length());
+    s.memories.clear();
+    s.mapped_bytes = 0;
+  }
+  stats_.sessions_closed.Inc();
+  stats_.sessions_open.Sub();
+  stats_.session_close_ns.Record(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+  return first;
+}
+
+absl::Status DaemonImpl::CloseSession(SessionId session) {
+  std::shared_ptr<Session> s;
+  {
+    base::MutexLock lock(&mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrFormat("no session %d", session));
+    }
+    s = it->second;
+    sessions_.erase(it);
+    by_token_.erase(s->token);
+  }
+  base::MutexLock ops(&s->ops);  // waits for the session's calls in flight
+  absl::Status st = CloseLocked(*s);
+  RC_LOG(INFO) << "session " << session << " closed" << (st.ok() ? "" : ": ") << st.message();
+  return st;
+}
+
+absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, uint64_t length,
+                                                           bool hugetlb) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  if (length == 0 || length > config_.max_memory_length) {
+    stats_.memory_refused.Inc();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "memory length %d is outside (0, %d]", length, config_.max_memory_length));
+  }
+  base::MutexLock lock(&s.mu);
+  if (config_.max_bytes_per_session != 0 &&
+      s.mapped_bytes + length > config_.max_bytes_per_session) {
+    stats_.memory_refused.Inc();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
+        config_.max_bytes_per_session));
+  }
+  auto mem = SharedMemory::Create(length, hugetlb,
+                                  absl::StrFormat("regcache-s%d-m%d", s.id, s.next_memory));
+  if (!mem.ok()) {
+    stats_.memory_refused.Inc();
+    return mem.status();
+  }
+  ASSIGN_OR_RETURN(int fd, (*mem)->DupFd());
+  Memory m;
+  m.id = s.next_memory++;
+  m.daemon_allocated = true;
+  m.mem = std::move(*mem);
+  s.mapped_bytes += length;
+  stats_.memory_mapped_bytes.Add(length);
+  stats_.memory_allocated.Inc();
+  AllocatedMemory out{m.id, length, fd, hugetlb};
+  s.memories.emplace(m.id, std::move(m));
+  return out;
+}
+
+absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uint64_t offset,
+                                                  uint64_t length) {
+  auto pinned = Pin(session);
+  if (!pinned.ok()) {
+    ::close(fd);
+    return pinned.status();
+  }
+  Session& s = ***pinned;
+  if (length > config_.max_memory_length) {
+    ::close(fd);
+    stats_.memory_refused.Inc();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "memory length %d exceeds the limit %d", length, config_.max_memory_length));
+  }
+  base::MutexLock lock(&s.mu);
+  if (config_.max_bytes_per_session != 0 &&
+      s.mapped_bytes + length > config_.max_bytes_per_session) {
+    ::close(fd);
+    stats_.memory_refused.Inc();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
+        config_.max_bytes_per_session));
+  }
+  auto mem = SharedMemory::Import(fd, offset, length);  // owns fd now
+  if (!mem.ok()) {
+    stats_.memory_refused.Inc();
+    return mem.status();
+  }
+  Memory m;
+  m.id = s.next_memory++;
+  m.mem = std::move(*mem);
+  s.mapped_bytes += length;
+  stats_.memory_mapped_bytes.Add(length);
+  stats_.memory_imported.Inc();
+  const MemoryId id = m.id;
+  s.memories.emplace(id, std::move(m));
+  return id;
+}
+
+absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
+                                      bool on_demand) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  base::MutexLock lock(&s.mu);
+  auto it = s.memories.find(memory);
+  if (it == s.memories.end()) {
+    return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));
+  }
+  Memory& m = it->second;
+  if (m.attached) {
+    return absl::AlreadyExistsError(absl::StrFormat("memory %d is already attached", memory));
+  }
+  if (client_va == 0) return absl::InvalidArgumentError("client address 0");
+  cache::BackingSpec spec;
+  spec.va = client_va;
+  spec.local_addr = m.mem->data();
+  spec.length = m.mem->length();
+  spec.on_demand = on_demand;
+  ASSIGN_OR_RETURN(m.backing, cache_->AddBacking(s.tenant, spec));
+  m.attached = true;
+  m.client_va = client_va;
+  m.on_demand = on_demand;
+  return absl::OkStatus();
+}
+
+absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  base::MutexLock lock(&s.mu);
+  auto it = s.memories.find(memory);
+  if (it == s.memories.end()) {
+    return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));
+  }
+  if (it->second.attached) {
+    // Invalidates every key over it and deregisters it; only then is it unmapped (erase).
+    RETURN_IF_ERROR(cache_->RemoveBacking(s.tenant, it->second.backing));
+  }
+  s.mapped_bytes -= it->second.mem->length();
+  stats_.memory_mapped_bytes.Sub(it->second.mem->length());
+  s.memories.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  base::MutexLock lock(&s.mu);
+  std::vector<MemoryInfo> out;
+  for (const auto& [id, m] : s.memories) {
+    out.push_back({id, m.mem->length(), m.client_va, m.attached, m.on_demand, m.daemon_allocated,
+                   m.mem->hugetlb()});
+  }
+  return out;
+}
+
+absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s) {
+  if (device_->capabilities().backend != "sim" || !device_->capabilities().peer) {
+    return absl::UnimplementedError(
+        "the peer data path is only exposed with --device=sim (a real peer is a remote node)");
+  }
+  if (s.peer_port == nullptr) {
+    ASSIGN_OR_RETURN(cache::TenantUsage u, cache_->Usage(s.tenant));
+    ASSIGN_OR_RETURN(s.peer_port, device_->CreatePeer(u.pd));
+  }
+  return s.peer_port.get();
+}
+
+absl::Status DaemonImpl::PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
+                                   absl::Span<const uint8_t> data) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  base::MutexLock lock(&s.mu);
+  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s));
+  return peer->Write(rkey, addr, data);
+}
+
+absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca::Key rkey,
+                                                          uint64_t addr, uint64_t length) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+  if (length > (uint64_t{1} << 20)) {
+    return absl::InvalidArgumentError("peer reads are limited to 1 MiB");
+  }
+  base::MutexLock lock(&s.mu);
+  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s));
+  std::vector<uint8_t> out(length);
+  RETURN_IF_ERROR(peer->Read(rkey, addr, absl::MakeSpan(out)));
+  return out;
+}
+
+DaemonStatus DaemonImpl::Status() {
+  DaemonStatus st;
+  st.capabilities = device_->capabilities();
+  st.device = absl::StrFormat("%s:%s", st.capabilities.backend, st.capabilities.device_name);
+  st.draining = draining();
+  st.started = started_;
+  base::MutexLock lock(&mu_);
+  st.sessions = sessions_.size();
+  return st;
+}
+
+absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) {
+  ASSIGN_OR_RETURN(auto me, Pin(caller));
+  if (!(**me).admin) return absl::PermissionDeniedError("listing sessions needs an admin uid");
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    base::MutexLock lock(&mu_);
+    for (auto& [id, s] : sessions_) all.push_back(s);
+  }
+  std::vector<SessionInfo> out;
+  for (auto& s : all) {
+    SessionInfo info;
+    info.id = s->id;
+    info.peer = s->peer;
+    info.admin = s->admin;
+    info.opened = s->opened;
+    auto u = cache_->Usage(s->tenant);
+    if (u.ok()) info.usage = *u;
+    {
+      base::MutexLock lock(&s->mu);
+      info.memories = s->memories.size();
+    }
+    out.push_back(info);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+absl::Status DaemonImpl::Drain() {
+  draining_.store(true, std::memory_order_release);
+  std::vector<SessionId> ids;
+  {
+    base::MutexLock lock(&mu_);
+    for (auto& [id, s] : sessions_) ids.push_back(id);
+  }
+  absl::Status first;
+  for (SessionId id : ids) {
+    absl::Status s = CloseSession(id);
+    if (!s.ok() && !absl::IsNotFound(s) && first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& config,
+                                                       base::stats::Registry* registry) {
+  hca::OpenOptions open;
+  open.stats_registry = registry;
+  ASSIGN_OR_RETURN(std::unique_ptr<hca::Device> device, hca::OpenDevice(config.device, open));
+  ASSIGN_OR_RETURN(std::unique_ptr<cache::RegCache> cache,
+                   cache::RegCache::Create(device.get(), config.cache, registry));
+  RC_LOG(INFO) << "regcached on " << device->capabilities().backend << ":"
+               << device->capabilities().device_name;
+  return std::unique_ptr<Daemon>(
+      new DaemonImpl(config, registry, std::move(device), std::move(cache)));
+}
+
+}  // namespace service

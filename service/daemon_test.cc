@@ -1,0 +1,246 @@
+#include "service/daemon.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "hca/sim/sim_device.h"
+#include "hca/status.h"
+
+namespace service {
+namespace {
+
+constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hca::sim::RegisterBackend();
+    DaemonConfig config;
+    config.cache.background_maintenance = false;
+    config.cache.pool.low_watermark = 2;
+    config.cache.pool.high_watermark = 4;
+    auto d = Daemon::Create(config, &registry_);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+  }
+
+  SessionGrant Open(uid_t uid = 0) {
+    auto g = daemon_->OpenSession(PeerCredentials{::getpid(), uid, 0});
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : SessionGrant{};
+  }
+
+  int64_t Stat(absl::string_view component, absl::string_view name) {
+    for (const auto& s : daemon_->Stats()) {
+      if (s.component == component && s.name == name) return s.value;
+    }
+    ADD_FAILURE() << "no stat " << component << "." << name;
+    return -1;
+  }
+
+  // Allocates memory in the daemon and maps it "client-side" at a different address, the way a
+  // client process would after receiving the fd.
+  struct ClientMemory {
+    MemoryId id = 0;
+    uint8_t* client = nullptr;
+    uint64_t length = 0;
+  };
+  ClientMemory Allocate(SessionId s, uint64_t length) {
+    auto m = daemon_->AllocateMemory(s, length, false);
+    EXPECT_TRUE(m.ok()) << m.status();
+    ClientMemory cm;
+    cm.id = m->id;
+    cm.length = length;
+    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    ::close(m->fd);
+    cm.client = static_cast<uint8_t*>(p);
+    EXPECT_TRUE(
+        daemon_->AttachMemory(s, cm.id, reinterpret_cast<uint64_t>(cm.client), false).ok());
+    return cm;
+  }
+
+  base::stats::Registry registry_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(DaemonTest, PeerWriteLandsInTheClientsOwnMapping) {
+  SessionGrant s = Open();
+  ClientMemory cm = Allocate(s.id, 1 << 16);
+  const uint64_t va = reinterpret_cast<uint64_t>(cm.client);
+  auto g = daemon_->Register(s.id, va + 4096, 4096, kRw);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const char text[] = "through the client's own address";
+  ASSERT_TRUE(daemon_->PeerWrite(s.id, g->rkey, va + 4096,
+                                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text),
+                                                     sizeof(text)))
+                  .ok());
+  EXPECT_STREQ(reinterpret_cast<const char*>(cm.client + 4096), text);
+  auto back = daemon_->PeerRead(s.id, g->rkey, va + 4096, sizeof(text));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::memcmp(back->data(), text, sizeof(text)), 0);
+  ASSERT_TRUE(daemon_->Invalidate(s.id, g->handle).ok());
+  absl::Status refused = daemon_->PeerWrite(s.id, g->rkey, va + 4096,
+                                            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(
+                                                                    "x"),
+                                                                1));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(hca::ErrorOf(refused)->syndrome, hca::Syndrome::kRemoteAccess);
+  auto keys = daemon_->ListKeys(s.id);
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->size(), 1u);  // the revoked handle, still held
+  EXPECT_TRUE((*keys)[0].revoked);
+  ::munmap(cm.client, cm.length);
+}
+
+TEST_F(DaemonTest, AllowListAndTokens) {
+  auto refused = daemon_->OpenSession(PeerCredentials{1, 65534, 65534});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  SessionGrant s = Open();
+  EXPECT_TRUE(s.admin);
+  EXPECT_EQ(s.token.size(), 32u);
+  auto id = daemon_->Authenticate(s.token);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(*id, s.id);
+  EXPECT_EQ(daemon_->Authenticate("nope").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(daemon_->Authenticate(std::string(32, '0')).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(Stat("daemon", "sessions_refused"), 1);
+}
+
+TEST_F(DaemonTest, SessionsAreIsolated) {
+  SessionGrant a = Open(), b = Open();
+  ClientMemory am = Allocate(a.id, 1 << 16);
+  auto g = daemon_->Register(a.id, reinterpret_cast<uint64_t>(am.client), 4096, kRw);
+  ASSERT_TRUE(g.ok());
+  // b can neither use nor invalidate a's key, nor see it.
+  EXPECT_EQ(daemon_->Invalidate(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(daemon_->Release(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(daemon_->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
+                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(daemon_->ListKeys(b.id)->empty());
+  EXPECT_EQ(daemon_->AttachMemory(b.id, am.id, 0x10000, false).code(),
+            absl::StatusCode::kNotFound);
+  ::munmap(am.client, am.length);
+}
+
+TEST_F(DaemonTest, ClosingASessionReturnsEverything) {
+  const int64_t keys_before = Stat("cache", "keys_in_use");
+  SessionGrant s = Open();
+  ClientMemory cm = Allocate(s.id, 1 << 16);
+  const uint64_t va = reinterpret_cast<uint64_t>(cm.client);
+  auto g = daemon_->Register(s.id, va, 4096, kRw);
+  auto w = daemon_->CreateWindow(s.id, g->handle, 0, 64, kRw);
+  ASSERT_TRUE(g.ok() && w.ok());
+  EXPECT_EQ(Stat("daemon", "memory_mapped_bytes"), 1 << 16);
+  EXPECT_EQ(Stat("cache", "live_registrations"), 2);
+  ASSERT_TRUE(daemon_->CloseSession(s.id).ok());
+  EXPECT_EQ(Stat("cache", "live_registrations"), 0);
+  EXPECT_EQ(Stat("cache", "bytes_backed"), 0);
+  EXPECT_EQ(Stat("daemon", "memory_mapped_bytes"), 0);
+  EXPECT_EQ(Stat("daemon", "sessions_open"), 0);
+  EXPECT_EQ(Stat("cache", "keys_in_use"), keys_before);
+  EXPECT_EQ(daemon_->Register(s.id, va, 64, kRw).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(daemon_->Authenticate(s.token).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(daemon_->CloseSession(s.id).code(), absl::StatusCode::kNotFound);
+  ::munmap(cm.client, cm.length);
+}
+
+TEST_F(DaemonTest, ImportedMemoryAndDetach) {
+  SessionGrant s = Open();
+  const int fd = ::memfd_create("client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(fd, 1 << 16), 0);
+  void* client = ::mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  auto id = daemon_->ImportMemory(s.id, ::dup(fd), 0, 1 << 16);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const uint64_t va = reinterpret_cast<uint64_t>(client);
+  ASSERT_TRUE(daemon_->AttachMemory(s.id, *id, va, false).ok());
+  EXPECT_EQ(daemon_->AttachMemory(s.id, *id, va, false).code(), absl::StatusCode::kAlreadyExists);
+  auto g = daemon_->Register(s.id, va, 8192, kRw);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(daemon_->PeerWrite(s.id, g->rkey, va + 10,
+                                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("imp"), 3))
+                  .ok());
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(client) + 10, "imp", 3), 0);
+  ASSERT_TRUE(daemon_->DetachMemory(s.id, *id).ok());
+  EXPECT_TRUE(daemon_->Query(s.id, g->handle)->revoked);
+  EXPECT_EQ(daemon_->PeerWrite(s.id, g->rkey, va,
+                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(daemon_->ListMemory(s.id)->empty());
+  EXPECT_EQ(daemon_->DetachMemory(s.id, *id).code(), absl::StatusCode::kNotFound);
+  ::munmap(client, 1 << 16);
+  ::close(fd);
+}
+
+TEST_F(DaemonTest, MemoryQuotasAndBadLengths) {
+  DaemonConfig config;
+  config.max_bytes_per_session = 1 << 16;
+  config.cache.background_maintenance = false;
+  auto d = Daemon::Create(config, nullptr);
+  ASSERT_TRUE(d.ok());
+  auto s = (*d)->OpenSession(PeerCredentials{::getpid(), 0, 0});
+  ASSERT_TRUE(s.ok());
+  auto a = (*d)->AllocateMemory(s->id, 1 << 16, false);
+  ASSERT_TRUE(a.ok());
+  ::close(a->fd);
+  EXPECT_EQ((*d)->AllocateMemory(s->id, 4096, false).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*d)->AllocateMemory(s->id, 0, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*d)->AttachMemory(s->id, a->id, 0, false).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*d)->AttachMemory(s->id, a->id, ~uint64_t{0} - 100, false).code(),
+            absl::StatusCode::kInvalidArgument);  // wraps
+}
+
+TEST_F(DaemonTest, DrainClosesEverySessionAndRefusesNewWork) {
+  SessionGrant a = Open();
+  ClientMemory am = Allocate(a.id, 1 << 16);
+  ASSERT_TRUE(daemon_->Register(a.id, reinterpret_cast<uint64_t>(am.client), 4096, kRw).ok());
+  ASSERT_TRUE(daemon_->Drain().ok());
+  EXPECT_TRUE(daemon_->draining());
+  EXPECT_EQ(Stat("cache", "live_registrations"), 0);
+  EXPECT_EQ(daemon_->OpenSession(PeerCredentials{1, 0, 0}).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(daemon_->Register(a.id, 0, 1, kRw).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(daemon_->Drain().ok());  // idempotent
+  ::munmap(am.client, am.length);
+}
+
+TEST_F(DaemonTest, SessionsIsAdminOnly) {
+  SessionGrant admin = Open();
+  DaemonConfig config;
+  config.allow_uids = {0, 4242};
+  config.cache.background_maintenance = false;
+  auto d = Daemon::Create(config, nullptr);
+  ASSERT_TRUE(d.ok());
+  auto user = (*d)->OpenSession(PeerCredentials{1, 4242, 4242});
+  ASSERT_TRUE(user.ok()) << user.status();
+  EXPECT_FALSE(user->admin);
+  EXPECT_EQ((*d)->Sessions(user->id).status().code(), absl::StatusCode::kPermissionDenied);
+  auto root = (*d)->OpenSession(PeerCredentials{2, 0, 0});
+  ASSERT_TRUE(root.ok());
+  auto all = (*d)->Sessions(root->id);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].peer.uid, 4242u);
+  (void)admin;
+}
+
+TEST(DaemonCreateTest, UnknownDeviceIsAClearError) {
+  DaemonConfig config;
+  config.device = "nosuch";
+  auto d = Daemon::Create(config, nullptr);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound) << d.status();
+}
+
+}  // namespace
+}  // namespace service

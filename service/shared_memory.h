@@ -1,0 +1,60 @@
+// Shareable memory: a file-backed mapping that the daemon and a client both map, so the device
+// (through the daemon's mapping) and the client (through its own) see the same bytes.
+//
+// Safety against the client: a mapping of a file that later shrinks raises SIGBUS on the next
+// access to the lost pages — in the daemon, that would be any device access. So every file is
+// sealed against shrinking before it is mapped: the daemon's own memfds are sealed against
+// shrinking and growing (and further sealing) before their fd leaves the process; a client's
+// fd must already carry F_SEAL_SHRINK or accept it (a memfd created with MFD_ALLOW_SEALING).
+// Anything else (plain files, hugetlbfs files, which cannot be sealed) is refused.
+//
+// Thread safety: immutable after creation; safe to read from any thread.
+#ifndef REGCACHE_SERVICE_SHARED_MEMORY_H_
+#define REGCACHE_SERVICE_SHARED_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace service {
+
+class SharedMemory {
+ public:
+  // A new memfd of `length` bytes (hugetlb: 2 MiB pages), sealed and mapped.
+  // kInvalidArgument for length 0 or not a multiple of the page size; errno-based errors from
+  // memfd_create / ftruncate / fcntl / mmap (hugetlb without reserved huge pages: ENOMEM).
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> Create(uint64_t length, bool hugetlb,
+                                                              absl::string_view name);
+
+  // Maps [offset, offset+length) of a client's file. Takes ownership of `fd` (closed on error).
+  // kInvalidArgument: not a regular file, length 0, offset or length not page aligned, the range
+  // outside the file or wrapping; kFailedPrecondition: the file cannot be sealed against
+  // shrinking.
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> Import(int fd, uint64_t offset,
+                                                              uint64_t length);
+
+  ~SharedMemory();
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+
+  uint8_t* data() const { return data_; }
+  uint64_t length() const { return length_; }
+  bool hugetlb() const { return hugetlb_; }
+  // A new descriptor of the same file, close-on-exec, for passing to a client.
+  absl::StatusOr<int> DupFd() const;
+
+ private:
+  SharedMemory(int fd, uint8_t* data, uint64_t length, bool hugetlb)
+      : fd_(fd), data_(data), length_(length), hugetlb_(hugetlb) {}
+
+  int fd_;
+  uint8_t* data_;
+  uint64_t length_;
+  bool hugetlb_;
+};
+
+}  // namespace service
+
+#endif  // REGCACHE_SERVICE_SHARED_MEMORY_H_
