@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd 
     return absl::InvalidArgumentError(absl::StrCat("queue depth ", depth,
                                                    " is not a power of two >= 4"));
   }
-  std::unique_ptr<SimQueue> q(new SimQueue(std::move(ctx), pd, depth, mode));
+  std::unique_ptr<SimQueue> q(new SimQueue(std::move(ctx), pd, sqn, depth, mode));
   umr::SqRing::Options o;
   o.sqn = sqn;
   o.umr_fence = umr::FenceMode::kInitiatorSmall;
@@ -47,17 +47,22 @@ absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd 
   return q;
 }
 
-SimQueue::SimQueue(QueueContext ctx, Pd pd, uint32_t depth, ExecutionMode mode)
+SimQueue::SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, ExecutionMode mode)
     : ctx_(std::move(ctx)),
       pd_(pd),
+      sqn_(sqn),
       depth_(depth),
       mode_(mode),
       ring_(new (std::align_val_t{64}) uint8_t[size_t{depth} * umr::kWqebb]()),
-      cq_(new umr::CqeLayout[depth]()),
+      cq_(new umr::CqeBytes[depth]),
       shadow_(depth),
       error_status_(depth) {
-  // Every CQE starts invalid (opcode 0xf), as the driver initializes a CQ.
-  for (uint32_t i = 0; i < depth; ++i) cq_[i].op_own = kCqeInvalidOpcode << 4;
+  // Every CQE starts invalid (opcode 0xf, owner 0), as the driver initializes a CQ.
+  umr::Cqe invalid;
+  invalid.opcode = kCqeInvalidOpcode;
+  const absl::StatusOr<umr::CqeBytes> bytes = umr::EncodeCqe(invalid);
+  RC_CHECK(bytes.ok()) << bytes.status();
+  for (uint32_t i = 0; i < depth; ++i) cq_[i] = *bytes;
 }
 
 SimQueue::~SimQueue() {
@@ -258,20 +263,22 @@ void SimQueue::WriteCqe(uint16_t wqe_counter, uint8_t opcode, const absl::Status
   const absl::Duration delay = ctx_.completion_delay();
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
   const uint32_t n = cq_producer_.load(std::memory_order_relaxed);
-  umr::CqeLayout cqe{};
-  cqe.sop_drop_qpn = base::be32::FromHost(uint32_t{opcode} << 24);
-  cqe.wqe_counter = base::be16::FromHost(wqe_counter);
-  const uint8_t owner = (n / depth_) & 1;
-  uint8_t cqe_opcode = umr::kCqeOpReq;
+  umr::Cqe cqe;
+  cqe.opcode = umr::kCqeOpReq;
+  cqe.owner = ((n / depth_) & 1) != 0;
+  cqe.wqe_counter = wqe_counter;
+  cqe.qpn = sqn_;
+  cqe.wqe_opcode = opcode;
   if (!status.ok()) {
-    cqe_opcode = umr::kCqeOpReqErr;
-    std::optional<ErrorInfo> info = ErrorOf(status);
-    uint8_t* raw = reinterpret_cast<uint8_t*>(&cqe);
-    raw[umr::kCqeSyndromeByte] = static_cast<uint8_t>(info ? info->syndrome : Syndrome::kLocalQpOp);
-    raw[umr::kCqeVendorErrSyndByte] = info ? info->vendor_syndrome : 0;
+    cqe.opcode = umr::kCqeOpReqErr;
+    const std::optional<ErrorInfo> info = ErrorOf(status);
+    cqe.syndrome = static_cast<uint8_t>(info ? info->syndrome : Syndrome::kLocalQpOp);
+    cqe.vendor_err_synd = info ? info->vendor_syndrome : 0;
   }
-  cqe.op_own = static_cast<uint8_t>(cqe_opcode << 4 | owner);
-  cq_[n & (depth_ - 1)] = cqe;
+  // Every field is the sim's own and fits its width (sqn < 2^24: SqRing::Create checked it).
+  const absl::StatusOr<umr::CqeBytes> bytes = umr::EncodeCqe(cqe);
+  RC_CHECK(bytes.ok()) << bytes.status();
+  cq_[n & (depth_ - 1)] = *bytes;
   ctx_.stats->cqes_written.Inc();
   cq_producer_.store(n + 1, std::memory_order_release);
 }
@@ -280,25 +287,24 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
   size_t got = 0;
   while (got < out.size()) {
     if (cq_consumer_ == cq_producer_.load(std::memory_order_acquire)) break;
-    const umr::CqeLayout& cqe = cq_[cq_consumer_ & (depth_ - 1)];
-    const uint8_t owner = cqe.op_own & 1;
-    const uint8_t cqe_opcode = cqe.op_own >> 4;
+    // A 64-byte CQE always decodes; validity is the opcode and the owner bit.
+    const absl::StatusOr<umr::Cqe> cqe = umr::DecodeCqe(cq_[cq_consumer_ & (depth_ - 1)]);
     // The owner bit must match this pass over the ring (RC_CHECK: the producer counter said so).
-    RC_CHECK(cqe_opcode != kCqeInvalidOpcode && owner == ((cq_consumer_ / depth_) & 1))
+    RC_CHECK(cqe.ok() && cqe->opcode != kCqeInvalidOpcode &&
+             cqe->owner == (((cq_consumer_ / depth_) & 1) != 0))
         << "CQE " << cq_consumer_ << " not valid";
     ++cq_consumer_;
-    const uint16_t wqe_counter = cqe.wqe_counter.ToHost();
+    const uint16_t wqe_counter = cqe->wqe_counter;
     const uint32_t counter = retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
     const Shadow& sh = shadow_[counter & (depth_ - 1)];
     retired_ = counter + sh.wqebbs;
-    const bool error = cqe_opcode == umr::kCqeOpReqErr;
+    const bool error = cqe->is_error();
     if (!error && !sh.want_completion) continue;  // forced signal: retire only
     Completion& c = out[got++];
     c.request_id = sh.request_id;
     if (error) {
-      const uint8_t* raw = reinterpret_cast<const uint8_t*>(&cqe);
-      c.syndrome = static_cast<Syndrome>(raw[umr::kCqeSyndromeByte]);
-      c.vendor_syndrome = raw[umr::kCqeVendorErrSyndByte];
+      c.syndrome = static_cast<Syndrome>(cqe->syndrome);
+      c.vendor_syndrome = cqe->vendor_err_synd;
       // The reason text comes from the executor; the syndromes are the CQE's bytes.
       c.status = DeviceError(c.syndrome,
                              absl::StrFormat("WQE %u: %s", wqe_counter,
@@ -311,6 +317,16 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
     }
   }
   return got;
+}
+
+std::vector<uint8_t> SimQueue::CqRingForTest() {
+  base::MutexLock lock(&engine_mu_);  // the engine writes CQEs under it
+  std::vector<uint8_t> bytes(size_t{depth_} * sizeof(umr::CqeBytes));
+  for (uint32_t i = 0; i < depth_; ++i) {
+    std::memcpy(bytes.data() + size_t{i} * sizeof(umr::CqeBytes), cq_[i].data(),
+                sizeof(umr::CqeBytes));
+  }
+  return bytes;
 }
 
 absl::Status SimQueue::Flush(absl::Duration timeout) {

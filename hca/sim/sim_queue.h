@@ -1,8 +1,9 @@
 // The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill with
 // umr/ builders (through umr::SqRing, which handles the wrap), a doorbell that publishes the
 // producer counter, an engine that gathers (umr::GatherWqe), decodes (umr::DecodeWqe) and
-// executes each WQE (umr_executor.h), and a CQ ring of 64-byte CQEs (umr::CqeLayout) with an
-// owner bit that Poll reads back.
+// executes each WQE (umr_executor.h), and a CQ ring of 64-byte CQEs with an owner bit: the engine
+// writes them with umr::EncodeCqe (good CQEs and error CQEs with syndrome / vendor syndrome) and
+// Poll reads them back with umr::DecodeCqe, so the ring holds the bytes a ConnectX CQ would.
 //
 // Selective signalling: umr::SqRing signals every depth/2 WQEs even when the caller did not ask,
 // so completions keep retiring ring space; Poll consumes those CQEs silently (the caller asked
@@ -30,6 +31,7 @@
 #include "hca/device.h"
 #include "hca/sim/mkey_table.h"
 #include "hca/sim/sim_device.h"
+#include "umr/cqe.h"
 #include "umr/sq.h"
 #include "umr/wqe_decoder.h"
 
@@ -64,6 +66,9 @@ class SimQueue final : public Queue {
   size_t Poll(absl::Span<Completion> out) override;
   absl::Status Flush(absl::Duration timeout) override;
 
+  // A copy of the CQ ring (depth x 64 bytes, slot order), for tests that decode the raw CQEs.
+  std::vector<uint8_t> CqRingForTest();
+
  private:
   struct Shadow {
     uint64_t request_id = 0;
@@ -71,7 +76,7 @@ class SimQueue final : public Queue {
     uint8_t wqebbs = 0;
   };
 
-  SimQueue(QueueContext ctx, Pd pd, uint32_t depth, ExecutionMode mode);
+  SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, ExecutionMode mode);
 
   // Reserves ring space, runs `build` on the buffer, commits and records the shadow entry.
   absl::Status Post(uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
@@ -87,13 +92,16 @@ class SimQueue final : public Queue {
 
   const QueueContext ctx_;
   const Pd pd_;
+  const uint32_t sqn_;  // the QPN the CQEs carry
   const uint32_t depth_;
   const ExecutionMode mode_;
   struct AlignedDelete {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
   };
   std::unique_ptr<uint8_t[], AlignedDelete> ring_;   // depth_ WQEBBs, 64-byte aligned
-  std::unique_ptr<umr::CqeLayout[]> cq_;
+  // CQ ring: written by the engine (under engine_mu_), read by the poster after the acquire of
+  // cq_producer_.
+  std::unique_ptr<umr::CqeBytes[]> cq_;
   std::unique_ptr<umr::SqRing> sq_;   // poster side
   std::vector<Shadow> shadow_;        // poster side, by slot of a WQE's first WQEBB
   // The executor's status for an error CQE, by the WQE's slot: a CQE only carries syndromes, the

@@ -1,0 +1,104 @@
+// The sim speaks PRM bytes: its CQ ring, its command mailboxes and its page-fault event ring are
+// read and written here with umr/'s decoders and encoders directly, bypassing hca::Device.
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hca/sim/sim_device.h"
+#include "hca/sim/sim_queue.h"
+#include "umr/cqe.h"
+#include "umr/prm.h"
+
+namespace hca::sim {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+class SimPrmBytesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = NewSimDevice(SimOptions{}).value();
+    pd_ = dev_->AllocPd().value();
+    q_ = dev_->CreateQueue(pd_, QueueOptions{64}).value();
+    mem_.assign(9 * kPage, 0);
+    base_ = (reinterpret_cast<uint64_t>(mem_.data()) + kPage - 1) & ~(kPage - 1);
+    backing_ = dev_->RegisterBacking(pd_, base_, 8 * kPage, kAllAccess, {}).value();
+  }
+
+  // Posts, rings, flushes and polls `n` completions.
+  void RunAndPoll(size_t n) {
+    ASSERT_TRUE(q_->Doorbell().ok());
+    ASSERT_TRUE(q_->Flush(absl::Seconds(5)).ok());
+    std::vector<Completion> c(n + 1);
+    ASSERT_EQ(q_->Poll(absl::MakeSpan(c)), n);
+  }
+
+  umr::Cqe CqeAt(const std::vector<uint8_t>& ring, size_t slot) {
+    absl::StatusOr<umr::Cqe> c = umr::DecodeCqe(absl::MakeConstSpan(ring).subspan(slot * 64, 64));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.value_or(umr::Cqe{});
+  }
+
+  std::unique_ptr<SimDevice> dev_;
+  Pd pd_;
+  std::unique_ptr<Queue> q_;
+  std::vector<uint8_t> mem_;
+  uint64_t base_ = 0;
+  Backing backing_;
+};
+
+TEST_F(SimPrmBytesTest, CqRingHoldsGoodAndErrorCqes) {
+  auto* sq = dynamic_cast<SimQueue*>(q_.get());
+  ASSERT_NE(sq, nullptr);
+  // Before anything completes every CQE is invalid (opcode 0xf) with owner 0.
+  std::vector<uint8_t> ring = sq->CqRingForTest();
+  ASSERT_EQ(ring.size(), 64u * 64);
+  EXPECT_EQ(CqeAt(ring, 0).opcode, 0xf);
+  EXPECT_FALSE(CqeAt(ring, 0).owner);
+
+  // WQE 0: a good map (3 WQEBBs); WQE 3: the same map on the now live key with require_free,
+  // refused with MW_BIND.
+  const Key k = dev_->CreateIndirectKeys(pd_, 4, 1, {}).value()[0];
+  const std::vector<KlmEntry> e = {{backing_.key, base_, 64}};
+  MapRequest r;
+  r.key = k;
+  r.new_variant = 1;
+  r.klm = e;
+  r.length = 64;
+  ASSERT_TRUE(q_->PostMap(1, r).ok());
+  ASSERT_TRUE(q_->PostMap(2, r).ok());
+  RunAndPoll(2);
+
+  ring = sq->CqRingForTest();
+  const umr::Cqe good = CqeAt(ring, 0);
+  EXPECT_EQ(good.opcode, umr::kCqeOpReq);
+  EXPECT_FALSE(good.is_error());
+  EXPECT_FALSE(good.owner);
+  EXPECT_EQ(good.wqe_counter, 0);
+  EXPECT_EQ(good.wqe_opcode, umr::kOpcodeUmr);
+  EXPECT_NE(good.qpn, 0u);  // the queue's SQ number
+  const umr::Cqe bad = CqeAt(ring, 1);
+  EXPECT_EQ(bad.opcode, umr::kCqeOpReqErr);
+  EXPECT_EQ(bad.syndrome, umr::kCqeSyndMwBind);
+  EXPECT_EQ(bad.vendor_err_synd, 0);
+  EXPECT_EQ(bad.wqe_counter, 3);
+  EXPECT_EQ(bad.qpn, good.qpn);
+  // The syndrome sits at byte 55 of the raw error CQE (mlx5_err_cqe).
+  EXPECT_EQ(ring[64 + umr::kCqeSyndromeByte], umr::kCqeSyndMwBind);
+  EXPECT_EQ(CqeAt(ring, 2).opcode, 0xf);  // not written yet
+
+  // Past one pass over the 64-entry CQ the owner bit flips: slot 0 is rewritten with owner 1.
+  for (int i = 0; i < 63; ++i) {
+    ASSERT_TRUE(q_->PostInvalidate(10 + i, k, {}).ok());
+    RunAndPoll(1);
+  }
+  ring = sq->CqRingForTest();
+  EXPECT_TRUE(CqeAt(ring, 0).owner);
+  EXPECT_EQ(CqeAt(ring, 0).opcode, umr::kCqeOpReq);
+  EXPECT_FALSE(CqeAt(ring, 1).owner);  // CQE 65 not written yet: still the first pass's
+  EXPECT_EQ(CqeAt(ring, 1).opcode, umr::kCqeOpReqErr);
+}
+
+}  // namespace
+}  // namespace hca::sim
