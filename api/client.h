@@ -1,0 +1,187 @@
+// api::Client — the C++ client library of regcached.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<api::Client> c, api::Client::Connect("/run/regcache"));
+//   ASSIGN_OR_RETURN(api::Memory m, c->AllocateMemory(1 << 20));      // mapped here, attached
+//   ASSIGN_OR_RETURN(api::Key k, c->Register(m.data, 4096, api::kRemoteWrite | ...));
+//   ... hand k.rkey and the address to a peer; k.lkey for local SGEs ...
+//   c->Release(k.handle);
+//
+// Connect opens the control socket (<socket_dir>/control.sock: the daemon checks this process's
+// credentials and opens its session; the session lives exactly as long as this connection) and
+// a gRPC channel over <socket_dir>/grpc.sock; every call carries the session token.
+// Memory is shareable memory: AllocateMemory receives the daemon's memfd over the control
+// socket, maps it MAP_SHARED here and attaches it at that address; AttachFd sends a memfd or
+// hugetlbfs fd of the caller's. Registrations use this process's own virtual addresses.
+//
+// Errors are the daemon's canonical codes (see service/daemon.h, cache/reg_cache.h). Every call
+// has a deadline (ClientOptions::call_timeout).
+//
+// Thread safety: all methods may be called concurrently, except Close and destruction.
+// Destroying the client closes the session: the daemon invalidates every key of it.
+#ifndef REGCACHE_API_CLIENT_H_
+#define REGCACHE_API_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace api {
+
+// The access bits (same values as hca::AccessBits and regcache.v1.Access).
+enum AccessBit : uint32_t {
+  kLocalRead = 1u << 0,
+  kLocalWrite = 1u << 1,
+  kRemoteRead = 1u << 2,
+  kRemoteWrite = 1u << 3,
+  kRemoteAtomic = 1u << 4,
+};
+
+struct ClientOptions {
+  absl::Duration call_timeout = absl::Seconds(10);  // deadline of every call; default 10 s
+  // Overrides the session token sent on calls (tests: garbage or missing tokens).
+  // Empty (default): the session's own token.
+  bool send_token = true;
+  std::string token_override;
+  // Dial 127.0.0.1:<port> instead of the unix socket (the daemon's --grpc_tcp_port).
+  uint16_t tcp_port = 0;
+};
+
+// Memory attached to this session and mapped in this process.
+struct Memory {
+  uint64_t id = 0;
+  void* data = nullptr;  // this process's mapping; registrations use these addresses
+  uint64_t length = 0;
+};
+
+struct Key {
+  uint64_t handle = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint64_t va = 0;      // the covering registration's range
+  uint64_t length = 0;
+  uint32_t access = 0;
+  bool hit = false;
+};
+
+struct KeyInfo {
+  uint64_t handle = 0;
+  uint32_t key = 0;
+  uint64_t va = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  uint32_t holders = 0;
+  bool revoked = false;
+  bool is_window = false;
+  uint64_t parent = 0;
+  std::string key_state;
+};
+
+struct StatValue {
+  std::string component;
+  std::string name;
+  std::string kind;
+  int64_t value = 0;
+  uint64_t count = 0, sum = 0, p50 = 0, p99 = 0, max = 0;
+};
+
+struct SessionUsage {
+  uint64_t live_registrations = 0;
+  uint64_t revoked_held = 0;
+  uint64_t cached_unreferenced = 0;
+  uint64_t backings = 0;
+  uint64_t backed_bytes = 0;
+  uint64_t pool_outstanding = 0;
+  uint64_t pool_total = 0;
+};
+
+struct StatsSnapshot {
+  std::vector<StatValue> stats;
+  SessionUsage session;
+  // The value of component/name ("cache", "live_registrations"); kNotFound if absent.
+  absl::StatusOr<int64_t> Get(const std::string& component, const std::string& name) const;
+};
+
+struct DaemonInfo {
+  std::string device;
+  std::string backend;
+  uint64_t sessions = 0;
+  bool draining = false;
+  int64_t uptime_ms = 0;
+  bool peer = false;
+};
+
+struct SessionRecord {
+  uint64_t id = 0;
+  int32_t pid = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool admin = false;
+  SessionUsage usage;
+  uint64_t memories = 0;
+};
+
+class Client {
+ public:
+  // kPermissionDenied when this process's credentials are not on the daemon's allow-list;
+  // kUnavailable when no daemon listens there.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_dir,
+                                                         const ClientOptions& options = {});
+  virtual ~Client() = default;
+
+  virtual uint64_t session_id() const = 0;
+  virtual bool admin() const = 0;
+
+  // --- Memory ---
+  // Daemon-allocated memfd, mapped here MAP_SHARED and attached at that address.
+  virtual absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb = false,
+                                                bool on_demand = false) = 0;
+  // Sends `fd` (not closed; the daemon keeps its own reference), maps [offset, +length) here
+  // and attaches it.
+  virtual absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
+                                          bool on_demand = false) = 0;
+  // Detaches (every key over it is invalidated) and unmaps it here.
+  virtual absl::Status DetachMemory(const Memory& memory) = 0;
+
+  // --- Keys ---
+  virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access) = 0;
+  virtual absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
+                                     uint32_t access) = 0;
+  virtual absl::Status Release(uint64_t handle) = 0;
+  virtual absl::Status Invalidate(uint64_t handle) = 0;
+  virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;
+  // session 0: this session's keys; another id: admin only.
+  virtual absl::StatusOr<std::vector<KeyInfo>> ListKeys(uint64_t session = 0) = 0;
+
+  // --- Introspection and admin ---
+  virtual absl::Status Ping() = 0;
+  virtual absl::StatusOr<StatsSnapshot> Stats() = 0;
+  virtual absl::StatusOr<DaemonInfo> Status() = 0;
+  virtual absl::StatusOr<std::vector<SessionRecord>> Sessions() = 0;
+  virtual absl::Status Drain() = 0;
+
+  // --- The simulated peer (device "sim") ---
+  // session 0: a peer in this session's PD; another id: admin only.
+  virtual absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
+                                 uint64_t session = 0) = 0;
+  virtual absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
+                                               uint64_t session = 0) = 0;
+
+  // Test hooks: send raw bytes as the request of `method` ("/regcache.v1.RegCache/Register")
+  // and return the call's status; set the metadata token.
+  virtual absl::Status RawCallForTest(const std::string& method, const std::string& bytes) = 0;
+  virtual void SetTokenForTest(bool send, const std::string& token) = 0;
+  // The control socket, for tests that send it garbage.
+  virtual int control_fd_for_test() const = 0;
+
+  // Closes the session (the control connection) and unmaps this client's memory.
+  virtual void Close() = 0;
+};
+
+}  // namespace api
+
+#endif  // REGCACHE_API_CLIENT_H_

@@ -1,0 +1,168 @@
+// The control-socket protocol: small fixed-size binary messages over a unix SOCK_SEQPACKET
+// socket (<socket_dir>/control.sock). One connection is one session.
+//
+// Why a socket next to gRPC: it is what carries the peer's credentials (SO_PEERCRED) and file
+// descriptors (SCM_RIGHTS), and its EOF is how the daemon learns that a client died — gRPC over
+// a unix socket gives neither reliably. Everything else travels over gRPC.
+//
+// Every message starts with a 16-byte header; one SEQPACKET datagram is one message, so a
+// message is never split or merged:
+//
+//   0      4        6       8         12          16
+//   | magic | version | type | length | reserved=0 | body (length - 16 bytes) ...
+//
+// magic "RCCS" (0x52434353), version 1, length = header + body, exactly the size of the type's
+// struct below. All fields are host byte order (the socket never leaves the host). The receiver
+// copies the datagram out first and validates every field of the copy; a datagram that is too
+// short, too long, of an unknown magic/version/type or with a length that does not match its
+// type gets an Error reply (never a crash), and any descriptors that came with it are closed.
+//
+// The conversation:
+//   daemon, on accept   SO_PEERCRED -> Daemon::OpenSession. Refused: Error{code, message} and
+//                       the daemon closes the connection.
+//   client -> Hello     daemon -> Welcome{session id, token, admin}. The client presents the
+//                       token on every gRPC call (metadata "x-regcache-session").
+//   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
+//                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
+//   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (memfd,
+//                       hugetlbfs). daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
+//   EOF (either side)   the session ends: Daemon::CloseSession runs every key through the
+//                       lifecycle and unmaps the memory.
+// The daemon sends with MSG_DONTWAIT and drops a client whose receive queue is full.
+#ifndef REGCACHE_API_CONTROL_PROTOCOL_H_
+#define REGCACHE_API_CONTROL_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace api {
+
+inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
+inline constexpr uint16_t kControlVersion = 1;
+inline constexpr char kControlSocketName[] = "control.sock";
+inline constexpr char kGrpcSocketName[] = "grpc.sock";
+inline constexpr char kSessionMetadataKey[] = "x-regcache-session";
+
+enum class ControlType : uint16_t {
+  kHello = 1,     // client -> daemon
+  kWelcome = 2,   // daemon -> client
+  kError = 3,     // daemon -> client
+  kMemoryFd = 4,  // daemon -> client, with an fd
+  kImportFd = 5,  // client -> daemon, with an fd
+  kImported = 6,  // daemon -> client
+};
+
+struct ControlHeader {
+  uint32_t magic = kControlMagic;
+  uint16_t version = kControlVersion;
+  uint16_t type = 0;
+  uint32_t length = 0;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(ControlHeader) == 16);
+
+struct HelloMsg {
+  ControlHeader header;
+};
+struct WelcomeMsg {
+  ControlHeader header;
+  uint64_t session_id = 0;
+  char token[32] = {};  // hex digits, not NUL-terminated
+  uint8_t admin = 0;
+  uint8_t pad[7] = {};
+};
+struct ErrorMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;       // the ImportFd this answers, 0 otherwise
+  uint32_t code = 0;        // absl::StatusCode
+  uint16_t in_reply_to = 0; // ControlType of the offending message, 0 if none
+  uint16_t message_length = 0;
+  char message[232] = {};
+};
+struct MemoryFdMsg {
+  ControlHeader header;
+  uint64_t memory_id = 0;
+  uint64_t length = 0;
+  uint8_t hugetlb = 0;
+  uint8_t pad[7] = {};
+};
+struct ImportFdMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+struct ImportedMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;
+  uint64_t memory_id = 0;
+};
+
+// The largest message; receive buffers are one byte larger so that an oversized datagram is
+// seen as such (MSG_TRUNC) rather than accepted.
+inline constexpr size_t kMaxControlMessage = sizeof(ErrorMsg);
+
+// The size a message of `type` must have, or 0 for an unknown type.
+size_t ControlMessageSize(uint16_t type);
+
+// Fills the header of a message struct.
+template <typename Msg>
+Msg MakeControlMessage(ControlType type) {
+  Msg m{};
+  m.header.magic = kControlMagic;
+  m.header.version = kControlVersion;
+  m.header.type = static_cast<uint16_t>(type);
+  m.header.length = sizeof(Msg);
+  return m;
+}
+
+ErrorMsg MakeErrorMessage(const absl::Status& status, uint64_t nonce, uint16_t in_reply_to);
+// The status an Error message carries (its code validated: unknown codes become kUnknown).
+absl::Status StatusFromErrorMessage(const ErrorMsg& m);
+
+// A received datagram, validated: `bytes` holds exactly ControlMessageSize(type) bytes.
+struct ControlMessage {
+  ControlType type = ControlType::kHello;
+  std::vector<uint8_t> bytes;
+  std::vector<int> fds;  // owned by the receiver
+
+  // Copies the payload out. REQUIRES: sizeof(Msg) == bytes.size().
+  template <typename Msg>
+  Msg As() const {
+    Msg m;
+    static_assert(std::is_trivially_copyable_v<Msg>);
+    std::memcpy(&m, bytes.data(), sizeof(Msg));
+    return m;
+  }
+};
+
+// Validates a datagram of `size` bytes (copied by the caller): kInvalidArgument naming what is
+// wrong. On OK `*type` is the message type.
+absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool truncated,
+                                     ControlType* type);
+
+// Sends one message with an optional fd (-1: none) using MSG_DONTWAIT | MSG_NOSIGNAL.
+// kUnavailable when the peer's queue is full (EAGAIN) or it is gone.
+absl::Status SendControlMessage(int sock, const void* msg, size_t size, int fd);
+
+// Receives one message, waiting up to `timeout` (absl::InfiniteDuration(): forever;
+// absl::ZeroDuration(): do not wait). kDeadlineExceeded on timeout, kUnavailable on EOF,
+// kInvalidArgument for a datagram that fails validation (its fds already closed).
+// Received fds are close-on-exec.
+absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration timeout);
+
+// Closes every fd in `fds` and clears it.
+void CloseFds(std::vector<int>* fds);
+
+}  // namespace api
+
+#endif  // REGCACHE_API_CONTROL_PROTOCOL_H_

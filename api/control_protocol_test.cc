@@ -1,0 +1,112 @@
+// The control-socket codec: every malformed datagram is refused with kInvalidArgument and
+// never accepted, and descriptors travel with their message.
+#include "api/control_protocol.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+
+namespace api {
+namespace {
+
+class SocketPair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds_), 0);
+  }
+  void TearDown() override {
+    close(fds_[0]);
+    close(fds_[1]);
+  }
+  int fds_[2];
+};
+
+TEST_F(SocketPair, HelloRoundTrip) {
+  HelloMsg h = MakeControlMessage<HelloMsg>(ControlType::kHello);
+  ASSERT_TRUE(SendControlMessage(fds_[0], &h, sizeof(h), -1).ok());
+  auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->type, ControlType::kHello);
+  EXPECT_TRUE(m->fds.empty());
+}
+
+TEST_F(SocketPair, FdTravelsWithItsMessage) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  ImportFdMsg msg = MakeControlMessage<ImportFdMsg>(ControlType::kImportFd);
+  msg.nonce = 42;
+  ASSERT_TRUE(SendControlMessage(fds_[0], &msg, sizeof(msg), pipefd[1]).ok());
+  auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->fds.size(), 1u);
+  EXPECT_EQ(m->As<ImportFdMsg>().nonce, 42u);
+  ASSERT_EQ(write(m->fds[0], "x", 1), 1);
+  char c;
+  ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+  CloseFds(&m->fds);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST_F(SocketPair, GarbageIsRefused) {
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> bytes;
+  };
+  HelloMsg good = MakeControlMessage<HelloMsg>(ControlType::kHello);
+  auto bytes_of = [](auto m) {
+    std::vector<uint8_t> b(sizeof(m));
+    std::memcpy(b.data(), &m, sizeof(m));
+    return b;
+  };
+  HelloMsg bad_magic = good;
+  bad_magic.header.magic = 1;
+  HelloMsg bad_version = good;
+  bad_version.header.version = 9;
+  HelloMsg bad_type = good;
+  bad_type.header.type = 77;
+  HelloMsg bad_length = good;
+  bad_length.header.length = 1000;
+  HelloMsg reserved = good;
+  reserved.header.reserved = 1;
+  std::vector<uint8_t> too_long = bytes_of(good);
+  too_long.resize(kMaxControlMessage + 100);
+  std::vector<Case> cases = {
+      {"short", {1, 2, 3}},
+      {"bad magic", bytes_of(bad_magic)},
+      {"bad version", bytes_of(bad_version)},
+      {"unknown type", bytes_of(bad_type)},
+      {"length mismatch", bytes_of(bad_length)},
+      {"reserved set", bytes_of(reserved)},
+      {"too long", too_long},
+  };
+  for (const Case& c : cases) {
+    ASSERT_EQ(send(fds_[0], c.bytes.data(), c.bytes.size(), 0),
+              static_cast<ssize_t>(c.bytes.size()));
+    auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+  }
+}
+
+TEST_F(SocketPair, EofAndTimeout) {
+  auto m = ReceiveControlMessage(fds_[1], absl::Milliseconds(10));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDeadlineExceeded);
+  shutdown(fds_[0], SHUT_WR);
+  m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ErrorMessage, RoundTripsCodeAndMessage) {
+  ErrorMsg e = MakeErrorMessage(absl::PermissionDeniedError("uid 65534 not allowed"), 7, 5);
+  absl::Status s = StatusFromErrorMessage(e);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(), "uid 65534 not allowed");
+  e.code = 999;
+  EXPECT_EQ(StatusFromErrorMessage(e).code(), absl::StatusCode::kUnknown);
+  e.message_length = 60000;  // clamped to the buffer
+  EXPECT_LE(StatusFromErrorMessage(e).message().size(), sizeof(e.message));
+}
+
+}  // namespace
+}  // namespace api

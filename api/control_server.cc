@@ -1,0 +1,298 @@
+#include "api/control_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "api/control_protocol.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "base/mutex.h"
+
+namespace api {
+namespace {
+
+struct Connection {
+  int fd = -1;
+  service::SessionGrant grant;
+  service::PeerCredentials peer;
+};
+
+class ControlServerImpl final : public ControlServer {
+ public:
+  ControlServerImpl(service::Daemon* daemon, int listen_fd, int epoll_fd, int wake_fd)
+      : daemon_(daemon), listen_fd_(listen_fd), epoll_fd_(epoll_fd), wake_fd_(wake_fd) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ControlServerImpl() override { Stop(); }
+
+  void Stop() override {
+    if (stopped_.exchange(true)) return;
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+    std::vector<int> fds;
+    {
+      base::MutexLock l(&mu_);
+      for (auto& [fd, conn] : by_fd_) fds.push_back(fd);
+    }
+    for (int fd : fds) Drop(fd, "server stopping");
+    close(listen_fd_);
+    close(epoll_fd_);
+    close(wake_fd_);
+  }
+
+  size_t connections() const override {
+    base::ReaderMutexLock l(&mu_);
+    return by_fd_.size();
+  }
+
+  absl::Status SendMemoryFd(service::SessionId session,
+                            const service::AllocatedMemory& memory) override {
+    MemoryFdMsg m = MakeControlMessage<MemoryFdMsg>(ControlType::kMemoryFd);
+    m.memory_id = memory.id;
+    m.length = memory.length;
+    m.hugetlb = memory.hugetlb ? 1 : 0;
+    base::MutexLock l(&mu_);
+    auto it = by_session_.find(session);
+    if (it == by_session_.end()) {
+      return absl::NotFoundError(absl::StrCat("session ", session, " has no control connection"));
+    }
+    absl::Status s = SendControlMessage(it->second, &m, sizeof(m), memory.fd);
+    if (!s.ok()) {
+      // A client that does not read its control socket is dropped; the epoll thread sees the
+      // shutdown and closes the session.
+      shutdown(it->second, SHUT_RDWR);
+    }
+    return s;
+  }
+
+ private:
+  void Loop() {
+    epoll_event events[32];
+    while (!stopped_.load(std::memory_order_acquire)) {
+      int n = epoll_wait(epoll_fd_, events, 32, 1000);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        RC_LOG(ERROR) << "control socket epoll_wait: " << base::ErrnoName(errno);
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        int fd = events[i].data.fd;
+        if (fd == wake_fd_) return;
+        if (fd == listen_fd_) {
+          Accept();
+        } else {
+          Serve(fd, events[i].events);
+        }
+      }
+    }
+  }
+
+  void Accept() {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EINTR) {
+        RC_LOG(WARNING) << "control socket accept: " << base::ErrnoName(errno);
+      }
+      return;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      RC_LOG(WARNING) << "SO_PEERCRED: " << base::ErrnoName(errno);
+      close(fd);
+      return;
+    }
+    service::PeerCredentials peer{cred.pid, cred.uid, cred.gid};
+    absl::StatusOr<service::SessionGrant> grant = daemon_->OpenSession(peer);
+    if (!grant.ok()) {
+      RC_LOG(INFO) << "control: refused pid=" << peer.pid << " uid=" << peer.uid
+                   << " gid=" << peer.gid << ": " << grant.status();
+      ErrorMsg e = MakeErrorMessage(grant.status(), 0, 0);
+      (void)SendControlMessage(fd, &e, sizeof(e), -1);
+      close(fd);
+      return;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd;
+    {
+      base::MutexLock l(&mu_);
+      by_fd_[fd] = Connection{fd, *grant, peer};
+      by_session_[grant->id] = fd;
+    }
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      Drop(fd, "epoll_ctl");
+      return;
+    }
+    RC_LOG(INFO) << "control: session " << grant->id << " opened for pid=" << peer.pid
+                 << " uid=" << peer.uid << (grant->admin ? " (admin)" : "");
+  }
+
+  void Serve(int fd, uint32_t events) {
+    absl::StatusOr<ControlMessage> msg = ReceiveControlMessage(fd, absl::ZeroDuration());
+    if (!msg.ok()) {
+      if (msg.status().code() == absl::StatusCode::kInvalidArgument) {
+        // Garbage from the client: say what was wrong and keep the session.
+        ErrorMsg e = MakeErrorMessage(msg.status(), 0, 0);
+        if (!SendControlMessage(fd, &e, sizeof(e), -1).ok()) Drop(fd, "not reading");
+        return;
+      }
+      if (msg.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        if (events & (EPOLLHUP | EPOLLERR)) Drop(fd, "hang-up");
+        return;  // spurious wake-up
+      }
+      Drop(fd, msg.status().ToString());
+      return;
+    }
+    service::SessionGrant grant;
+    {
+      base::ReaderMutexLock l(&mu_);
+      auto it = by_fd_.find(fd);
+      if (it == by_fd_.end()) {
+        CloseFds(&msg->fds);
+        return;
+      }
+      grant = it->second.grant;
+    }
+    absl::Status replied;
+    switch (msg->type) {
+      case ControlType::kHello: {
+        CloseFds(&msg->fds);
+        WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
+        w.session_id = grant.id;
+        std::memcpy(w.token, grant.token.data(), std::min(grant.token.size(), sizeof(w.token)));
+        w.admin = grant.admin ? 1 : 0;
+        replied = SendControlMessage(fd, &w, sizeof(w), -1);
+        break;
+      }
+      case ControlType::kImportFd: {
+        ImportFdMsg m = msg->As<ImportFdMsg>();
+        if (msg->fds.size() != 1) {
+          CloseFds(&msg->fds);
+          ErrorMsg e = MakeErrorMessage(
+              absl::InvalidArgumentError(absl::StrCat("ImportFd carries ", msg->fds.size(),
+                                                      " descriptors, want exactly 1")),
+              m.nonce, m.header.type);
+          replied = SendControlMessage(fd, &e, sizeof(e), -1);
+          break;
+        }
+        int memfd = msg->fds[0];
+        msg->fds.clear();
+        absl::StatusOr<service::MemoryId> id =
+            daemon_->ImportMemory(grant.id, memfd, m.offset, m.length);  // takes the fd
+        if (id.ok()) {
+          ImportedMsg r = MakeControlMessage<ImportedMsg>(ControlType::kImported);
+          r.nonce = m.nonce;
+          r.memory_id = *id;
+          replied = SendControlMessage(fd, &r, sizeof(r), -1);
+        } else {
+          ErrorMsg e = MakeErrorMessage(id.status(), m.nonce, m.header.type);
+          replied = SendControlMessage(fd, &e, sizeof(e), -1);
+        }
+        break;
+      }
+      default: {
+        // Types only the daemon sends.
+        uint16_t type = static_cast<uint16_t>(msg->type);
+        CloseFds(&msg->fds);
+        ErrorMsg e = MakeErrorMessage(
+            absl::InvalidArgumentError(absl::StrCat("control message type ", type,
+                                                    " is not a client request")),
+            0, type);
+        replied = SendControlMessage(fd, &e, sizeof(e), -1);
+        break;
+      }
+    }
+    if (!replied.ok()) Drop(fd, replied.ToString());
+  }
+
+  // Forgets the connection, closes it and its session.
+  void Drop(int fd, absl::string_view why) {
+    service::SessionId session = 0;
+    {
+      base::MutexLock l(&mu_);
+      auto it = by_fd_.find(fd);
+      if (it == by_fd_.end()) return;
+      session = it->second.grant.id;
+      by_session_.erase(session);
+      by_fd_.erase(it);
+    }
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    absl::Status closed = daemon_->CloseSession(session);
+    if (!closed.ok() && closed.code() != absl::StatusCode::kNotFound) {
+      RC_LOG(WARNING) << "control: closing session " << session << ": " << closed;
+    }
+    RC_LOG(INFO) << "control: session " << session << " closed (" << why << ")";
+  }
+
+  service::Daemon* const daemon_;
+  const int listen_fd_;
+  const int epoll_fd_;
+  const int wake_fd_;
+  std::atomic<bool> stopped_{false};
+  std::thread thread_;
+  mutable base::Mutex mu_;
+  absl::flat_hash_map<int, Connection> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<service::SessionId, int> by_session_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(
+    service::Daemon* daemon, const std::string& socket_dir) {
+  std::string path = absl::StrCat(socket_dir, "/", kControlSocketName);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (lfd < 0) return base::ErrnoToStatus(errno, "control socket");
+  unlink(path.c_str());  // a stale socket of a previous run
+  if (bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(lfd);
+    return base::ErrnoToStatus(err, absl::StrCat("bind ", path));
+  }
+  chmod(path.c_str(), 0666);
+  if (listen(lfd, 128) != 0) {
+    int err = errno;
+    close(lfd);
+    return base::ErrnoToStatus(err, absl::StrCat("listen ", path));
+  }
+  int efd = epoll_create1(EPOLL_CLOEXEC);
+  int wfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0 || wfd < 0) {
+    int err = errno;
+    close(lfd);
+    if (efd >= 0) close(efd);
+    if (wfd >= 0) close(wfd);
+    return base::ErrnoToStatus(err, "control socket epoll/eventfd");
+  }
+  for (int fd : {lfd, wfd}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(efd, EPOLL_CTL_ADD, fd, &ev);
+  }
+  RC_LOG(INFO) << "control socket listening on " << path;
+  return std::unique_ptr<ControlServer>(new ControlServerImpl(daemon, lfd, efd, wfd));
+}
+
+}  // namespace api

@@ -1,0 +1,390 @@
+#include "api/grpc_service.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "api/control_protocol.h"
+#include "api/grpc_status.h"
+#include "api/regcache.grpc.pb.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "cache/lifecycle.h"
+
+namespace api {
+namespace {
+
+namespace pb = ::regcache::v1;
+using service::SessionId;
+
+// OK while the call still has time; the status to return otherwise.
+absl::Status CheckDeadline(grpc::ServerContext* ctx) {
+  if (ctx->IsCancelled()) return absl::CancelledError("call cancelled");
+  if (ctx->deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError("deadline passed before the work was done");
+  }
+  return absl::OkStatus();
+}
+
+void ToProto(const cache::KeyGrant& g, pb::KeyGrant* out) {
+  out->set_handle(g.handle);
+  out->set_lkey(g.lkey);
+  out->set_rkey(g.rkey);
+  out->set_va(g.va);
+  out->set_length(g.length);
+  out->set_access(g.access);
+  out->set_hit(g.hit);
+}
+
+void ToProto(const cache::RegistrationInfo& r, pb::KeyInfo* out) {
+  out->set_handle(r.handle);
+  out->set_key(r.key);
+  out->set_va(r.va);
+  out->set_length(r.length);
+  out->set_access(r.access);
+  out->set_holders(r.holders);
+  out->set_revoked(r.revoked);
+  out->set_is_window(r.is_window);
+  out->set_parent(r.parent);
+  out->set_windows(r.windows);
+  out->set_klm_entries(r.klm_entries);
+  out->set_key_state(std::string(cache::KeyStateName(r.key_state)));
+}
+
+void ToProto(const cache::TenantUsage& u, pb::Usage* out) {
+  out->set_pdn(u.pd.pdn);
+  out->set_live_registrations(u.live_registrations);
+  out->set_revoked_held(u.revoked_held);
+  out->set_cached_unreferenced(u.cached_unreferenced);
+  out->set_backings(u.backings);
+  out->set_backed_bytes(u.backed_bytes);
+  out->set_pool_free(u.pool_free);
+  out->set_pool_quarantined(u.pool_quarantined);
+  out->set_pool_outstanding(u.pool_outstanding);
+  out->set_pool_total(u.pool_total);
+}
+
+class RegCacheServiceImpl final : public pb::RegCache::Service {
+ public:
+  RegCacheServiceImpl(service::Daemon* daemon, FdSender* fds, std::function<void()> on_drain)
+      : daemon_(daemon), fds_(fds), on_drain_(std::move(on_drain)) {}
+
+  grpc::Status Ping(grpc::ServerContext*, const pb::PingRequest*, pb::PingResponse*) override {
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AllocateMemory(grpc::ServerContext* ctx, const pb::AllocateMemoryRequest* req,
+                              pb::AllocateMemoryResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(service::AllocatedMemory m,
+                       daemon_->AllocateMemory(s, req->length(), req->hugetlb()));
+      absl::Status sent = CheckDeadline(ctx);
+      if (sent.ok()) sent = fds_->SendMemoryFd(s, m);
+      close(m.fd);
+      if (!sent.ok()) {
+        // The client never got the fd: nothing else can ever attach this memory.
+        (void)daemon_->DetachMemory(s, m.id);
+        return base::Annotate(sent, "AllocateMemory: sending the memfd");
+      }
+      resp->set_memory_id(m.id);
+      resp->set_length(m.length);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status AttachMemory(grpc::ServerContext* ctx, const pb::AttachMemoryRequest* req,
+                            pb::AttachMemoryResponse*) override {
+    return Run(ctx, [&](SessionId s) {
+      return daemon_->AttachMemory(s, req->memory_id(), req->client_va(), req->on_demand());
+    });
+  }
+
+  grpc::Status DetachMemory(grpc::ServerContext* ctx, const pb::DetachMemoryRequest* req,
+                            pb::DetachMemoryResponse*) override {
+    return Run(ctx, [&](SessionId s) { return daemon_->DetachMemory(s, req->memory_id()); });
+  }
+
+  grpc::Status ListMemory(grpc::ServerContext* ctx, const pb::ListMemoryRequest*,
+                          pb::ListMemoryResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(std::vector<service::MemoryInfo> list, daemon_->ListMemory(s));
+      for (const service::MemoryInfo& m : list) {
+        pb::MemoryInfo* o = resp->add_memory();
+        o->set_memory_id(m.id);
+        o->set_length(m.length);
+        o->set_client_va(m.client_va);
+        o->set_attached(m.attached);
+        o->set_on_demand(m.on_demand);
+        o->set_daemon_allocated(m.daemon_allocated);
+        o->set_hugetlb(m.hugetlb);
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
+                        pb::KeyGrant* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(cache::KeyGrant g,
+                       daemon_->Register(s, req->va(), req->length(), req->access()));
+      ToProto(g, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Window(grpc::ServerContext* ctx, const pb::WindowRequest* req,
+                      pb::KeyGrant* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->CreateWindow(s, req->parent(), req->offset(),
+                                                                req->length(), req->access()));
+      ToProto(g, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Release(grpc::ServerContext* ctx, const pb::ReleaseRequest* req,
+                       pb::ReleaseResponse*) override {
+    return Run(ctx, [&](SessionId s) { return daemon_->Release(s, req->handle()); });
+  }
+
+  grpc::Status Invalidate(grpc::ServerContext* ctx, const pb::InvalidateRequest* req,
+                          pb::InvalidateResponse*) override {
+    return Run(ctx, [&](SessionId s) { return daemon_->Invalidate(s, req->handle()); });
+  }
+
+  grpc::Status Query(grpc::ServerContext* ctx, const pb::QueryRequest* req,
+                     pb::KeyInfo* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(cache::RegistrationInfo r, daemon_->Query(s, req->handle()));
+      ToProto(r, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ListKeys(grpc::ServerContext* ctx, const pb::ListKeysRequest* req,
+                        pb::ListKeysResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(std::vector<cache::RegistrationInfo> keys, daemon_->ListKeys(target));
+      for (const cache::RegistrationInfo& r : keys) ToProto(r, resp->add_keys());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Stats(grpc::ServerContext* ctx, const pb::StatsRequest*,
+                     pb::StatsResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(cache::TenantUsage u, daemon_->Usage(s));
+      ToProto(u, resp->mutable_session_usage());
+      for (const base::stats::Sample& sample : daemon_->Stats()) {
+        pb::Stat* o = resp->add_stats();
+        o->set_component(sample.component);
+        o->set_name(sample.name);
+        switch (sample.kind) {
+          case base::stats::Kind::kCounter: o->set_kind("counter"); break;
+          case base::stats::Kind::kGauge: o->set_kind("gauge"); break;
+          case base::stats::Kind::kHistogram: o->set_kind("histogram"); break;
+        }
+        o->set_value(sample.value);
+        if (sample.kind == base::stats::Kind::kHistogram) {
+          o->set_count(sample.histogram.count);
+          o->set_sum(sample.histogram.sum);
+          o->set_max(sample.histogram.max);
+          o->set_p50(sample.histogram.Percentile(50));
+          o->set_p99(sample.histogram.Percentile(99));
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Status(grpc::ServerContext* ctx, const pb::StatusRequest*,
+                      pb::StatusResponse* resp) override {
+    absl::Status live = CheckDeadline(ctx);
+    if (!live.ok()) return ToGrpcStatus(live);
+    service::DaemonStatus st = daemon_->Status();
+    resp->set_device(st.device);
+    resp->set_backend(st.capabilities.backend);
+    resp->set_sessions(st.sessions);
+    resp->set_draining(st.draining);
+    resp->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - st.started));
+    resp->set_odp(st.capabilities.odp);
+    resp->set_peer(st.capabilities.peer);
+    resp->set_max_keys(st.capabilities.max_keys);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Sessions(grpc::ServerContext* ctx, const pb::SessionsRequest*,
+                        pb::SessionsResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(std::vector<service::SessionInfo> list, daemon_->Sessions(s));
+      for (const service::SessionInfo& i : list) {
+        pb::SessionInfo* o = resp->add_sessions();
+        o->set_session_id(i.id);
+        o->set_pid(i.peer.pid);
+        o->set_uid(i.peer.uid);
+        o->set_gid(i.peer.gid);
+        o->set_admin(i.admin);
+        o->set_opened_unix_ms(absl::ToUnixMillis(i.opened));
+        ToProto(i.usage, o->mutable_usage());
+        o->set_memories(i.memories);
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Drain(grpc::ServerContext* ctx, const pb::DrainRequest*,
+                     pb::DrainResponse*) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(s));
+      if (!admin) return absl::PermissionDeniedError("Drain needs an admin session");
+      absl::Status drained = daemon_->Drain();
+      if (on_drain_) on_drain_();
+      return drained;
+    });
+  }
+
+  grpc::Status PeerWrite(grpc::ServerContext* ctx, const pb::PeerWriteRequest* req,
+                         pb::PeerWriteResponse*) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      const std::string& d = req->data();
+      return daemon_->PeerWrite(
+          target, req->rkey(), req->addr(),
+          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()));
+    });
+  }
+
+  grpc::Status PeerRead(grpc::ServerContext* ctx, const pb::PeerReadRequest* req,
+                        pb::PeerReadResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      if (req->length() > kMaxPeerRead) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PeerRead length ", req->length(), " above ", kMaxPeerRead));
+      }
+      ASSIGN_OR_RETURN(std::vector<uint8_t> data,
+                       daemon_->PeerRead(target, req->rkey(), req->addr(), req->length()));
+      resp->set_data(reinterpret_cast<const char*>(data.data()), data.size());
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  static constexpr uint64_t kMaxPeerRead = 1 << 20;
+
+  // The session named by the call's token.
+  absl::StatusOr<SessionId> Authenticate(grpc::ServerContext* ctx) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kSessionMetadataKey);
+    if (it == md.end()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("missing ", kSessionMetadataKey, " metadata (connect the control socket "
+                       "first and present its token)"));
+    }
+    if (md.count(kSessionMetadataKey) != 1) {
+      return absl::UnauthenticatedError("more than one session token");
+    }
+    return daemon_->Authenticate(absl::string_view(it->second.data(), it->second.size()));
+  }
+
+  // The session a call acts on: the caller's, or (admin only) the one it names.
+  absl::StatusOr<SessionId> Target(SessionId caller, uint64_t named) {
+    if (named == 0 || named == caller) return caller;
+    ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(caller));
+    if (!admin) {
+      return absl::PermissionDeniedError("acting on another session needs an admin session");
+    }
+    return named;
+  }
+
+  template <typename Fn>
+  grpc::Status Run(grpc::ServerContext* ctx, Fn&& fn) {
+    absl::Status s = CheckDeadline(ctx);
+    if (s.ok()) {
+      absl::StatusOr<SessionId> session = Authenticate(ctx);
+      s = session.ok() ? fn(*session) : session.status();
+    }
+    return ToGrpcStatus(s);
+  }
+
+  service::Daemon* daemon_;
+  FdSender* fds_;
+  std::function<void()> on_drain_;
+};
+
+class GrpcServerImpl final : public GrpcServer {
+ public:
+  GrpcServerImpl(std::unique_ptr<RegCacheServiceImpl> service,
+                 std::unique_ptr<grpc::Server> server, std::string unix_target)
+      : service_(std::move(service)), server_(std::move(server)),
+        unix_target_(std::move(unix_target)) {}
+  ~GrpcServerImpl() override { Shutdown(absl::ZeroDuration()); }
+
+  void Shutdown(absl::Duration grace) override {
+    std::call_once(shutdown_once_, [&] {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+      server_->Wait();
+    });
+  }
+  std::string unix_target() const override { return unix_target_; }
+
+ private:
+  std::unique_ptr<RegCacheServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string unix_target_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* daemon,
+                                                              FdSender* fds,
+                                                              const GrpcServerOptions& options) {
+  if (options.socket_dir.empty()) return absl::InvalidArgumentError("socket_dir is empty");
+  std::string path = absl::StrCat(options.socket_dir, "/", kGrpcSocketName);
+  unlink(path.c_str());  // a stale socket of a previous run
+  std::string unix_target = absl::StrCat("unix:", path);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  auto service = std::make_unique<RegCacheServiceImpl>(daemon, fds, options.on_drain);
+  grpc::ServerBuilder builder;
+  int unix_port = 0;
+  builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials(), &unix_port);
+  int tcp_port = 0;
+  if (options.tcp_port != 0) {
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", options.tcp_port),
+                             grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || unix_port == 0) {
+    return absl::UnavailableError(absl::StrCat("gRPC: cannot listen on ", unix_target));
+  }
+  if (options.tcp_port != 0 && tcp_port == 0) {
+    server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("gRPC: cannot listen on 127.0.0.1:", options.tcp_port));
+  }
+  // The allow-list (peer credentials on the control socket, then the session token) is the
+  // policy, not the file mode: any local user may dial.
+  chmod(path.c_str(), 0666);
+  server->GetHealthCheckService()->SetServingStatus(true);
+  RC_LOG(INFO) << "gRPC listening on " << unix_target
+               << (options.tcp_port != 0 ? absl::StrCat(" and 127.0.0.1:", options.tcp_port)
+                                         : std::string());
+  return std::unique_ptr<GrpcServer>(
+      new GrpcServerImpl(std::move(service), std::move(server), std::move(unix_target)));
+}
+
+}  // namespace api

@@ -1,0 +1,78 @@
+// The gRPC transport of regcached: the regcache.v1.RegCache service (api/regcache.proto) over
+// service::Daemon, plus the standard health and reflection services.
+//
+// Listening: unix:<socket_dir>/grpc.sock always; 127.0.0.1:<tcp_port> when tcp_port != 0 (the
+// address is fixed to loopback: a daemon that hands out keys to local memory has no business
+// on other interfaces).
+//
+// Every call except Ping and Status must carry the session token from the control socket in
+// the metadata key "x-regcache-session" (api/control_protocol.h); the service resolves it with
+// Daemon::Authenticate (UNAUTHENTICATED when missing or unknown). Sessions and Drain need an
+// admin session; ListKeys, PeerWrite and PeerRead may name another session (session_id), which
+// also needs an admin session (PERMISSION_DENIED otherwise) — that is how regcachectl lists
+// every session's keys and acts as "the remote peer" of a client on the sim device.
+//
+// Errors: absl codes map 1:1 onto gRPC codes (api/grpc_status.h). Requests larger than
+// max_receive_message_bytes are refused by gRPC with RESOURCE_EXHAUSTED; requests that do not
+// parse are refused by gRPC (INTERNAL) before reaching the service.
+//
+// Deadlines: a call whose deadline has already passed (or that was cancelled) returns
+// DEADLINE_EXCEEDED / CANCELLED without doing anything; the check is repeated before each
+// slow step (creating memory, sending its fd, mapping a key).
+//
+// AllocateMemory: the daemon creates the memfd; the service hands it to the FdSender (the
+// control server) for the caller's session, which sends it tagged with the memory id BEFORE
+// the RPC returns, so a client that reads its control socket after the reply always finds it.
+// If the fd cannot be sent the memory is released again (DetachMemory) and the call fails.
+//
+// Thread safety: the server runs calls on gRPC's thread pool; the Daemon is thread-safe.
+#ifndef REGCACHE_API_GRPC_SERVICE_H_
+#define REGCACHE_API_GRPC_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "service/daemon.h"
+
+namespace api {
+
+// Delivers a memfd to the client of a session (implemented by the control server).
+class FdSender {
+ public:
+  virtual ~FdSender() = default;
+  // Sends `memory.fd` (not closed here) tagged with memory.id. kNotFound when the session has
+  // no control connection, kUnavailable when the client is not reading.
+  virtual absl::Status SendMemoryFd(service::SessionId session,
+                                    const service::AllocatedMemory& memory) = 0;
+};
+
+struct GrpcServerOptions {
+  std::string socket_dir;                        // REQUIRED: grpc.sock is created in it
+  uint16_t tcp_port = 0;                         // 0 (default): no TCP listener
+  int max_receive_message_bytes = 64 * 1024;     // default 64 KiB
+  std::function<void()> on_drain;                // called after an admin Drain succeeded
+};
+
+class GrpcServer {
+ public:
+  // Builds and starts the server. `daemon` and `fds` must outlive it. kUnavailable when a
+  // listener cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(service::Daemon* daemon,
+                                                           FdSender* fds,
+                                                           const GrpcServerOptions& options);
+  virtual ~GrpcServer() = default;
+  // Stops accepting calls, lets calls in flight finish until `grace` passes, cancels the rest.
+  // Idempotent.
+  virtual void Shutdown(absl::Duration grace) = 0;
+  // The target clients dial: "unix:<socket_dir>/grpc.sock".
+  virtual std::string unix_target() const = 0;
+};
+
+}  // namespace api
+
+#endif  // REGCACHE_API_GRPC_SERVICE_H_

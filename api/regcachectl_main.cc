@@ -1,0 +1,180 @@
+// regcachectl — the command line of regcached. It connects like any client (a session of its
+// own over the control socket; admin commands need an admin uid: root or the daemon's uid by
+// default).
+//
+//   regcachectl [--socket_dir=/run/regcache] status
+//   regcachectl sessions                          (admin) every session: peer, usage
+//   regcachectl keys [--session=N | --all]        this session's keys; another's or all (admin)
+//   regcachectl stats                             every daemon stat, one per line
+//   regcachectl drain                             (admin) drain and stop the daemon
+//   regcachectl peer write --rkey=K --addr=A --data=TEXT [--session=N]
+//   regcachectl peer read  --rkey=K --addr=A --length=N [--session=N]
+//
+// "peer" acts as the remote node of a session on the sim device: a peer in that session's PD
+// using its rkeys (--session names the target session, admin only; see api/grpc_service.h).
+// `keys` alone lists regcachectl's own (new, empty) session — useful mainly with --session or
+// --all, which is what an operator wants: whose keys are live, over what, and in which state.
+// Exit status: 0 on success, 1 with the error's code and message on stderr, 2 for bad usage.
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "api/client.h"
+
+ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
+ABSL_FLAG(uint64_t, session, 0, "target session (keys, peer): admin only");
+ABSL_FLAG(bool, all, false, "keys: every session's keys (admin)");
+ABSL_FLAG(std::string, rkey, "", "peer: the rkey (decimal or 0x hex)");
+ABSL_FLAG(std::string, addr, "", "peer: the address (decimal or 0x hex)");
+ABSL_FLAG(std::string, data, "", "peer write: the bytes to write (text)");
+ABSL_FLAG(uint64_t, length, 0, "peer read: bytes to read");
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "regcachectl: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+bool ParseNumber(const std::string& text, uint64_t* out) {
+  if (text.size() > 2 && (text.rfind("0x", 0) == 0 || text.rfind("0X", 0) == 0)) {
+    return absl::SimpleHexAtoi(text.substr(2), out);
+  }
+  return absl::SimpleAtoi(text, out);
+}
+
+std::string AccessString(uint32_t a) {
+  std::string s;
+  const char* names[] = {"lr", "lw", "rr", "rw", "a"};
+  for (int i = 0; i < 5; ++i) {
+    if (a & (1u << i)) s += s.empty() ? names[i] : std::string("|") + names[i];
+  }
+  return s.empty() ? "-" : s;
+}
+
+void PrintKeys(uint64_t session, const std::vector<api::KeyInfo>& keys) {
+  for (const api::KeyInfo& k : keys) {
+    std::printf("session=%" PRIu64 " handle=0x%" PRIx64 " key=0x%08x va=0x%" PRIx64
+                " length=%" PRIu64 " access=%s holders=%u state=%s%s%s\n",
+                session, k.handle, k.key, k.va, k.length, AccessString(k.access).c_str(),
+                k.holders, k.key_state.c_str(), k.revoked ? " revoked" : "",
+                k.is_window ? " window" : "");
+  }
+}
+
+int Run(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<api::Client>> client =
+      api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+  if (!client.ok()) return Fail(client.status());
+  api::Client& c = **client;
+  const std::string& cmd = args[0];
+
+  if (cmd == "status") {
+    absl::StatusOr<api::DaemonInfo> s = c.Status();
+    if (!s.ok()) return Fail(s.status());
+    std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
+                " peer=%d\n",
+                s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0,
+                s->uptime_ms, s->peer ? 1 : 0);
+    return 0;
+  }
+  if (cmd == "sessions") {
+    absl::StatusOr<std::vector<api::SessionRecord>> s = c.Sessions();
+    if (!s.ok()) return Fail(s.status());
+    for (const api::SessionRecord& r : *s) {
+      std::printf("session=%" PRIu64 " pid=%d uid=%u gid=%u admin=%d live=%" PRIu64
+                  " revoked_held=%" PRIu64 " cached=%" PRIu64 " memories=%" PRIu64
+                  " backed_bytes=%" PRIu64 "%s\n",
+                  r.id, r.pid, r.uid, r.gid, r.admin ? 1 : 0, r.usage.live_registrations,
+                  r.usage.revoked_held, r.usage.cached_unreferenced, r.memories,
+                  r.usage.backed_bytes, r.id == c.session_id() ? " (this regcachectl)" : "");
+    }
+    return 0;
+  }
+  if (cmd == "keys") {
+    if (absl::GetFlag(FLAGS_all)) {
+      absl::StatusOr<std::vector<api::SessionRecord>> s = c.Sessions();
+      if (!s.ok()) return Fail(s.status());
+      for (const api::SessionRecord& r : *s) {
+        absl::StatusOr<std::vector<api::KeyInfo>> keys = c.ListKeys(r.id);
+        if (!keys.ok()) {
+          if (keys.status().code() == absl::StatusCode::kNotFound) continue;  // it just closed
+          return Fail(keys.status());
+        }
+        PrintKeys(r.id, *keys);
+      }
+      return 0;
+    }
+    uint64_t session = absl::GetFlag(FLAGS_session);
+    absl::StatusOr<std::vector<api::KeyInfo>> keys = c.ListKeys(session);
+    if (!keys.ok()) return Fail(keys.status());
+    PrintKeys(session == 0 ? c.session_id() : session, *keys);
+    return 0;
+  }
+  if (cmd == "stats") {
+    absl::StatusOr<api::StatsSnapshot> s = c.Stats();
+    if (!s.ok()) return Fail(s.status());
+    for (const api::StatValue& v : s->stats) {
+      if (v.kind == "histogram") {
+        std::printf("%s.%s count=%" PRIu64 " p50=%" PRIu64 " p99=%" PRIu64 " max=%" PRIu64 "\n",
+                    v.component.c_str(), v.name.c_str(), v.count, v.p50, v.p99, v.max);
+      } else {
+        std::printf("%s.%s %" PRId64 "\n", v.component.c_str(), v.name.c_str(), v.value);
+      }
+    }
+    return 0;
+  }
+  if (cmd == "drain") {
+    absl::Status s = c.Drain();
+    if (!s.ok()) return Fail(s);
+    std::printf("drained\n");
+    return 0;
+  }
+  if (cmd == "peer" && args.size() == 2 && (args[1] == "write" || args[1] == "read")) {
+    uint64_t rkey = 0, addr = 0;
+    if (!ParseNumber(absl::GetFlag(FLAGS_rkey), &rkey) || rkey > UINT32_MAX ||
+        !ParseNumber(absl::GetFlag(FLAGS_addr), &addr)) {
+      std::fprintf(stderr, "regcachectl: peer needs --rkey and --addr\n");
+      return 2;
+    }
+    uint64_t session = absl::GetFlag(FLAGS_session);
+    if (args[1] == "write") {
+      absl::Status s = c.PeerWrite(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_data),
+                                   session);
+      if (!s.ok()) return Fail(s);
+      std::printf("wrote %zu bytes\n", absl::GetFlag(FLAGS_data).size());
+      return 0;
+    }
+    absl::StatusOr<std::string> data =
+        c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session);
+    if (!data.ok()) return Fail(data.status());
+    std::printf("%s\n", absl::CHexEscape(*data).c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "regcachectl: unknown command '%s'\n%s\n", cmd.c_str(),
+               absl::ProgramUsageMessage().data());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "regcachectl [--socket_dir=DIR] status | sessions | keys [--session=N|--all] | stats | "
+      "drain | peer write --rkey=K --addr=A --data=T [--session=N] | "
+      "peer read --rkey=K --addr=A --length=N [--session=N]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  return Run(args);
+}

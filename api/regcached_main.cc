@@ -1,0 +1,161 @@
+// regcached — the per-host daemon. Flags (or a config file: --flagfile=<path>, one --flag=value
+// per line) choose the device, the socket directory, the allow-lists and quotas; main builds a
+// service::Daemon and its transports (control socket, gRPC, optional /metrics), then waits for
+// SIGTERM/SIGINT (or an admin Drain) and drains: stop accepting, finish or abort what is in
+// flight, run every key through the lifecycle, exit 0.
+//
+// main lives in api/ rather than service/ because the binary is where the transports are put
+// together, and service/ may not depend on api/ (gRPC stays out of service/).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "api/control_server.h"
+#include "api/grpc_service.h"
+#include "api/metrics_server.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "base/stats.h"
+#include "hca/sim/sim_device.h"
+#include "service/daemon.h"
+
+ABSL_FLAG(std::string, device, "sim", "device: sim[:params] | verbs[:name] | mlx5[:name]");
+ABSL_FLAG(std::string, socket_dir, "/run/regcache",
+          "directory of control.sock and grpc.sock (created if missing)");
+ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");
+ABSL_FLAG(uint16_t, metrics_port, 0, "serve Prometheus /metrics on 127.0.0.1:<port> (0: off)");
+ABSL_FLAG(std::vector<std::string>, allow_uids, {},
+          "uids allowed to open a session (empty with allow_gids empty: root and our uid)");
+ABSL_FLAG(std::vector<std::string>, allow_gids, {}, "gids allowed to open a session");
+ABSL_FLAG(std::vector<std::string>, admin_uids, {},
+          "uids allowed to use Sessions/Drain (empty: root and our uid)");
+ABSL_FLAG(uint64_t, max_keys_per_session, 1u << 20, "keys per session (0: unlimited)");
+ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
+          "bytes of attached memory per session (0: unlimited)");
+ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
+ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
+ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(int32_t, drain_grace_ms, 2000, "how long calls in flight may finish on shutdown");
+
+namespace {
+
+bool ParseIds(const std::vector<std::string>& in, const char* flag, std::vector<uint32_t>* out) {
+  for (const std::string& s : in) {
+    uint32_t v;
+    if (!absl::SimpleAtoi(s, &v)) {
+      std::fprintf(stderr, "regcached: --%s: '%s' is not a number\n", flag, s.c_str());
+      return false;
+    }
+    out->push_back(v);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("regcached --device=sim --socket_dir=/run/regcache [flags]");
+  absl::ParseCommandLine(argc, argv);
+
+  base::LogSeverity severity;
+  if (!base::ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
+    std::fprintf(stderr, "regcached: unknown --log_level\n");
+    return 2;
+  }
+  base::SetMinLogSeverity(severity);
+
+  service::DaemonConfig config;
+  config.device = absl::GetFlag(FLAGS_device);
+  if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), "allow_uids", &config.allow_uids) ||
+      !ParseIds(absl::GetFlag(FLAGS_allow_gids), "allow_gids", &config.allow_gids) ||
+      !ParseIds(absl::GetFlag(FLAGS_admin_uids), "admin_uids", &config.admin_uids)) {
+    return 2;
+  }
+  config.max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
+  config.max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
+  config.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  config.cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+
+  // Every thread created from here on inherits the blocked set; main collects the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  hca::sim::RegisterBackend();
+
+  const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
+  if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    RC_LOG(ERROR) << base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
+    return 1;
+  }
+
+  base::stats::Registry registry;
+  absl::StatusOr<std::unique_ptr<service::Daemon>> daemon =
+      service::Daemon::Create(config, &registry);
+  if (!daemon.ok()) {
+    RC_LOG(ERROR) << "regcached: " << daemon.status();
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<api::ControlServer>> control =
+      api::ControlServer::Start(daemon->get(), socket_dir);
+  if (!control.ok()) {
+    RC_LOG(ERROR) << "regcached: " << control.status();
+    return 1;
+  }
+  api::GrpcServerOptions grpc_options;
+  grpc_options.socket_dir = socket_dir;
+  grpc_options.tcp_port = absl::GetFlag(FLAGS_grpc_tcp_port);
+  // An admin Drain ends the process the same way SIGTERM does.
+  grpc_options.on_drain = [] { kill(getpid(), SIGTERM); };
+  absl::StatusOr<std::unique_ptr<api::GrpcServer>> grpc =
+      api::GrpcServer::Start(daemon->get(), control->get(), grpc_options);
+  if (!grpc.ok()) {
+    RC_LOG(ERROR) << "regcached: " << grpc.status();
+    return 1;
+  }
+  std::unique_ptr<api::MetricsServer> metrics;
+  if (uint16_t port = absl::GetFlag(FLAGS_metrics_port); port != 0) {
+    absl::StatusOr<std::unique_ptr<api::MetricsServer>> m =
+        api::MetricsServer::Start(daemon->get(), port);
+    if (!m.ok()) {
+      RC_LOG(ERROR) << "regcached: " << m.status();
+      return 1;
+    }
+    metrics = std::move(*m);
+  }
+  service::DaemonStatus status = (*daemon)->Status();
+  RC_LOG(INFO) << "regcached ready: device " << status.device << ", sockets in " << socket_dir;
+
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  RC_LOG(INFO) << "regcached: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining";
+
+  // Drain: new sessions and calls get UNAVAILABLE from here on; every session is closed (each
+  // key through the lifecycle, memory unmapped) once its calls in flight finished.
+  absl::Status drained = (*daemon)->Drain();
+  (*grpc)->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_drain_grace_ms)));
+  (*control)->Stop();
+  metrics.reset();
+  if (!drained.ok()) {
+    RC_LOG(ERROR) << "regcached: drain: " << drained;
+    return 1;
+  }
+  RC_LOG(INFO) << "regcached: drained, exiting";
+  return 0;
+}
