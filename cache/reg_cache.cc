@@ -9,6 +9,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
@@ -65,18 +66,19 @@ Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot, uint32_t sh
 struct RangeKey {
   uint64_t va;
   uint64_t length;
-  friend bool operator==(const RangeKey&, const RangeKey&) = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const RangeKey& k) {
-    return H::combine(std::move(h), k.va, k.length);
-  }
 };
 
+struct Registration;
+
 // One registration or window. Fields are guarded as marked; immutable ones are set before the
-// registration is published and never change. The first 32 bytes are what a hit and a release
-// touch (one cache line in three of every four allocations); the rest is the slow path's.
+// registration is published and never change. The first 48 bytes are everything a hit and a
+// release touch (one or two cache lines; aligning the object to a line would cost ~35 bytes per
+// registration in allocator padding, against the 256-byte budget), and the index's table holds
+// only pointers, small enough to stay in L2.
 struct Registration {
   // --- hot ---
+  uint64_t va = 0;                           // immutable
+  uint64_t length = 0;                       // immutable
   Handle handle = 0;                         // immutable once published (shard lock)
   struct Registration* next_same_range = nullptr;  // shard lock
   hca::Key key = 0;                          // immutable: the mapped key (lkey = rkey)
@@ -88,8 +90,6 @@ struct Registration {
   bool referenced = false;      // shard lock: released since queued on the LRU (second chance)
 
   // --- cold ---
-  uint64_t va = 0;              // immutable
-  uint64_t length = 0;          // immutable
   bool in_lru = false;          // shard lock
   bool lifecycle_done = false;  // shard lock: the lifecycle finished with it
   bool is_window = false;       // immutable
@@ -114,9 +114,32 @@ struct Registration {
 // takes, over all shards, the oldest-queued entry that is unheld and unreferenced; on the way
 // it drops held entries from the list (their release queues them again) and gives referenced
 // ones a second chance at the young end.
+// The exact-range index holds only pointers (8 bytes a slot: 100k registrations need under
+// 1 MiB of table), hashed and compared by the registration's own range; lookups go by RangeKey.
+struct RangeHash {
+  using is_transparent = void;
+  size_t operator()(const RangeKey& k) const { return absl::HashOf(k.va, k.length); }
+  size_t operator()(const Registration* r) const;
+};
+struct RangeEq {
+  using is_transparent = void;
+  bool operator()(const Registration* a, const Registration* b) const;
+  bool operator()(const Registration* a, const RangeKey& k) const;
+  bool operator()(const RangeKey& k, const Registration* a) const { return (*this)(a, k); }
+};
+size_t RangeHash::operator()(const Registration* r) const { return absl::HashOf(r->va, r->length); }
+bool RangeEq::operator()(const Registration* a, const Registration* b) const {
+  return a->va == b->va && a->length == b->length;
+}
+bool RangeEq::operator()(const Registration* a, const RangeKey& k) const {
+  return a->va == k.va && a->length == k.length;
+}
+
 struct alignas(64) Shard {
   base::SpinLock mu;
-  absl::flat_hash_map<RangeKey, Registration*> by_range ABSL_GUARDED_BY(mu);
+  // Heads of same-range chains (next_same_range links registrations of one range with
+  // different rights).
+  absl::flat_hash_set<Registration*, RangeHash, RangeEq> by_range ABSL_GUARDED_BY(mu);
   std::vector<Registration*> slots ABSL_GUARDED_BY(mu);  // by HandleSlot
   std::vector<uint32_t> gens ABSL_GUARDED_BY(mu);        // generation of each slot
   std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
@@ -212,15 +235,29 @@ void LruPush(Shard& s, Registration* r, uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_RE
   s.lru_size++;
 }
 
+void RangeLink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  auto [it, inserted] = s.by_range.insert(r);
+  if (!inserted) {  // a chain for this range exists: r goes second
+    r->next_same_range = (*it)->next_same_range;
+    (*it)->next_same_range = r;
+  }
+  r->indexed = true;
+}
+
 void RangeUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   if (!r->indexed) return;
   auto it = s.by_range.find(RangeKey{r->va, r->length});
   RC_CHECK(it != s.by_range.end());
-  Registration** link = &it->second;
-  while (*link != r) link = &(*link)->next_same_range;
-  *link = r->next_same_range;
+  Registration* head = *it;
+  if (head == r) {
+    s.by_range.erase(it);
+    if (r->next_same_range != nullptr) s.by_range.insert(r->next_same_range);
+  } else {
+    Registration* prev = head;
+    while (prev->next_same_range != r) prev = prev->next_same_range;
+    prev->next_same_range = r->next_same_range;
+  }
   r->next_same_range = nullptr;
-  if (it->second == nullptr) s.by_range.erase(it);
   r->indexed = false;
 }
 
@@ -576,7 +613,7 @@ std::optional<KeyGrant> RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t le
     base::SpinLockHolder lock(&s.mu);
     auto it = s.by_range.find(RangeKey{va, length});
     if (it != s.by_range.end()) {
-      for (Registration* r = it->second; r != nullptr; r = r->next_same_range) {
+      for (Registration* r = *it; r != nullptr; r = r->next_same_range) {
         if ((r->access & access) == access) {
           r->holders++;  // stays on the LRU; eviction skips held entries
           KeyGrant g;    // built from the request: va and length are the key's (exact match)
@@ -777,10 +814,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
     base::SpinLockHolder sl(&s.mu);
     published = Publish(s, shard, t->slot, r);
     if (published.ok()) {
-      Registration*& head = s.by_range[RangeKey{va, length}];
-      r->next_same_range = head;
-      head = r;
-      r->indexed = true;
+      RangeLink(s, r);
       r->holders = 1;
     }
   }
