@@ -1,0 +1,514 @@
+// Multi-process end-to-end tests of regcached: the daemon and every client are separate
+// processes (fork/exec of the built binaries); sockets live in a temp dir, TCP only on
+// 127.0.0.1. Every wait is bounded.
+//
+//   PeerWriteLandsInTheClientsOwnMapping   register -> peer write (another process) -> bytes in
+//                                          the client's mapping; invalidate -> refused
+//   ClientFdMemory                         a memfd the client passes over the control socket
+//   BadInputTable                          each bad request's specific code; daemon keeps serving
+//   CredentialNotOnTheAllowList            uid 65533 refused (root only: needs setuid)
+//   NonAdminCannotReachOtherSessions       allowed non-admin uid: Sessions / other's peer denied
+//   KillNineMidTraffic                     kill -9 -> session gone, counters balanced, < 1 s
+//   RegcachectlCommands                    status, sessions, keys --all, stats, peer write
+//   MetricsEndpoint                        GET /metrics on 127.0.0.1
+//   SigtermDrains                          SIGTERM with live keys and traffic -> exit 0
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+constexpr absl::Duration kReplyTimeout = absl::Seconds(10);
+constexpr uint32_t kRw = 1 | 2 | 4 | 8;  // lr|lw|rr|rw
+
+// A child process with its stdin/stdout on pipes (stderr inherited, for the test log).
+class Process {
+ public:
+  Process(std::vector<std::string> argv, int uid = -1) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      (void)uid;
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+  }
+  ~Process() {
+    if (stdin_ >= 0) close(stdin_);
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(stdout_);
+  }
+  pid_t pid() const { return pid_; }
+
+  // One line of output, or "" after the timeout or at EOF.
+  std::string ReadLine(absl::Duration timeout = kReplyTimeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      size_t nl = buf_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+      if (ms <= 0) return "";
+      pollfd p{stdout_, POLLIN, 0};
+      if (poll(&p, 1, ms) <= 0) continue;
+      char tmp[4096];
+      ssize_t n = read(stdout_, tmp, sizeof(tmp));
+      if (n <= 0) return "";
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+  // Sends one command and returns its one-line reply.
+  std::string Do(const std::string& command) {
+    std::string line = command + "\n";
+    if (write(stdin_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+    return ReadLine();
+  }
+  void CloseStdin() {
+    close(stdin_);
+    stdin_ = -1;
+  }
+  // The exit status (or -signal), or -1000 after the timeout.
+  int Wait(absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      int status;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return -1000;
+  }
+  bool Alive() { return !exited_ && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdin_ = -1;
+  int stdout_ = -1;
+  bool exited_ = false;
+  std::string buf_;
+};
+
+// "ok handle=0x1 rkey=0x2" -> {"handle": "0x1", ...}; "_" holds the first word.
+std::map<std::string, std::string> Fields(const std::string& line) {
+  std::map<std::string, std::string> out;
+  bool first = true;
+  for (absl::string_view w : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+    if (first) {
+      out["_"] = std::string(w);
+      first = false;
+      continue;
+    }
+    size_t eq = w.find('=');
+    if (eq != absl::string_view::npos) out[std::string(w.substr(0, eq))] = std::string(w.substr(eq + 1));
+  }
+  return out;
+}
+
+std::string Code(const std::string& reply) {
+  std::vector<std::string> w = absl::StrSplit(reply, ' ');
+  return w.size() >= 2 && w[0] == "err" ? w[1] : (w.empty() ? "" : w[0]);
+}
+
+uint64_t Hex(const std::string& s) {
+  uint64_t v = 0;
+  absl::SimpleHexAtoi(s.rfind("0x", 0) == 0 ? s.substr(2) : s, &v);
+  return v;
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A regcached in its own temp socket dir.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extra = {}) {
+    char tmpl[] = "/tmp/regcache-e2e-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    chmod(dir_.c_str(), 0755);  // other uids must reach the sockets (the allow-list decides)
+    std::vector<std::string> argv = {REGCACHED_PATH, "--device=sim", "--socket_dir=" + dir_,
+                                     "--log_level=warning"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_ = std::make_unique<Process>(argv);
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline &&
+           !(std::filesystem::exists(dir_ + "/control.sock") &&
+             std::filesystem::exists(dir_ + "/grpc.sock"))) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ~Daemon() {
+    if (proc_->Alive()) {
+      kill(proc_->pid(), SIGTERM);
+      proc_->Wait(absl::Seconds(10));
+    }
+    proc_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& dir() const { return dir_; }
+  Process& process() { return *proc_; }
+  bool ready() const { return std::filesystem::exists(dir_ + "/grpc.sock"); }
+
+  std::unique_ptr<Process> Client(int uid = -1) {
+    std::vector<std::string> argv = {E2E_CLIENT_PATH, "--socket_dir=" + dir_};
+    if (uid >= 0) argv.push_back(absl::StrCat("--uid=", uid));
+    return std::make_unique<Process>(argv);
+  }
+  // Runs regcachectl to completion: {exit code, stdout}.
+  std::pair<int, std::string> Ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {REGCACHECTL_PATH, "--socket_dir=" + dir_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv);
+    std::string out;
+    for (std::string line; !(line = p.ReadLine(absl::Seconds(10))).empty();) out += line + "\n";
+    return {p.Wait(absl::Seconds(10)), out};
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<Process> proc_;
+};
+
+// A connected client with one 4 MiB daemon-allocated arena.
+struct Session {
+  std::unique_ptr<Process> proc;
+  uint64_t id = 0;
+  uint64_t ptr = 0;
+};
+
+Session Open(Daemon& d) {
+  Session s;
+  s.proc = d.Client();
+  auto hello = Fields(s.proc->ReadLine());
+  EXPECT_EQ(hello["_"], "ok");
+  absl::SimpleAtoi(hello["session"], &s.id);
+  auto mem = Fields(s.proc->Do("alloc 4194304"));
+  EXPECT_EQ(mem["_"], "ok");
+  s.ptr = Hex(mem["ptr"]);
+  return s;
+}
+
+std::string Addr(uint64_t a) { return absl::StrCat("0x", absl::Hex(a)); }
+
+TEST(E2E, PeerWriteLandsInTheClientsOwnMapping) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  uint64_t buf = a.ptr + 3 * 4096;
+  auto key = Fields(a.proc->Do(absl::StrCat("reg ", Addr(buf), " 65536 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+
+  // Another process (a separate admin session acting as the remote peer of `a`) writes.
+  std::unique_ptr<Process> peer = d.Client();
+  ASSERT_EQ(Fields(peer->ReadLine())["_"], "ok");
+  std::string target = Addr(buf + 100);
+  EXPECT_EQ(peer->Do(absl::StrCat("pwrite ", key["rkey"], " ", target, " hello-peer ", a.id)),
+            "ok");
+  EXPECT_EQ(a.proc->Do(absl::StrCat("check ", target, " hello-peer")), "ok");
+
+  // Invalidate: the same write is refused and the memory is untouched.
+  EXPECT_EQ(a.proc->Do("inval " + key["handle"]), "ok");
+  std::string refused =
+      peer->Do(absl::StrCat("pwrite ", key["rkey"], " ", target, " SECOND-ONE ", a.id));
+  EXPECT_EQ(Code(refused), "PERMISSION_DENIED") << refused;  // REMOTE_ACCESS syndrome
+  EXPECT_EQ(a.proc->Do(absl::StrCat("check ", target, " hello-peer")), "ok");
+  EXPECT_EQ(Fields(a.proc->Do("query " + key["handle"]))["revoked"], "1")
+      << "a revoked handle stays queryable until released";
+}
+
+TEST(E2E, ClientFdMemory) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  std::unique_ptr<Process> c = d.Client();
+  ASSERT_EQ(Fields(c->ReadLine())["_"], "ok");
+  auto mem = Fields(c->Do("allocfd 1048576"));
+  ASSERT_EQ(mem["_"], "ok");
+  uint64_t p = Hex(mem["ptr"]);
+  auto key = Fields(c->Do(absl::StrCat("reg ", Addr(p), " 8192 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("pwrite ", key["rkey"], " ", Addr(p + 8), " via-own-memfd")), "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("check ", Addr(p + 8), " via-own-memfd")), "ok");
+}
+
+TEST(E2E, BadInputTable) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  Session b = Open(d);
+  const uint64_t p = a.ptr;
+  auto parent = Fields(a.proc->Do(absl::StrCat("reg ", Addr(p), " 8192 ", kRw)));
+  ASSERT_EQ(parent["_"], "ok");
+  auto victim = Fields(a.proc->Do(absl::StrCat("reg ", Addr(p + 65536), " 4096 ", kRw)));
+  ASSERT_EQ(victim["_"], "ok");
+
+  struct Case {
+    const char* what;
+    Process* who;
+    std::string command;
+    std::vector<std::string> codes;  // any of these
+  };
+  std::vector<Case> cases = {
+      {"zero length", a.proc.get(), absl::StrCat("reg ", Addr(p), " 0 ", kRw),
+       {"INVALID_ARGUMENT"}},
+      {"overflowing length", a.proc.get(), absl::StrCat("reg ", Addr(p), " 0xfffffffffffff000 ", kRw),
+       {"INVALID_ARGUMENT"}},
+      {"range outside the attached memory", a.proc.get(),
+       absl::StrCat("reg ", Addr(p + (4 << 20)), " 4096 ", kRw), {"OUT_OF_RANGE"}},
+      {"unknown access bits", a.proc.get(), absl::StrCat("reg ", Addr(p), " 4096 0x40"),
+       {"INVALID_ARGUMENT"}},
+      {"remote write without local write", a.proc.get(), absl::StrCat("reg ", Addr(p), " 4096 9"),
+       {"INVALID_ARGUMENT"}},
+      {"window beyond its parent", a.proc.get(),
+       absl::StrCat("window ", parent["handle"], " 4096 8192 ", kRw), {"INVALID_ARGUMENT"}},
+      {"unknown handle", a.proc.get(), "query 0x12345", {"NOT_FOUND", "PERMISSION_DENIED"}},
+      {"another tenant's handle: invalidate", b.proc.get(), "inval " + victim["handle"],
+       {"PERMISSION_DENIED"}},
+      {"another tenant's handle: query", b.proc.get(), "query " + victim["handle"],
+       {"PERMISSION_DENIED"}},
+      {"another tenant's handle: window", b.proc.get(),
+       absl::StrCat("window ", victim["handle"], " 0 4096 ", kRw), {"PERMISSION_DENIED"}},
+      {"another tenant's rkey through its own peer", b.proc.get(),
+       absl::StrCat("pwrite ", victim["rkey"], " ", Addr(p + 65536), " x"),
+       {"PERMISSION_DENIED"}},
+      {"oversized request (> 64 KiB)", a.proc.get(),
+       absl::StrCat("pwrite_big ", parent["rkey"], " ", Addr(p), " 100000"),
+       {"RESOURCE_EXHAUSTED"}},
+      {"malformed request bytes", a.proc.get(), "raw /regcache.v1.RegCache/Register ffffffffff",
+       {"INTERNAL", "INVALID_ARGUMENT"}},
+      {"unknown method", a.proc.get(), "raw /regcache.v1.RegCache/Nope 00", {"UNIMPLEMENTED"}},
+      {"garbage on the control socket", a.proc.get(), "ctlgarbage", {"ok"}},
+  };
+  for (const Case& c : cases) {
+    std::string reply = c.who->Do(c.command);
+    std::string code = Code(reply);
+    bool match = false;
+    for (const std::string& want : c.codes) match |= code == want;
+    EXPECT_TRUE(match) << c.what << ": " << c.command << " -> " << reply;
+    ASSERT_TRUE(d.process().Alive()) << c.what << " killed the daemon";
+  }
+  EXPECT_EQ(a.proc->Do("ctlgarbage"), "ok reply=INVALID_ARGUMENT");
+
+  // Double invalidate.
+  EXPECT_EQ(a.proc->Do("inval " + victim["handle"]), "ok");
+  EXPECT_EQ(Code(a.proc->Do("inval " + victim["handle"])), "FAILED_PRECONDITION");
+
+  // Session tokens: missing, garbage, well-formed but unknown.
+  for (const char* t : {"none", "garbage", "wrong"}) {
+    ASSERT_EQ(b.proc->Do(absl::StrCat("token ", t)), "ok");
+    EXPECT_EQ(Code(b.proc->Do(absl::StrCat("reg ", Addr(b.ptr), " 4096 ", kRw))),
+              "UNAUTHENTICATED") << t;
+    EXPECT_EQ(b.proc->Do("ping"), "ok") << "Ping needs no session";
+  }
+
+  // Still serving everyone: a's session works after all of the above.
+  EXPECT_EQ(Fields(a.proc->Do(absl::StrCat("reg ", Addr(p + 8192), " 4096 ", kRw)))["_"], "ok");
+  Session c = Open(d);
+  EXPECT_NE(c.id, 0u);
+}
+
+TEST(E2E, CredentialNotOnTheAllowList) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client under another uid (setuid)";
+  Daemon d;  // default allow-list: root and the daemon's uid
+  ASSERT_TRUE(d.ready());
+  std::unique_ptr<Process> c = d.Client(65533);
+  std::string hello = c->ReadLine();
+  EXPECT_EQ(Code(hello), "PERMISSION_DENIED") << hello;
+  EXPECT_EQ(c->Wait(absl::Seconds(10)), 1);
+  Session ok = Open(d);
+  EXPECT_NE(ok.id, 0u) << "the daemon keeps serving";
+}
+
+TEST(E2E, NonAdminCannotReachOtherSessions) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a client under another uid (setuid)";
+  Daemon d({"--allow_uids=0,65534", "--admin_uids=0"});
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  auto key = Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+  std::unique_ptr<Process> user = d.Client(65534);
+  auto hello = Fields(user->ReadLine());
+  ASSERT_EQ(hello["_"], "ok");
+  EXPECT_EQ(hello["admin"], "0");
+  EXPECT_EQ(Code(user->Do("sessions")), "PERMISSION_DENIED");
+  EXPECT_EQ(Code(user->Do(absl::StrCat("pwrite ", key["rkey"], " ", Addr(a.ptr), " x ", a.id))),
+            "PERMISSION_DENIED");
+  EXPECT_EQ(Fields(user->Do("alloc 1048576"))["_"], "ok") << "a non-admin user works normally";
+}
+
+TEST(E2E, KillNineMidTraffic) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  std::unique_ptr<Process> observer = d.Client();
+  ASSERT_EQ(Fields(observer->ReadLine())["_"], "ok");
+  auto stat = [&](const char* component, const char* name) {
+    auto f = Fields(observer->Do(absl::StrCat("stat ", component, " ", name)));
+    int64_t v = -1;
+    absl::SimpleAtoi(f["value"], &v);
+    return v;
+  };
+  const int64_t live0 = stat("cache", "live_registrations");
+  const int64_t in_use0 = stat("cache", "keys_in_use");
+  const int64_t bytes0 = stat("cache", "bytes_backed");
+  const int64_t tenants0 = stat("cache", "tenants");
+
+  Session victim = Open(d);
+  std::vector<std::map<std::string, std::string>> keys;
+  for (int i = 0; i < 8; ++i) {
+    keys.push_back(
+        Fields(victim.proc->Do(absl::StrCat("reg ", Addr(victim.ptr + i * 65536), " 65536 ", kRw))));
+    ASSERT_EQ(keys.back()["_"], "ok");
+  }
+  ASSERT_EQ(victim.proc->Do(absl::StrCat("traffic ", Addr(victim.ptr + (2 << 20)))), "ok");
+  absl::SleepFor(absl::Milliseconds(200));  // traffic in flight
+  EXPECT_GT(stat("cache", "live_registrations"), live0);
+  EXPECT_EQ(observer->Do(absl::StrCat("pwrite ", keys[0]["rkey"], " ", Addr(victim.ptr),
+                                      " before ", victim.id)),
+            "ok");
+
+  kill(victim.proc->pid(), SIGKILL);
+  absl::Time killed = absl::Now();
+  bool gone = false, balanced = false;
+  while (absl::Now() - killed < absl::Seconds(5) && !(gone && balanced)) {
+    std::string ids = Fields(observer->Do("sessions"))["ids"];
+    gone = true;
+    for (absl::string_view id : absl::StrSplit(ids, ',')) gone &= id != absl::StrCat(victim.id);
+    balanced = stat("cache", "live_registrations") == live0 &&
+               stat("cache", "keys_in_use") == in_use0 &&
+               stat("cache", "bytes_backed") == bytes0 && stat("cache", "tenants") == tenants0;
+    if (!(gone && balanced)) absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::Duration took = absl::Now() - killed;
+  EXPECT_TRUE(gone) << "the dead client's session is still listed";
+  EXPECT_TRUE(balanced) << "live=" << stat("cache", "live_registrations") << "/" << live0
+                        << " in_use=" << stat("cache", "keys_in_use") << "/" << in_use0
+                        << " bytes=" << stat("cache", "bytes_backed") << "/" << bytes0;
+  EXPECT_LT(took, absl::Seconds(1)) << "cleanup took " << took;
+  for (auto& k : keys) {
+    std::string r = observer->Do(absl::StrCat("pwrite ", k["rkey"], " ", Addr(victim.ptr),
+                                              " after ", victim.id));
+    EXPECT_NE(Code(r), "ok") << "old rkey " << k["rkey"] << " still writable: " << r;
+  }
+  EXPECT_TRUE(d.process().Alive());
+  Session next = Open(d);
+  EXPECT_NE(next.id, 0u) << "the daemon keeps serving";
+}
+
+TEST(E2E, RegcachectlCommands) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  auto key = Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+  auto [rc, out] = d.Ctl({"status"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("backend=sim"), std::string::npos) << out;
+  std::tie(rc, out) = d.Ctl({"sessions"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find(absl::StrCat("session=", a.id, " ")), std::string::npos) << out;
+  std::tie(rc, out) = d.Ctl({"keys", "--all"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("handle=" + key["handle"]), std::string::npos) << out;
+  std::tie(rc, out) = d.Ctl({"stats"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("cache.live_registrations"), std::string::npos) << out;
+  std::tie(rc, out) = d.Ctl({"peer", "write", "--rkey=" + key["rkey"], "--addr=" + Addr(a.ptr),
+                             "--data=from-regcachectl", absl::StrCat("--session=", a.id)});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(a.proc->Do(absl::StrCat("check ", Addr(a.ptr), " from-regcachectl")), "ok");
+  std::tie(rc, out) = d.Ctl({"bogus"});
+  EXPECT_EQ(rc, 2);
+}
+
+TEST(E2E, MetricsEndpoint) {
+  int port = FreeLoopbackPort();
+  Daemon d({absl::StrCat("--metrics_port=", port)});
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  std::string body;
+  for (int attempt = 0; attempt < 50 && body.find("200 OK") == std::string::npos; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    body.clear();
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+      std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+      (void)!write(fd, req.data(), req.size());
+      char buf[65536];
+      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+    }
+    close(fd);
+    if (body.find("200 OK") == std::string::npos) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(body.find("200 OK"), std::string::npos) << body.substr(0, 200);
+  EXPECT_NE(body.find("regcache_cache_live_registrations"), std::string::npos);
+  EXPECT_NE(body.find("regcache_daemon_"), std::string::npos);
+}
+
+TEST(E2E, SigtermDrains) {
+  auto d = std::make_unique<Daemon>();
+  ASSERT_TRUE(d->ready());
+  Session a = Open(*d);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr + i * 8192), " 8192 ", kRw)))["_"],
+              "ok");
+  }
+  ASSERT_EQ(a.proc->Do(absl::StrCat("traffic ", Addr(a.ptr + (1 << 20)))), "ok");
+  absl::SleepFor(absl::Milliseconds(100));
+  kill(d->process().pid(), SIGTERM);
+  EXPECT_EQ(d->process().Wait(absl::Seconds(10)), 0) << "regcached did not drain and exit 0";
+  std::string after = a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw));
+  EXPECT_EQ(Code(after), "UNAVAILABLE") << after;
+}
+
+}  // namespace
