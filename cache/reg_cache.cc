@@ -19,6 +19,7 @@
 #include "base/spinlock.h"
 #include "base/status_macros.h"
 #include "cache/backing_observer.h"
+#include "cache/internal/index.h"
 #include "cache/key_pool.h"
 #include "cache/umr_engine.h"
 
@@ -40,115 +41,11 @@ absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
 
 namespace {
 
-// Handle layout: tenant slot (16 bits) | generation (20) | slot in its shard (20) | shard (8).
-// A handle names a slot of a shard's table directly (no hash lookup on release); the slot's
-// generation, bumped on every reuse, makes a stale handle miss instead of aliasing.
-constexpr int kShardBits = 8;
-constexpr int kSlotBits = 20;
-constexpr int kGenBits = 20;
+using namespace ::cache::internal;  // NOLINT: the index is this file's own machinery
+
 constexpr uint32_t kMaxTenantSlots = 1u << 16;
 constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
 constexpr int kEvictionAttempts = 8;
-
-uint32_t HandleTenantSlot(Handle h) {
-  return static_cast<uint32_t>(h >> (kGenBits + kSlotBits + kShardBits));
-}
-uint32_t HandleShard(Handle h) { return static_cast<uint32_t>(h & ((1u << kShardBits) - 1)); }
-uint32_t HandleSlot(Handle h) {
-  return static_cast<uint32_t>((h >> kShardBits) & ((1u << kSlotBits) - 1));
-}
-Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot, uint32_t shard) {
-  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits + kShardBits)) |
-         (uint64_t{gen & ((1u << kGenBits) - 1)} << (kSlotBits + kShardBits)) |
-         (uint64_t{slot} << kShardBits) | shard;
-}
-
-struct RangeKey {
-  uint64_t va;
-  uint64_t length;
-};
-
-struct Registration;
-
-// One registration or window. Fields are guarded as marked; immutable ones are set before the
-// registration is published and never change. The first 48 bytes are everything a hit and a
-// release touch (one or two cache lines; aligning the object to a line would cost ~35 bytes per
-// registration in allocator padding, against the 256-byte budget), and the index's table holds
-// only pointers, small enough to stay in L2.
-struct Registration {
-  // --- hot ---
-  uint64_t va = 0;                           // immutable
-  uint64_t length = 0;                       // immutable
-  Handle handle = 0;                         // immutable once published (shard lock)
-  struct Registration* next_same_range = nullptr;  // shard lock
-  hca::Key key = 0;                          // immutable: the mapped key (lkey = rkey)
-  hca::AccessFlags access = 0;               // immutable
-  uint32_t holders = 0;                      // shard lock
-  bool indexed = false;         // shard lock: in by_range, Register may return it
-  bool dying = false;           // shard lock: stop-reference done, lifecycle running
-  bool revoked = false;         // shard lock: dying while held; a tombstone until last release
-  bool referenced = false;      // shard lock: released since queued on the LRU (second chance)
-
-  // --- cold ---
-  bool in_lru = false;          // shard lock
-  bool lifecycle_done = false;  // shard lock: the lifecycle finished with it
-  bool is_window = false;       // immutable
-  uint32_t klm_entries = 0;     // immutable
-  PooledKey pooled;             // immutable: the key as the pool tracks it
-  uint64_t queued_at = 0;       // shard lock: LRU queue order (cache-wide ticket)
-  Registration* lru_prev = nullptr;  // shard lock
-  Registration* lru_next = nullptr;  // shard lock
-  struct Registration* parent = nullptr;  // immutable (windows)
-
-  // Guarded by the tenant mutex.
-  KeyLifecycle life;
-  std::vector<Registration*> windows;
-  absl::InlinedVector<BackingId, 1> backings;
-};
-
-// One shard of a tenant's index. The hit path takes exactly one shard lock.
-//
-// LRU: CLOCK with second chance. A registration joins its shard's list when its holder count
-// first drops to zero and stays there while it is hit and released again, which only sets its
-// `referenced` bit: the hit path touches no list neighbour and no shared counter. Eviction
-// takes, over all shards, the oldest-queued entry that is unheld and unreferenced; on the way
-// it drops held entries from the list (their release queues them again) and gives referenced
-// ones a second chance at the young end.
-// The exact-range index holds only pointers (8 bytes a slot: 100k registrations need under
-// 1 MiB of table), hashed and compared by the registration's own range; lookups go by RangeKey.
-struct RangeHash {
-  using is_transparent = void;
-  size_t operator()(const RangeKey& k) const { return absl::HashOf(k.va, k.length); }
-  size_t operator()(const Registration* r) const;
-};
-struct RangeEq {
-  using is_transparent = void;
-  bool operator()(const Registration* a, const Registration* b) const;
-  bool operator()(const Registration* a, const RangeKey& k) const;
-  bool operator()(const RangeKey& k, const Registration* a) const { return (*this)(a, k); }
-};
-size_t RangeHash::operator()(const Registration* r) const { return absl::HashOf(r->va, r->length); }
-bool RangeEq::operator()(const Registration* a, const Registration* b) const {
-  return a->va == b->va && a->length == b->length;
-}
-bool RangeEq::operator()(const Registration* a, const RangeKey& k) const {
-  return a->va == k.va && a->length == k.length;
-}
-
-struct alignas(64) Shard {
-  base::SpinLock mu;
-  // Heads of same-range chains (next_same_range links registrations of one range with
-  // different rights).
-  absl::flat_hash_set<Registration*, RangeHash, RangeEq> by_range ABSL_GUARDED_BY(mu);
-  std::vector<Registration*> slots ABSL_GUARDED_BY(mu);  // by HandleSlot
-  std::vector<uint32_t> gens ABSL_GUARDED_BY(mu);        // generation of each slot
-  std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
-  uint64_t published ABSL_GUARDED_BY(mu) = 0;            // slots in use
-  Registration* lru_oldest ABSL_GUARDED_BY(mu) = nullptr;
-  Registration* lru_newest ABSL_GUARDED_BY(mu) = nullptr;
-  uint64_t lru_size ABSL_GUARDED_BY(mu) = 0;
-  uint64_t tombstones ABSL_GUARDED_BY(mu) = 0;
-};
 
 struct Tenant {
   TenantId id = 0;
@@ -173,120 +70,6 @@ struct Tenant {
     return static_cast<uint32_t>(absl::HashOf(va, length)) & shard_mask;
   }
 };
-
-// --- Handle table of a shard (REQUIRE the shard lock) ---
-
-// Gives `r` a slot and its handle. kResourceExhausted when the shard's table is full.
-absl::Status Publish(Shard& s, uint32_t shard_index, uint32_t tenant_slot, Registration* r)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  uint32_t slot;
-  if (!s.free_slots.empty()) {
-    slot = s.free_slots.back();
-    s.free_slots.pop_back();
-  } else {
-    if (s.slots.size() >= (size_t{1} << kSlotBits)) {
-      return absl::ResourceExhaustedError("registration index shard is full");
-    }
-    slot = static_cast<uint32_t>(s.slots.size());
-    s.slots.push_back(nullptr);
-    s.gens.push_back(0);
-  }
-  s.slots[slot] = r;
-  r->handle = MakeHandle(tenant_slot, ++s.gens[slot], slot, shard_index);
-  s.published++;
-  return absl::OkStatus();
-}
-
-Registration* Lookup(Shard& s, Handle h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const uint32_t slot = HandleSlot(h);
-  if (slot >= s.slots.size()) return nullptr;
-  Registration* r = s.slots[slot];
-  return r != nullptr && r->handle == h ? r : nullptr;
-}
-
-void Unpublish(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const uint32_t slot = HandleSlot(r->handle);
-  RC_DCHECK(slot < s.slots.size() && s.slots[slot] == r);
-  s.slots[slot] = nullptr;
-  s.free_slots.push_back(slot);
-  s.published--;
-}
-
-// --- Shard helpers (REQUIRE the shard mutex) ---
-
-void LruUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (!r->in_lru) return;
-  (r->lru_prev ? r->lru_prev->lru_next : s.lru_oldest) = r->lru_next;
-  (r->lru_next ? r->lru_next->lru_prev : s.lru_newest) = r->lru_prev;
-  r->lru_prev = r->lru_next = nullptr;
-  r->in_lru = false;
-  s.lru_size--;
-}
-
-void LruPush(Shard& s, Registration* r, uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  RC_DCHECK(!r->in_lru);
-  r->queued_at = ticket;
-  r->referenced = false;
-  r->lru_prev = s.lru_newest;
-  r->lru_next = nullptr;
-  (s.lru_newest ? s.lru_newest->lru_next : s.lru_oldest) = r;
-  s.lru_newest = r;
-  r->in_lru = true;
-  s.lru_size++;
-}
-
-void RangeLink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  auto [it, inserted] = s.by_range.insert(r);
-  if (!inserted) {  // a chain for this range exists: r goes second
-    r->next_same_range = (*it)->next_same_range;
-    (*it)->next_same_range = r;
-  }
-  r->indexed = true;
-}
-
-void RangeUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (!r->indexed) return;
-  auto it = s.by_range.find(RangeKey{r->va, r->length});
-  RC_CHECK(it != s.by_range.end());
-  Registration* head = *it;
-  if (head == r) {
-    s.by_range.erase(it);
-    if (r->next_same_range != nullptr) s.by_range.insert(r->next_same_range);
-  } else {
-    Registration* prev = head;
-    while (prev->next_same_range != r) prev = prev->next_same_range;
-    prev->next_same_range = r->next_same_range;
-  }
-  r->next_same_range = nullptr;
-  r->indexed = false;
-}
-
-// Stop-reference: after this no one can become a holder. REQUIRES !r->dying.
-void StopReference(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  RC_DCHECK(!r->dying);
-  RangeUnlink(s, r);
-  LruUnlink(s, r);
-  r->dying = true;
-  if (r->holders > 0) {
-    r->revoked = true;  // the handle stays for Release/Query until the last holder is gone
-    s.tombstones++;
-  } else if (r->handle != 0) {
-    Unpublish(s, r);
-  }
-}
-
-// Tickets order LRU queueing across a tenant's shards. Taken only when an entry is (re)queued,
-// never on a hit or a plain release.
-std::atomic<uint64_t> g_lru_ticket{1};
-
-// A holder is done: the registration joins the LRU, or marks itself used since it was queued.
-void Unreferenced(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (r->in_lru) {
-    r->referenced = true;
-  } else {
-    LruPush(s, r, g_lru_ticket.fetch_add(1, std::memory_order_relaxed));
-  }
-}
 
 KeyGrant GrantOf(const Registration& r, bool hit) {
   KeyGrant g;

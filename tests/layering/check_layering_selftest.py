@@ -48,7 +48,10 @@ expect("clean tree passes", {
     "cache/c_test.cc": '#include "hca/sim/sim.h"\n',  # tests may use the sim fake
     "hca/mlx5/m.cc": "#include <infiniband/mlx5dv.h>\n",
     "api/g.cc": '#include <grpcpp/grpcpp.h>\n#include "api/regcache.pb.h"\n',
+    "api/daemon_main.cc": '#include "hca/sim/sim_device.h"\n',  # composition root
 }, 0, "layering: clean")
+expect("backend from library code is caught", {"api/server.cc": '#include "hca/sim/sim_device.h"\n'},
+       1, "'api' may not include 'hca/sim/sim_device.h'")
 expect("upward include is caught", {"umr/w.h": '#include "cache/pool.h"\n'},
        1, "umr/w.h:1: 'umr' may not include 'cache/pool.h'")
 expect("sibling backend include is caught", {"hca/mlx5/m.cc": '#include "hca/sim/sim.h"\n'},
