@@ -1,6 +1,7 @@
 #include "hca/sim/commands.h"
 
-#include <cstring>
+#include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "hca/sim/mkc_convert.h"
@@ -13,72 +14,75 @@ namespace {
 
 absl::Status Fail(std::vector<uint8_t>* out, uint8_t status, uint32_t syndrome,
                   absl::string_view why) {
-  out->assign(16, 0);
-  auto* hdr = reinterpret_cast<umr::CmdOutHeaderLayout*>(out->data());
-  hdr->status = base::be32::FromHost(uint32_t{status} << 24);
-  hdr->syndrome = base::be32::FromHost(syndrome);
+  const umr::Mailbox16 m = umr::EncodeCmdStatusOut(umr::CmdStatus{status, syndrome});
+  out->assign(m.begin(), m.end());
   const std::string msg = absl::StrCat(why, " (status 0x", absl::Hex(status), ", syndrome 0x",
                                        absl::Hex(syndrome), ")");
-  return status == kCmdStatusBadParam ? absl::InvalidArgumentError(msg)
-                                      : absl::FailedPreconditionError(msg);
+  switch (status) {
+    case kCmdStatusBadResource: return absl::NotFoundError(msg);
+    case kCmdStatusLimit: return absl::ResourceExhaustedError(msg);
+    default: return absl::InvalidArgumentError(msg);
+  }
+}
+
+void Succeed(const umr::Mailbox16& m, std::vector<uint8_t>* out) {
+  out->assign(m.begin(), m.end());
 }
 
 // Sim-chosen command syndromes (the real ones are firmware-internal).
-constexpr uint32_t kSynShortMailbox = 0x5a0001;
+constexpr uint32_t kSynBadMailbox = 0x5a0001;   // short, wrong opcode for its decoder
 constexpr uint32_t kSynBadOpcode = 0x5a0002;
 constexpr uint32_t kSynBadMode = 0x5a0003;
 constexpr uint32_t kSynTooManyEntries = 0x5a0004;
 constexpr uint32_t kSynNoSuchKey = 0x5a0005;
 constexpr uint32_t kSynTableFull = 0x5a0006;
+constexpr uint32_t kSynUmem = 0x5a0007;
+constexpr uint32_t kSynNoSuchFault = 0x5a0008;
+constexpr uint32_t kSynFaultMismatch = 0x5a0009;
 
 }  // namespace
 
 absl::Status CommandProcessor::Execute(absl::Span<const uint8_t> in, std::vector<uint8_t>* out,
                                        bool on_demand) {
-  if (in.size() < sizeof(umr::CmdInHeaderLayout)) {
-    return Fail(out, kCmdStatusBadParam, kSynShortMailbox, "command shorter than its header");
-  }
-  umr::CmdInHeaderLayout hdr;
-  std::memcpy(&hdr, in.data(), sizeof(hdr));
-  const uint16_t opcode = static_cast<uint16_t>(hdr.opcode_uid.GetBits(31, 16));
-  switch (opcode) {
+  const absl::StatusOr<uint16_t> opcode = umr::PeekCommandOpcode(in);
+  if (!opcode.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, opcode.status().message());
+  switch (*opcode) {
     case umr::kCmdCreateMkey: return CreateMkey(in, out, on_demand);
     case umr::kCmdQueryMkey: return QueryMkey(in, out);
     case umr::kCmdDestroyMkey: return DestroyMkey(in, out);
-    default:
-      return Fail(out, kCmdStatusBadParam, kSynBadOpcode,
-                  absl::StrCat("opcode 0x", absl::Hex(opcode), " not modelled"));
+    case umr::kCmdPageFaultResume:
+      if (resume_) return PageFaultResume(in, out);
+      break;
+    default: break;
   }
+  return Fail(out, kCmdStatusBadParam, kSynBadOpcode,
+              absl::StrCat("opcode 0x", absl::Hex(*opcode), " not modelled"));
 }
 
 absl::Status CommandProcessor::CreateMkey(absl::Span<const uint8_t> in, std::vector<uint8_t>* out,
                                           bool on_demand) {
-  if (in.size() < sizeof(umr::CreateMkeyInLayout)) {
-    return Fail(out, kCmdStatusBadParam, kSynShortMailbox, "CREATE_MKEY mailbox too short");
+  const absl::StatusOr<umr::CreateMkeyIn> cmd = umr::DecodeCreateMkeyIn(in);
+  if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
+  if (cmd->mkey_umem_valid) {
+    // Translations arrive inline only: the sim has no UMEM objects to read them from.
+    return Fail(out, kCmdStatusBadParam, kSynUmem, "CREATE_MKEY from a UMEM is not modelled");
   }
-  umr::CreateMkeyInLayout cmd;
-  std::memcpy(&cmd, in.data(), sizeof(cmd));
-  const MkeyState st = FromMkc(umr::DecodeMkeyContext(cmd.mkc));
-  umr::AccessMode mode = static_cast<umr::AccessMode>(st.access_mode);
+  const MkeyState st = FromMkc(cmd->mkc);
+  const umr::AccessMode mode = static_cast<umr::AccessMode>(st.access_mode);
   if (mode != umr::AccessMode::kMtt && mode != umr::AccessMode::kKlm &&
       mode != umr::AccessMode::kKsm) {
     return Fail(out, kCmdStatusBadParam, kSynBadMode,
                 absl::StrCat("access mode ", st.access_mode, " not modelled"));
   }
-  const uint32_t actual_oct = cmd.translations_octword_actual_size.ToHost();
-  if (actual_oct > st.translations_octword_size ||
-      in.size() < sizeof(cmd) + size_t{actual_oct} * 16) {
+  if (cmd->translation.size() / umr::kOctoword > st.translations_octword_size) {
     return Fail(out, kCmdStatusBadParam, kSynTooManyEntries,
-                "translations_octword_actual_size exceeds the capacity or the mailbox");
+                "translations_octword_actual_size exceeds translations_octword_size");
   }
-  absl::StatusOr<umr::Translation> t = umr::DecodeTranslation(
-      mode, in.subspan(sizeof(cmd), size_t{actual_oct} * 16));
+  absl::StatusOr<umr::Translation> t = umr::DecodeTranslation(mode, cmd->translation);
   if (!t.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMode, t.status().message());
 
   absl::StatusOr<uint32_t> index = table_->Allocate();
-  if (!index.ok()) {
-    return Fail(out, kCmdStatusBadResource, kSynTableFull, index.status().message());
-  }
+  if (!index.ok()) return Fail(out, kCmdStatusLimit, kSynTableFull, index.status().message());
   MkeySlot* slot = table_->Slot(*index);
   {
     base::MutexLock lock(&slot->mu);
@@ -99,67 +103,65 @@ absl::Status CommandProcessor::CreateMkey(absl::Span<const uint8_t> in, std::vec
     }
     slot->RecomputeKlmEnds();
   }
-  out->assign(sizeof(umr::MkeyIndexCmdLayout), 0);
-  auto* o = reinterpret_cast<umr::MkeyIndexCmdLayout*>(out->data());
-  o->mkey_index = base::be32::FromHost(*index);
+  // The index came from a table of at most 2^24 slots: it fits.
+  Succeed(umr::EncodeCreateMkeyOut(umr::CreateMkeyOut{{}, *index}).value(), out);
   return absl::OkStatus();
 }
 
 absl::Status CommandProcessor::QueryMkey(absl::Span<const uint8_t> in, std::vector<uint8_t>* out) {
-  if (in.size() < sizeof(umr::MkeyIndexCmdLayout)) {
-    return Fail(out, kCmdStatusBadParam, kSynShortMailbox, "QUERY_MKEY mailbox too short");
-  }
-  umr::MkeyIndexCmdLayout cmd;
-  std::memcpy(&cmd, in.data(), sizeof(cmd));
-  const uint32_t index = cmd.mkey_index.GetBits(23, 0);
+  const absl::StatusOr<umr::QueryMkeyIn> cmd = umr::DecodeQueryMkeyIn(in);
+  if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
+  const uint32_t index = cmd->mkey_index;
   MkeySlot* slot = table_->Slot(index);
   if (slot == nullptr) {
     return Fail(out, kCmdStatusBadResource, kSynNoSuchKey, absl::StrCat("no mkey index ", index));
   }
-  base::ReaderMutexLock lock(&slot->mu);
-  if (!slot->exists) {
-    return Fail(out, kCmdStatusBadResource, kSynNoSuchKey, absl::StrCat("no mkey index ", index));
-  }
-  const bool mtt = slot->state.access_mode == umr::kAccessModeMtt;
-  const size_t entries = mtt ? slot->mtt.size() : slot->klm.size();
-  const size_t entry_bytes = mtt ? 8 : 16;
-  // At least the two octowords the layout always carries (facts §5.5).
-  const size_t xlt_bytes = std::max<size_t>(32, entries * entry_bytes);
-  out->assign(sizeof(umr::QueryMkeyOutLayout) + xlt_bytes, 0);
-  auto* o = reinterpret_cast<umr::QueryMkeyOutLayout*>(out->data());
-  absl::Status s = umr::EncodeMkeyContext(ToMkc(slot->state), &o->mkc);
-  if (!s.ok()) return s;  // stored state always fits its PRM widths
-  uint8_t* xlt = out->data() + sizeof(umr::QueryMkeyOutLayout);
-  if (mtt) {
-    std::vector<umr::MttEntry> e(entries);
-    for (size_t i = 0; i < entries; ++i) {
-      e[i] = umr::MttEntry{slot->mtt[i] & ~uint64_t{0xff}, (slot->mtt[i] & 1) != 0,
-                           (slot->mtt[i] & 2) != 0};
+  umr::QueryMkeyOut o;
+  {
+    base::ReaderMutexLock lock(&slot->mu);
+    if (!slot->exists) {
+      return Fail(out, kCmdStatusBadResource, kSynNoSuchKey,
+                  absl::StrCat("no mkey index ", index));
     }
-    s = umr::EncodeMttEntries(e, xlt);
-    if (!s.ok()) return s;
-  } else if (slot->state.access_mode == umr::kAccessModeKsm) {
-    std::vector<umr::KsmEntry> e(entries);
-    for (size_t i = 0; i < entries; ++i) e[i] = umr::KsmEntry{slot->klm[i].mkey, slot->klm[i].address};
-    umr::EncodeKsmEntries(e, xlt);
-  } else {
-    std::vector<umr::KlmEntry> e(entries);
-    for (size_t i = 0; i < entries; ++i) {
-      e[i] = umr::KlmEntry{slot->klm[i].byte_count, slot->klm[i].mkey, slot->klm[i].address};
+    o.mkc = ToMkc(slot->state);
+    // The whole table (capacity entries: whole octowords), as the kernel sizes its outbox to
+    // read every entry (facts §5.5).
+    if (slot->state.access_mode == umr::kAccessModeMtt) {
+      std::vector<umr::MttEntry> e(slot->mtt.size());
+      for (size_t i = 0; i < e.size(); ++i) {
+        e[i] = umr::MttEntry{slot->mtt[i] & umr::kMttAddrMask, (slot->mtt[i] & 1) != 0,
+                             (slot->mtt[i] & 2) != 0};
+      }
+      o.translation.resize(e.size() * umr::kMttEntryBytes);
+      if (absl::Status s = umr::EncodeMttEntries(e, o.translation.data()); !s.ok()) return s;
+    } else if (slot->state.access_mode == umr::kAccessModeKsm) {
+      std::vector<umr::KsmEntry> e(slot->klm.size());
+      for (size_t i = 0; i < e.size(); ++i) {
+        e[i] = umr::KsmEntry{slot->klm[i].mkey, slot->klm[i].address};
+      }
+      o.translation.resize(e.size() * umr::kKlmEntryBytes);
+      umr::EncodeKsmEntries(e, o.translation.data());
+    } else {
+      std::vector<umr::KlmEntry> e(slot->klm.size());
+      for (size_t i = 0; i < e.size(); ++i) {
+        e[i] = umr::KlmEntry{slot->klm[i].byte_count, slot->klm[i].mkey, slot->klm[i].address};
+      }
+      o.translation.resize(e.size() * umr::kKlmEntryBytes);
+      umr::EncodeKlmEntries(e, o.translation.data());
     }
-    umr::EncodeKlmEntries(e, xlt);
   }
+  // Stored state always fits its PRM widths; a failure here is a sim bug, reported as such.
+  absl::StatusOr<std::vector<uint8_t>> bytes = umr::EncodeQueryMkeyOut(o);
+  if (!bytes.ok()) return absl::InternalError(bytes.status().message());
+  *out = *std::move(bytes);
   return absl::OkStatus();
 }
 
 absl::Status CommandProcessor::DestroyMkey(absl::Span<const uint8_t> in,
                                            std::vector<uint8_t>* out) {
-  if (in.size() < sizeof(umr::MkeyIndexCmdLayout)) {
-    return Fail(out, kCmdStatusBadParam, kSynShortMailbox, "DESTROY_MKEY mailbox too short");
-  }
-  umr::MkeyIndexCmdLayout cmd;
-  std::memcpy(&cmd, in.data(), sizeof(cmd));
-  const uint32_t index = cmd.mkey_index.GetBits(23, 0);
+  const absl::StatusOr<umr::DestroyMkeyIn> cmd = umr::DecodeDestroyMkeyIn(in);
+  if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
+  const uint32_t index = cmd->mkey_index;
   MkeySlot* slot = table_->Slot(index);
   if (slot == nullptr) {
     return Fail(out, kCmdStatusBadResource, kSynNoSuchKey, absl::StrCat("no mkey index ", index));
@@ -178,7 +180,18 @@ absl::Status CommandProcessor::DestroyMkey(absl::Span<const uint8_t> in,
     slot->klm_end.clear();
   }
   table_->Release(index);
-  out->assign(sizeof(umr::MkeyIndexCmdLayout), 0);
+  Succeed(umr::EncodeCmdStatusOut({}), out);
+  return absl::OkStatus();
+}
+
+absl::Status CommandProcessor::PageFaultResume(absl::Span<const uint8_t> in,
+                                               std::vector<uint8_t>* out) {
+  const absl::StatusOr<umr::PageFaultResumeIn> cmd = umr::DecodePageFaultResumeIn(in);
+  if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
+  const absl::Status s = resume_(*cmd);
+  if (absl::IsNotFound(s)) return Fail(out, kCmdStatusBadResource, kSynNoSuchFault, s.message());
+  if (!s.ok()) return Fail(out, kCmdStatusBadParam, kSynFaultMismatch, s.message());
+  Succeed(umr::EncodeCmdStatusOut({}), out);
   return absl::OkStatus();
 }
 

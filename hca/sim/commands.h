@@ -1,36 +1,51 @@
-// The sim's firmware command interface: CREATE_MKEY, QUERY_MKEY and DESTROY_MKEY executed from
-// PRM mailbox bytes (facts §5), against the key table.
+// The sim's firmware command interface: CREATE_MKEY, QUERY_MKEY, DESTROY_MKEY and
+// PAGE_FAULT_RESUME executed from PRM mailbox bytes (facts §5), against the key table and the
+// device's parked ODP accesses.
 //
-// Inputs and outputs are the exact mailbox images (umr/prm.h layouts, big-endian). A command
-// that fails writes status 0x03 (BAD_PARAM) or 0x05 (BAD_RESOURCE) / 0x04 (BAD_RES_STATE) and a
-// syndrome into the output header and returns the same failure as a Status, as DevX reports
-// EREMOTEIO with the outbox filled (facts §5).
+// Inputs are decoded and outputs encoded with umr/mailbox.h, the same code a DevX backend uses
+// on the other side (mlx5dv_devx_obj_create / _query / _destroy, mlx5dv_devx_general_cmd), so
+// the device executes the very bytes that backend posts. A command that fails writes a status
+// and a syndrome into a 16-byte output header and returns the same failure as a Status, as DevX
+// reports EREMOTEIO with the outbox filled (facts §5):
+//   0x03 BAD_PARAM      malformed mailbox, unmodelled opcode / access mode / UMEM, translation
+//                       larger than the key, a resume that does not match its fault
+//                                                                      -> kInvalidArgument
+//   0x05 BAD_RESOURCE   no such mkey index, no parked fault with that token -> kNotFound
+//   0x08 LIM            key table full                                 -> kResourceExhausted
 //
-// Thread safety: Execute may be called concurrently (slots are locked one at a time).
+// Thread safety: Execute may be called concurrently (slots are locked one at a time; the resume
+// hook must be thread-safe).
 #ifndef REGCACHE_HCA_SIM_COMMANDS_H_
 #define REGCACHE_HCA_SIM_COMMANDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "hca/sim/mkey_table.h"
+#include "umr/mailbox.h"
 
 namespace hca::sim {
 
 inline constexpr uint8_t kCmdStatusBadParam = 0x03;
-inline constexpr uint8_t kCmdStatusBadResState = 0x04;
 inline constexpr uint8_t kCmdStatusBadResource = 0x05;
+inline constexpr uint8_t kCmdStatusLimit = 0x08;
 
 class CommandProcessor {
  public:
-  // `table` must outlive this.
-  explicit CommandProcessor(MkeyTable* table) : table_(table) {}
+  // Executes a decoded PAGE_FAULT_RESUME against the parked accesses: OK, kNotFound for a token
+  // with no parked fault, kInvalidArgument when wq_number / type do not match the fault.
+  using ResumeHook = std::function<absl::Status(const umr::PageFaultResumeIn&)>;
 
-  // Executes the command in `in` (opcode from its header), filling `*out` (resized to the
-  // command's output size). `on_demand` marks a created MTT key as an ODP key (sim-side state:
-  // on hardware the kernel registers ODP MRs, the mkc has no such bit).
+  // `table` must outlive this. Without `resume`, PAGE_FAULT_RESUME is an unmodelled opcode.
+  explicit CommandProcessor(MkeyTable* table, ResumeHook resume = nullptr)
+      : table_(table), resume_(std::move(resume)) {}
+
+  // Executes the command in `in` (opcode from its header), filling `*out` with the output
+  // mailbox. `on_demand` marks a created MTT key as an ODP key (sim-side state: on hardware the
+  // kernel registers ODP MRs, the mkc has no such bit).
   absl::Status Execute(absl::Span<const uint8_t> in, std::vector<uint8_t>* out,
                        bool on_demand = false);
 
@@ -38,8 +53,10 @@ class CommandProcessor {
   absl::Status CreateMkey(absl::Span<const uint8_t> in, std::vector<uint8_t>* out, bool on_demand);
   absl::Status QueryMkey(absl::Span<const uint8_t> in, std::vector<uint8_t>* out);
   absl::Status DestroyMkey(absl::Span<const uint8_t> in, std::vector<uint8_t>* out);
+  absl::Status PageFaultResume(absl::Span<const uint8_t> in, std::vector<uint8_t>* out);
 
   MkeyTable* const table_;
+  const ResumeHook resume_;
 };
 
 }  // namespace hca::sim

@@ -19,6 +19,7 @@
 #include "hca/sim/mkey_table.h"
 #include "hca/sim/sim_queue.h"
 #include "hca/sim/translator.h"
+#include "umr/mailbox.h"
 #include "umr/prm.h"
 #include "umr/segments.h"
 #include "umr/wqe_builder.h"
@@ -118,14 +119,21 @@ class SimDeviceImpl final : public SimDevice {
     st.len = length;
     st.translations_octword_size = static_cast<uint32_t>(cap / 2);
     st.log_entity_size = static_cast<uint8_t>(options.log_page_size);
-    std::vector<umr::MttEntry> mtt;
+    // A live MTT key with its translation inline, as a pinned MR's CREATE_MKEY carries it; an
+    // on-demand one supplies none (every entry absent). pg_access: rd_en/wr_en per entry count.
+    umr::CreateMkeyIn in;
+    in.pg_access = true;
+    in.mkc = ToMkc(st);
     if (!options.on_demand) {
       const bool wr = (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) != 0;
-      mtt.resize(pages);
+      std::vector<umr::MttEntry> mtt(pages);
       const uint64_t base = addr & ~(page - 1);
       for (uint64_t i = 0; i < pages; ++i) mtt[i] = umr::MttEntry{base + i * page, true, wr};
+      in.translation.assign((pages + 1) / 2 * umr::kOctoword, 0);  // whole octowords
+      RETURN_IF_ERROR(umr::EncodeMttEntries(mtt, in.translation.data()));
     }
-    ASSIGN_OR_RETURN(uint32_t index, CreateMkey(st, mtt, {}, {}, options.on_demand));
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, umr::EncodeCreateMkeyIn(in));
+    ASSIGN_OR_RETURN(uint32_t index, CreateMkey(mailbox, options.on_demand));
     Backing b;
     b.key = MakeKey(index, 0);
     b.pd = pd;
@@ -145,16 +153,13 @@ class SimDeviceImpl final : public SimDevice {
                                                      caps_.max_klm_entries));
     }
     if (o.layout == Layout::kMtt) return absl::InvalidArgumentError("indirect key with kMtt");
-    MkeyState st;
-    st.free = true;
-    st.umr_en = true;
-    st.access_mode = o.layout == Layout::kKsm ? umr::kAccessModeKsm : umr::kAccessModeKlm;
-    st.access = kLocalRead;
-    st.pd = pd.pdn;
-    st.en_rinval = o.remote_invalidate;
-    st.translations_octword_size = (capacity + 3) / 4 * 4;
-    st.log_entity_size = o.layout == Layout::kKsm ? static_cast<uint8_t>(o.log_entity_size) : 0;
-    return CreateMany(st, count);
+    umr::FreeMkeyParams p;
+    p.mode = o.layout == Layout::kKsm ? umr::AccessMode::kKsm : umr::AccessMode::kKlm;
+    p.capacity_entries = capacity;
+    p.pd = pd.pdn;
+    p.en_rinval = o.remote_invalidate;
+    if (o.layout == Layout::kKsm) RETURN_IF_ERROR(EntitySize(o.log_entity_size, &p));
+    return CreateMany(p, count);
   }
 
   absl::StatusOr<std::vector<Key>> CreateDirectKeys(Pd pd, uint32_t capacity, uint32_t count,
@@ -163,39 +168,37 @@ class SimDeviceImpl final : public SimDevice {
     if (capacity == 0 || capacity > (1u << 30)) {
       return absl::InvalidArgumentError(absl::StrCat("capacity ", capacity));
     }
-    MkeyState st;
-    st.free = true;
-    st.umr_en = true;
-    st.access_mode = umr::kAccessModeMtt;
-    st.access = kLocalRead;
-    st.pd = pd.pdn;
-    st.en_rinval = o.remote_invalidate;
-    st.translations_octword_size = (capacity + 7) / 8 * 4;
-    st.log_entity_size = static_cast<uint8_t>(o.log_page_size);
-    return CreateMany(st, count);
+    umr::FreeMkeyParams p;
+    p.mode = umr::AccessMode::kMtt;
+    p.capacity_entries = capacity;
+    p.pd = pd.pdn;
+    p.en_rinval = o.remote_invalidate;
+    p.pg_access = true;  // maps may carry absent entries: honour rd_en / wr_en
+    RETURN_IF_ERROR(EntitySize(o.log_page_size, &p));
+    return CreateMany(p, count);
   }
 
   absl::Status DestroyKey(Key key) override {
-    std::vector<uint8_t> in(sizeof(umr::MkeyIndexCmdLayout)), out;
-    auto* cmd = reinterpret_cast<umr::MkeyIndexCmdLayout*>(in.data());
-    cmd->dw0 = base::be32::FromHost(uint32_t{umr::kCmdDestroyMkey} << 16);
-    cmd->mkey_index = base::be32::FromHost(KeyIndex(key));
+    ASSIGN_OR_RETURN(const umr::Mailbox16 in,
+                     umr::EncodeDestroyMkeyIn(umr::DestroyMkeyIn{0, 0, KeyIndex(key)}));
+    std::vector<uint8_t> out;
     absl::Status s = RunCommand(in, &out, false);
     if (!s.ok()) return absl::NotFoundError(s.message());
+    ASSIGN_OR_RETURN(const umr::CmdStatus st, umr::DecodeCmdStatusOut(out));
+    if (st.status != 0) return absl::InternalError("DESTROY_MKEY succeeded with a failed outbox");
     stats_.live_keys.Sub();
     return s;
   }
 
   absl::StatusOr<KeyInfo> QueryKey(Key key) override {
-    std::vector<uint8_t> in(sizeof(umr::MkeyIndexCmdLayout)), out;
-    auto* cmd = reinterpret_cast<umr::MkeyIndexCmdLayout*>(in.data());
-    cmd->dw0 = base::be32::FromHost(uint32_t{umr::kCmdQueryMkey} << 16);
-    cmd->mkey_index = base::be32::FromHost(KeyIndex(key));
+    umr::QueryMkeyIn q;
+    q.mkey_index = KeyIndex(key);
+    ASSIGN_OR_RETURN(const umr::Mailbox16 in, umr::EncodeQueryMkeyIn(q));
+    std::vector<uint8_t> out;
     absl::Status s = RunCommand(in, &out, false);
     if (!s.ok()) return absl::NotFoundError(s.message());
-    umr::QueryMkeyOutLayout o;
-    std::memcpy(&o, out.data(), sizeof(o));
-    const umr::MkeyContextDesc mkc = umr::DecodeMkeyContext(o.mkc);
+    ASSIGN_OR_RETURN(const umr::QueryMkeyOut o, umr::DecodeQueryMkeyOut(out));
+    const umr::MkeyContextDesc& mkc = o.mkc;
     KeyInfo info;
     info.key = MakeKey(KeyIndex(key), mkc.mkey_7_0);
     info.free = mkc.free;
@@ -214,8 +217,8 @@ class SimDeviceImpl final : public SimDevice {
     const bool mtt = mkc.access_mode == umr::kAccessModeMtt;
     info.capacity_entries = mtt ? mkc.translations_octword_size * 2 : mkc.translations_octword_size;
     const size_t entry_bytes = mtt ? 8 : 16;
-    const absl::Span<const uint8_t> xlt = absl::MakeConstSpan(out).subspan(
-        sizeof(o), size_t{info.capacity_entries} * entry_bytes);
+    const absl::Span<const uint8_t> xlt = absl::MakeConstSpan(o.translation).subspan(
+        0, size_t{info.capacity_entries} * entry_bytes);
     ASSIGN_OR_RETURN(umr::Translation t,
                      umr::DecodeTranslation(static_cast<umr::AccessMode>(mkc.access_mode), xlt));
     for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(MttEntry{e.addr, e.read, e.write});
@@ -320,6 +323,10 @@ class SimDeviceImpl final : public SimDevice {
     completion_delay_ns_.store(absl::ToInt64Nanoseconds(d));
   }
   void FailNextResumeForTest() override { fail_next_resume_.store(true); }
+  absl::Status ExecuteCommandForTest(absl::Span<const uint8_t> in,
+                                     std::vector<uint8_t>* out) override {
+    return RunCommand(in, out, false);
+  }
 
   // --- used by SimPeer ---
   // Translates, parking on ODP faults until resumed. Bumps the counters.
@@ -429,35 +436,26 @@ class SimDeviceImpl final : public SimDevice {
     return s;
   }
 
-  // CREATE_MKEY through its mailbox. Host-side mailbox encoding lives here until umr/ has a
-  // mailbox builder (TODO(umr mailbox.h): replace with umr's CREATE_MKEY encoder).
-  absl::StatusOr<uint32_t> CreateMkey(const MkeyState& st, absl::Span<const umr::MttEntry> mtt,
-                                      absl::Span<const umr::KlmEntry> klm,
-                                      absl::Span<const umr::KsmEntry> ksm, bool on_demand) {
-    const size_t xlt_bytes = mtt.size() * 8 + (klm.size() + ksm.size()) * 16;
-    const size_t padded = (xlt_bytes + 15) / 16 * 16;
-    std::vector<uint8_t> in(sizeof(umr::CreateMkeyInLayout) + padded, 0), out;
-    auto* cmd = reinterpret_cast<umr::CreateMkeyInLayout*>(in.data());
-    cmd->hdr.opcode_uid = base::be32::FromHost(uint32_t{umr::kCmdCreateMkey} << 16);
-    cmd->dw3.SetBit(umr::kCreateMkeyPgAccessBit, true);
-    RETURN_IF_ERROR(umr::EncodeMkeyContext(ToMkc(st), &cmd->mkc));
-    cmd->translations_octword_actual_size = base::be32::FromHost(static_cast<uint32_t>(padded / 16));
-    uint8_t* xlt = in.data() + sizeof(umr::CreateMkeyInLayout);
-    RETURN_IF_ERROR(umr::EncodeMttEntries(mtt, xlt));
-    umr::EncodeKlmEntries(klm, xlt);
-    umr::EncodeKsmEntries(ksm, xlt);
-    RETURN_IF_ERROR(RunCommand(in, &out, on_demand));
-    umr::MkeyIndexCmdLayout o;
-    std::memcpy(&o, out.data(), sizeof(o));
+  // Executes one CREATE_MKEY mailbox (umr-encoded, as a DevX backend posts it) and decodes the
+  // index from its output.
+  absl::StatusOr<uint32_t> CreateMkey(absl::Span<const uint8_t> mailbox, bool on_demand) {
+    std::vector<uint8_t> out;
+    RETURN_IF_ERROR(RunCommand(mailbox, &out, on_demand));
+    ASSIGN_OR_RETURN(const umr::CreateMkeyOut o, umr::DecodeCreateMkeyOut(out));
     stats_.live_keys.Add();
-    return o.mkey_index.GetBits(23, 0);
+    return o.mkey_index;
   }
 
-  absl::StatusOr<std::vector<Key>> CreateMany(const MkeyState& st, uint32_t count) {
+  // `count` pool keys from one BuildCreateFreeMkey mailbox, posted `count` times.
+  absl::StatusOr<std::vector<Key>> CreateMany(const umr::FreeMkeyParams& p, uint32_t count) {
+    absl::StatusOr<umr::CreateMkeyIn> in = umr::BuildCreateFreeMkey(p);
+    // The builder's range errors are the caller's REQUIRES (capacity, page size).
+    if (!in.ok()) return absl::InvalidArgumentError(in.status().message());
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, umr::EncodeCreateMkeyIn(*in));
     std::vector<Key> keys;
     keys.reserve(count);
     for (uint32_t i = 0; i < count; ++i) {
-      absl::StatusOr<uint32_t> index = CreateMkey(st, {}, {}, {}, false);
+      absl::StatusOr<uint32_t> index = CreateMkey(mailbox, false);
       if (!index.ok()) {
         for (Key k : keys) (void)DestroyKey(k);
         return index.status();
@@ -465,6 +463,15 @@ class SimDeviceImpl final : public SimDevice {
       keys.push_back(MakeKey(*index, 0));
     }
     return keys;
+  }
+
+  // log_entity_size of a paged pool key (MTT page / KSM entity): 12..31.
+  static absl::Status EntitySize(uint32_t log, umr::FreeMkeyParams* p) {
+    if (log < 12 || log > 31) {
+      return absl::InvalidArgumentError(absl::StrCat("log entity size ", log, " outside 12..31"));
+    }
+    p->log_entity_size = static_cast<uint8_t>(log);
+    return absl::OkStatus();
   }
 
   const SimOptions options_;

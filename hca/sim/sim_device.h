@@ -4,11 +4,12 @@
 //
 // What it models (see translator.h for the access checks, umr_executor.h for UMR semantics):
 //   - a key table of mkey contexts indexed by the 24-bit index; CREATE / QUERY / DESTROY_MKEY
-//     are executed from PRM mailbox bytes (commands.h);
+//     are executed from PRM mailbox bytes (commands.h) that the device's own methods encode
+//     with umr/mailbox.h, as the DevX backend does;
 //   - send queues as real rings of 64-byte WQEBBs: Post* build WQEs with umr/ builders into the
 //     ring, Doorbell() publishes the producer index, the engine gathers and decodes the bytes
 //     with umr/ decoders and executes them; completions are 64-byte CQEs in a CQ ring with an
-//     owner bit, polled back and decoded;
+//     owner bit, written with umr::EncodeCqe and polled back with umr::DecodeCqe;
 //   - two execution modes: kInline (the doorbell executes in the caller's thread: deterministic
 //     tests) and kThread (each queue has an engine thread: realistic concurrency);
 //   - the peer data path: RDMA READ/WRITE, 8-byte atomics and SEND with invalidate through rkeys,
@@ -38,9 +39,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/stats.h"
 #include "hca/backend.h"
 #include "hca/device.h"
@@ -102,6 +105,13 @@ class SimDevice : public Device {
   virtual void DelayCompletionsForTest(absl::Duration delay) = 0;
   // The next ResumeFault(token, true) acts as ResumeFault(token, false).
   virtual void FailNextResumeForTest() = 0;
+
+  // Raw PRM access, for tests that prove the device speaks the bytes a DevX backend would.
+  // Executes one command input mailbox (CREATE/QUERY/DESTROY_MKEY, PAGE_FAULT_RESUME) as
+  // mlx5dv_devx_obj_create / _query / _destroy / devx_general_cmd hand it over; `*out` receives
+  // the output mailbox (status and syndrome on failure). The live_keys gauge is not adjusted.
+  virtual absl::Status ExecuteCommandForTest(absl::Span<const uint8_t> in,
+                                             std::vector<uint8_t>* out) = 0;
 };
 
 // A sim device with `options`; `open` gives the stats registry.

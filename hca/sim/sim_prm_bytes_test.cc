@@ -8,6 +8,7 @@
 #include "hca/sim/sim_device.h"
 #include "hca/sim/sim_queue.h"
 #include "umr/cqe.h"
+#include "umr/mailbox.h"
 #include "umr/prm.h"
 
 namespace hca::sim {
@@ -98,6 +99,56 @@ TEST_F(SimPrmBytesTest, CqRingHoldsGoodAndErrorCqes) {
   EXPECT_EQ(CqeAt(ring, 0).opcode, umr::kCqeOpReq);
   EXPECT_FALSE(CqeAt(ring, 1).owner);  // CQE 65 not written yet: still the first pass's
   EXPECT_EQ(CqeAt(ring, 1).opcode, umr::kCqeOpReqErr);
+}
+
+TEST_F(SimPrmBytesTest, ExecutesDevxMailboxes) {
+  // CREATE_MKEY exactly as the DevX backend builds a pool key.
+  umr::FreeMkeyParams p;
+  p.mode = umr::AccessMode::kKlm;
+  p.capacity_entries = 6;  // rounded up to 8 entries (two 64-byte blocks)
+  p.pd = pd_.pdn;
+  p.variant = 0x2a;
+  p.en_rinval = true;
+  const std::vector<uint8_t> create =
+      umr::EncodeCreateMkeyIn(umr::BuildCreateFreeMkey(p).value()).value();
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(dev_->ExecuteCommandForTest(create, &out).ok());
+  const umr::CreateMkeyOut created = umr::DecodeCreateMkeyOut(out).value();
+  EXPECT_EQ(created.status, umr::CmdStatus{});
+  const Key key = MakeKey(created.mkey_index, 0x2a);
+
+  // The device's decoded view and the raw QUERY_MKEY output agree with the request.
+  const KeyInfo info = dev_->QueryKey(key).value();
+  EXPECT_EQ(info.key, key);
+  EXPECT_TRUE(info.free && info.umr_en && info.remote_invalidate);
+  EXPECT_EQ(info.capacity_entries, 8u);
+  umr::QueryMkeyIn q;
+  q.mkey_index = created.mkey_index;
+  ASSERT_TRUE(dev_->ExecuteCommandForTest(umr::EncodeQueryMkeyIn(q).value(), &out).ok());
+  const umr::QueryMkeyOut queried = umr::DecodeQueryMkeyOut(out).value();
+  umr::FreeMkeyParams want = p;
+  want.capacity_entries = 8;
+  want.access.local_read = true;  // implied on every key
+  EXPECT_EQ(umr::DecodeCreateFreeMkey(umr::CreateMkeyIn{.mkc = queried.mkc}).value(), want);
+  EXPECT_EQ(queried.translation.size(), 8u * 16);
+
+  // DESTROY_MKEY; a second one fails in the outbox (BAD_RESOURCE) and as kNotFound.
+  const umr::Mailbox16 destroy =
+      umr::EncodeDestroyMkeyIn(umr::DestroyMkeyIn{0, 0, created.mkey_index}).value();
+  ASSERT_TRUE(dev_->ExecuteCommandForTest(destroy, &out).ok());
+  EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0);
+  EXPECT_EQ(dev_->ExecuteCommandForTest(destroy, &out).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x05);
+  EXPECT_NE(umr::DecodeCmdStatusOut(out).value().syndrome, 0u);
+
+  // An opcode the sim does not model, and a truncated mailbox: BAD_PARAM.
+  std::vector<uint8_t> cap(16, 0);
+  cap[0] = 0x01;  // QUERY_HCA_CAP 0x100
+  EXPECT_EQ(dev_->ExecuteCommandForTest(cap, &out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x03);
+  EXPECT_EQ(dev_->ExecuteCommandForTest(absl::MakeConstSpan(create).subspan(0, 100), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x03);
 }
 
 }  // namespace
