@@ -79,6 +79,9 @@ struct BackingState {
   uint64_t generation ABSL_GUARDED_BY(mu) = 0;  // bumped by every zap
   bool removed ABSL_GUARDED_BY(mu) = false;
   std::vector<uint8_t> entries ABSL_GUARDED_BY(mu);  // kAbsent/kRead/kReadWrite, whole blocks
+  // A rewrite failed part-way: the device's entries may differ from `entries`. From then on
+  // nothing is taken as present without a rewrite, and zaps clear whole ranges.
+  bool uncertain ABSL_GUARDED_BY(mu) = false;
 
   const hca::Backing& device() const { return event.device; }
 };
@@ -347,15 +350,15 @@ void ServicerImpl::ServeFaults() {
 }
 
 void ServicerImpl::Resume(const PendingFault& f, bool ok) {
+  // Counted before the call, so whoever the resume wakes already sees them.
   stats_.service_ns.Record(static_cast<uint64_t>(std::max<int64_t>(NowNs() - f.read_ns, 0)));
+  (ok ? stats_.resumed_ok : stats_.resumed_error).Inc();
   absl::Status s = device_->ResumeFault(f.event.token, ok);
   if (!s.ok()) {
     // The access gave up (fault timeout) or the token is unknown: nothing left to resume.
     stats_.resume_failures.Inc();
     RC_LOG(DEBUG) << "resume of fault token " << f.event.token << ": " << s;
-    return;
   }
-  (ok ? stats_.resumed_ok : stats_.resumed_error).Inc();
 }
 
 void ServicerImpl::ServeQueuedPrefetches() {
@@ -412,6 +415,7 @@ void ServicerImpl::ServiceNeeds(BackingState& b, absl::Span<Need> needs, bool* r
     }
   };
   auto satisfied = [&](const Need& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+    if (b.uncertain) return false;
     const uint8_t want = n.write ? kReadWrite : kRead;
     for (uint32_t i = n.range.first; i < n.range.end; ++i) {
       if ((b.entries[i] & want) != want) return false;
@@ -492,7 +496,8 @@ void ServicerImpl::ServiceNeeds(BackingState& b, absl::Span<Need> needs, bool* r
     }
     std::vector<Chunk> chunks;
     for (size_t k = 0; k < merged.size(); ++k) {
-      if (std::equal(next[k].begin(), next[k].end(), b.entries.begin() + merged[k].first)) {
+      if (!b.uncertain &&
+          std::equal(next[k].begin(), next[k].end(), b.entries.begin() + merged[k].first)) {
         continue;
       }
       Chunk c;
@@ -511,6 +516,12 @@ void ServicerImpl::ServiceNeeds(BackingState& b, absl::Span<Need> needs, bool* r
         stats_.rewrites.Inc();
         for (size_t k = 0; k < merged.size(); ++k) {
           std::copy(next[k].begin(), next[k].end(), b.entries.begin() + merged[k].first);
+        }
+      } else {
+        // Some WQEs may have executed: count the new entries as present so a zap clears them.
+        b.uncertain = true;
+        for (size_t k = 0; k < merged.size(); ++k) {
+          for (size_t i = 0; i < next[k].size(); ++i) b.entries[merged[k].first + i] |= next[k][i];
         }
       }
     }
@@ -608,6 +619,7 @@ absl::Status ServicerImpl::ZapLocked(BackingState& b, EntryRange range) {
         ++zapped;
       }
     }
+    any = any || b.uncertain;
     if (!any) continue;
     if (chunks.empty() || chunks.back().first + chunks.back().entries.size() != blk) {
       chunks.push_back(Chunk{blk, {}});
@@ -621,6 +633,7 @@ absl::Status ServicerImpl::ZapLocked(BackingState& b, EntryRange range) {
   absl::Status s = Rewrite(b, chunks);
   if (!s.ok()) {
     stats_.zap_errors.Inc();
+    b.uncertain = true;  // some blocks may be cleared already; the state keeps them present
     return s;
   }
   std::fill(b.entries.begin() + range.first, b.entries.begin() + range.end, kAbsent);

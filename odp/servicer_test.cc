@@ -364,6 +364,25 @@ TEST_P(ServicerTest, AFailedResumeFailsTheAccessAndServiceContinues) {
   EXPECT_EQ(dev_->stats().page_faults.value(), 2u);
 }
 
+TEST_P(ServicerTest, AFailedRewriteFailsTheFaultAndTheNextOneRecovers) {
+  Memory mem(16 * kPage);
+  hca::Backing b = Track(mem.va(), 16 * kPage);
+  dev_->FailNextUmrForTest(hca::Syndrome::kLocalProt);
+  absl::Status s = Write(b, mem.va() + kPage, "x");
+  EXPECT_TRUE(IsOdpFault(s)) << s;
+  EXPECT_EQ(servicer_->stats().rewrite_errors.value(), 1u);
+  EXPECT_TRUE(Write(b, mem.va() + kPage, "y").ok());
+  EXPECT_EQ(mem.data[kPage], 'y');
+  // A zap whose UMR fails reports it; the next zap clears the entries.
+  ASSERT_TRUE(servicer_->Prefetch(b.key, mem.va(), 16 * kPage, true, PrefetchMode::kSync).ok());
+  dev_->FailNextUmrForTest(hca::Syndrome::kLocalProt);
+  EXPECT_FALSE(servicer_->Zap(b.key, mem.va(), 16 * kPage).ok());
+  EXPECT_EQ(servicer_->stats().zap_errors.value(), 1u);
+  ASSERT_TRUE(servicer_->Zap(b.key, mem.va(), 16 * kPage).ok());
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(Entry(b, i), hca::MttEntry{}) << i;
+  EXPECT_TRUE(Write(b, mem.va() + 3 * kPage, "z").ok());
+}
+
 TEST_P(ServicerTest, RemovalZapsEverythingThenFaultsFail) {
   Memory mem(16 * kPage);
   hca::Backing b = Track(mem.va(), 16 * kPage);

@@ -13,9 +13,9 @@ namespace odp {
   COUNTER(rewrites, "UMR batches that made pages present (faults and prefetches)")            \
   COUNTER(rewrite_wqes, "MTT rewrite WQEs posted (faults, prefetches and zaps)")              \
   COUNTER(rewrite_errors, "MTT rewrites that failed to post, complete or arrive in time")     \
-  COUNTER(resumed_ok, "faults resumed with success")                                          \
-  COUNTER(resumed_error, "faults resumed with error")                                         \
-  COUNTER(resume_failures, "ResumeFault calls the device refused (the access gave up)")       \
+  COUNTER(resumed_ok, "faults resumed with success (counted as the resume is issued)")       \
+  COUNTER(resumed_error, "faults resumed with error (counted as the resume is issued)")       \
+  COUNTER(resume_failures, "resumes the device refused (the access gave up meanwhile)")       \
   COUNTER(queue_overflow, "faults resumed with error because too many were pending")          \
   COUNTER(unknown_key, "faults on a key that is no tracked on-demand backing")                \
   COUNTER(populate_errors, "ranges whose pages could not be made resident")                   \
