@@ -461,18 +461,16 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::UnavailableError(
         absl::StrCat("connect ", path, ": ", base::ErrnoName(err), " (is regcached running?)"));
   }
-  HelloMsg hello = MakeControlMessage<HelloMsg>(ControlType::kHello);
-  absl::Status sent = SendControlMessage(fd, &hello, sizeof(hello), -1);
-  absl::StatusOr<ControlMessage> reply =
-      ReceiveControlMessage(fd, options.call_timeout);  // Error (refused) or Welcome
+  // The daemon speaks first: Welcome, or Error when it refused this process.
+  absl::StatusOr<ControlMessage> reply = ReceiveControlMessage(fd, options.call_timeout);
   if (!reply.ok() || reply->type != ControlType::kWelcome) {
     absl::Status s;
     if (!reply.ok()) {
-      s = sent.ok() ? reply.status() : sent;
+      s = reply.status();
     } else if (reply->type == ControlType::kError) {
       s = StatusFromErrorMessage(reply->As<ErrorMsg>());
     } else {
-      s = absl::InternalError("control socket: unexpected reply to Hello");
+      s = absl::InternalError("control socket: unexpected first message");
     }
     if (reply.ok()) CloseFds(&reply->fds);
     close(fd);

@@ -18,10 +18,16 @@
 // type gets an Error reply (never a crash), and any descriptors that came with it are closed.
 //
 // The conversation:
-//   daemon, on accept   SO_PEERCRED -> Daemon::OpenSession. Refused: Error{code, message} and
-//                       the daemon closes the connection.
-//   client -> Hello     daemon -> Welcome{session id, token, admin}. The client presents the
-//                       token on every gRPC call (metadata "x-regcache-session").
+//   daemon, on accept   SO_PEERCRED -> Daemon::OpenSession, then unprompted either
+//                       Welcome{session id, token, admin} or, refused, Error{code, message}
+//                       and the daemon closes the connection. The client presents the token on
+//                       every gRPC call (metadata "x-regcache-session").
+//                       Why unprompted rather than Hello -> Welcome: a refused client's Hello
+//                       would sit unread in the daemon's socket when it closes, and a unix
+//                       socket closed with unread data makes the peer's next read fail with
+//                       ECONNRESET — the client would lose the Error that says why (seen under
+//                       ASAN timing). With the daemon speaking first nothing is ever unread.
+//   client -> Hello     optional: the daemon answers with the Welcome again.
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
 //                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
 //   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (memfd,
@@ -53,7 +59,7 @@ inline constexpr char kGrpcSocketName[] = "grpc.sock";
 inline constexpr char kSessionMetadataKey[] = "x-regcache-session";
 
 enum class ControlType : uint16_t {
-  kHello = 1,     // client -> daemon
+  kHello = 1,     // client -> daemon (optional: asks for the Welcome again)
   kWelcome = 2,   // daemon -> client
   kError = 3,     // daemon -> client
   kMemoryFd = 4,  // daemon -> client, with an fd

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -138,6 +139,12 @@ class ControlServerImpl final : public ControlServer {
       Drop(fd, "epoll_ctl");
       return;
     }
+    WelcomeMsg w = Welcome(*grant);
+    absl::Status sent = SendControlMessage(fd, &w, sizeof(w), -1);
+    if (!sent.ok()) {
+      Drop(fd, sent.ToString());
+      return;
+    }
     RC_LOG(INFO) << "control: session " << grant->id << " opened for pid=" << peer.pid
                  << " uid=" << peer.uid << (grant->admin ? " (admin)" : "");
   }
@@ -172,10 +179,7 @@ class ControlServerImpl final : public ControlServer {
     switch (msg->type) {
       case ControlType::kHello: {
         CloseFds(&msg->fds);
-        WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
-        w.session_id = grant.id;
-        std::memcpy(w.token, grant.token.data(), std::min(grant.token.size(), sizeof(w.token)));
-        w.admin = grant.admin ? 1 : 0;
+        WelcomeMsg w = Welcome(grant);
         replied = SendControlMessage(fd, &w, sizeof(w), -1);
         break;
       }
@@ -218,6 +222,14 @@ class ControlServerImpl final : public ControlServer {
       }
     }
     if (!replied.ok()) Drop(fd, replied.ToString());
+  }
+
+  static WelcomeMsg Welcome(const service::SessionGrant& grant) {
+    WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
+    w.session_id = grant.id;
+    std::memcpy(w.token, grant.token.data(), std::min(grant.token.size(), sizeof(w.token)));
+    w.admin = grant.admin ? 1 : 0;
+    return w;
   }
 
   // Forgets the connection, closes it and its session.

@@ -2,10 +2,11 @@
 // mode 0666 (the allow-list checked on the peer's credentials is the policy, not the file
 // mode). Protocol: api/control_protocol.h.
 //
-// One connection is one session: on accept the server reads SO_PEERCRED and calls
-// Daemon::OpenSession (refused: an Error message, then the connection is closed); on EOF, a
-// reset, or a client that stops reading, it calls Daemon::CloseSession, which runs every key of
-// the session through the lifecycle and unmaps its memory.
+// One connection is one session: on accept the server reads SO_PEERCRED, calls
+// Daemon::OpenSession and sends the Welcome (session id, token) unprompted — or, refused, an
+// Error, and closes the connection. On EOF, a reset, or a client that stops reading, it calls
+// Daemon::CloseSession, which runs every key of the session through the lifecycle and unmaps
+// its memory.
 //
 // One thread serves every connection with epoll. It never blocks on a client: sends are
 // MSG_DONTWAIT, and a client whose receive queue is full is dropped (its session closed).

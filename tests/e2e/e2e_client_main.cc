@@ -1,6 +1,6 @@
 // regcache_e2e_client — a client process for the end-to-end tests, driven line by line.
 //
-//   regcache_e2e_client --socket_dir=DIR [--uid=N]
+//   regcache_e2e_client --socket_dir=DIR [--uid=N] [--tcp_port=P]
 //
 // On start it connects (after dropping to --uid, when given) and prints "ok session=ID admin=A"
 // or "err CODE message" (then exits 1). Then it reads one command per line from stdin and
@@ -45,6 +45,7 @@
 
 ABSL_FLAG(std::string, socket_dir, "", "regcached's socket directory");
 ABSL_FLAG(int32_t, uid, -1, "drop to this uid (and gid) before connecting");
+ABSL_FLAG(uint16_t, tcp_port, 0, "dial gRPC on 127.0.0.1:<port> instead of the unix socket");
 
 namespace {
 
@@ -182,7 +183,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  auto client = api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+  api::ClientOptions options;
+  options.tcp_port = absl::GetFlag(FLAGS_tcp_port);
+  auto client = api::Client::Connect(absl::GetFlag(FLAGS_socket_dir), options);
   if (!client.ok()) {
     std::printf("%s\n", Err(client.status()).c_str());
     std::fflush(stdout);

@@ -11,6 +11,7 @@
 //   KillNineMidTraffic                     kill -9 -> session gone, counters balanced, < 1 s
 //   RegcachectlCommands                    status, sessions, keys --all, stats, peer write
 //   MetricsEndpoint                        GET /metrics on 127.0.0.1
+//   LoopbackTcp                            gRPC over 127.0.0.1:<port> (--grpc_tcp_port)
 //   SigtermDrains                          SIGTERM with live keys and traffic -> exit 0
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -196,9 +197,10 @@ class Daemon {
   Process& process() { return *proc_; }
   bool ready() const { return std::filesystem::exists(dir_ + "/grpc.sock"); }
 
-  std::unique_ptr<Process> Client(int uid = -1) {
+  std::unique_ptr<Process> Client(int uid = -1, int tcp_port = 0) {
     std::vector<std::string> argv = {E2E_CLIENT_PATH, "--socket_dir=" + dir_};
     if (uid >= 0) argv.push_back(absl::StrCat("--uid=", uid));
+    if (tcp_port != 0) argv.push_back(absl::StrCat("--tcp_port=", tcp_port));
     return std::make_unique<Process>(argv);
   }
   // Runs regcachectl to completion: {exit code, stdout}.
@@ -493,6 +495,20 @@ TEST(E2E, MetricsEndpoint) {
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body.substr(0, 200);
   EXPECT_NE(body.find("regcache_cache_live_registrations"), std::string::npos);
   EXPECT_NE(body.find("regcache_daemon_"), std::string::npos);
+}
+
+TEST(E2E, LoopbackTcp) {
+  int port = FreeLoopbackPort();
+  Daemon d({absl::StrCat("--grpc_tcp_port=", port)});
+  ASSERT_TRUE(d.ready());
+  std::unique_ptr<Process> c = d.Client(-1, port);  // control socket + gRPC over 127.0.0.1
+  ASSERT_EQ(Fields(c->ReadLine())["_"], "ok");
+  auto mem = Fields(c->Do("alloc 1048576"));
+  ASSERT_EQ(mem["_"], "ok");
+  auto key = Fields(c->Do(absl::StrCat("reg ", mem["ptr"], " 4096 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("pwrite ", key["rkey"], " ", mem["ptr"], " over-tcp")), "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("check ", mem["ptr"], " over-tcp")), "ok");
 }
 
 TEST(E2E, SigtermDrains) {
