@@ -1,12 +1,7 @@
 #include "hca/sim/sim_device.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +10,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "hca/sim/commands.h"
+#include "hca/sim/fault_queue.h"
 #include "hca/sim/mkc_convert.h"
 #include "hca/sim/mkey_table.h"
 #include "hca/sim/sim_queue.h"
@@ -34,7 +30,7 @@ class SimDeviceImpl;
 
 class SimPeer final : public Peer {
  public:
-  SimPeer(SimDeviceImpl* dev, Pd pd) : dev_(dev), pd_(pd) {}
+  SimPeer(SimDeviceImpl* dev, Pd pd, uint32_t qpn) : dev_(dev), pd_(pd), qpn_(qpn) {}
   Pd pd() const override { return pd_; }
   absl::Status Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) override;
   absl::Status Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) override;
@@ -49,6 +45,7 @@ class SimPeer final : public Peer {
   absl::StatusOr<uint64_t> Atomic(Key rkey, uint64_t addr, bool cas, uint64_t a, uint64_t b);
   SimDeviceImpl* const dev_;
   const Pd pd_;
+  const uint32_t qpn_;  // the QP its accesses arrive on (WQE-subtype page faults name it)
 };
 
 class SimDeviceImpl final : public SimDevice {
@@ -57,8 +54,9 @@ class SimDeviceImpl final : public SimDevice {
       : options_(o),
         table_(o.max_keys),
         translator_(&table_, o.max_indirection),
-        commands_(&table_),
-        event_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+        faults_(&stats_, o.fault_timeout),
+        commands_(&table_,
+                  [this](const umr::PageFaultResumeIn& in) { return faults_.Resume(in); }) {
     caps_.backend = "sim";
     caps_.device_name = o.device_name;
     caps_.max_klm_entries = 1u << o.log_max_klm_list_size;
@@ -75,9 +73,6 @@ class SimDeviceImpl final : public SimDevice {
           *open.stats_registry,
           open.stats_component.empty() ? "hca_sim" : open.stats_component, &stats_);
     }
-  }
-  ~SimDeviceImpl() override {
-    if (event_fd_ >= 0) close(event_fd_);
   }
 
   const Capabilities& capabilities() const override { return caps_; }
@@ -253,41 +248,31 @@ class SimDeviceImpl final : public SimDevice {
 
   absl::StatusOr<std::unique_ptr<Peer>> CreatePeer(Pd pd) override {
     RETURN_IF_ERROR(CheckPd(pd));
-    return std::unique_ptr<Peer>(new SimPeer(this, pd));
+    uint32_t qpn;
+    {
+      base::MutexLock lock(&mu_);
+      qpn = next_sqn_++;  // one QP number space for send queues and peers
+    }
+    return std::unique_ptr<Peer>(new SimPeer(this, pd, qpn));
   }
 
-  // --- ODP ---
+  // --- ODP --- The driver's half of fault handling: decode the EQE, answer with a
+  // PAGE_FAULT_RESUME mailbox that the device's command path executes (fault_queue.h).
   absl::StatusOr<FaultEvent> NextFaultEvent(absl::Duration timeout) override {
-    base::MutexLock lock(&fault_mu_);
-    const bool got = fault_cv_.WaitFor(&fault_mu_, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return !pending_events_.empty();
-    });
-    if (!got) return absl::DeadlineExceededError("no page-fault event");
-    FaultEvent ev = pending_events_.front();
-    pending_events_.pop_front();
-    if (pending_events_.empty()) {
-      uint64_t v;
-      (void)!read(event_fd_, &v, sizeof(v));  // drain: not readable while nothing is pending
-    }
-    return ev;
+    return faults_.Next(timeout);
   }
-  int FaultEventFd() override { return event_fd_; }
+  int FaultEventFd() override { return faults_.fd(); }
 
   absl::Status ResumeFault(uint64_t token, bool ok) override {
     if (ok && fail_next_resume_.exchange(false)) {
       stats_.injected_failures.Inc();
       ok = false;
     }
-    base::MutexLock lock(&fault_mu_);
-    auto it = parked_.find(token);
-    if (it == parked_.end() || it->second.resumed) {
-      return absl::NotFoundError(absl::StrCat("no parked fault with token ", token));
-    }
-    it->second.resumed = true;
-    it->second.ok = ok;
-    (ok ? stats_.faults_resumed_ok : stats_.faults_resumed_error).Inc();
-    fault_cv_.SignalAll();
-    return absl::OkStatus();
+    ASSIGN_OR_RETURN(const umr::PageFaultResumeIn in, faults_.ResumeCommandFor(token, !ok));
+    ASSIGN_OR_RETURN(const umr::Mailbox16 mailbox, umr::EncodePageFaultResumeIn(in));
+    std::vector<uint8_t> out;
+    // kNotFound (BAD_RESOURCE) when the access gave up meanwhile.
+    return RunCommand(mailbox, &out, false);
   }
 
   absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) override {
@@ -327,11 +312,12 @@ class SimDeviceImpl final : public SimDevice {
                                      std::vector<uint8_t>* out) override {
     return RunCommand(in, out, false);
   }
+  std::vector<uint8_t> EventRingForTest() override { return faults_.EventRingForTest(); }
 
   // --- used by SimPeer ---
   // Translates, parking on ODP faults until resumed. Bumps the counters.
-  absl::Status TranslateParked(uint32_t pd, Key key, uint64_t va, uint64_t len, AccessKind kind,
-                               Segments* out) {
+  absl::Status TranslateParked(uint32_t pd, uint32_t qpn, Key key, uint64_t va, uint64_t len,
+                               AccessKind kind, Segments* out) {
     for (uint32_t attempt = 0; attempt < kMaxParkRetries; ++attempt) {
       out->clear();
       std::optional<FaultNeed> need;
@@ -344,7 +330,7 @@ class SimDeviceImpl final : public SimDevice {
         stats_.translation_errors.Inc();
         return s;
       }
-      RETURN_IF_ERROR(Park(*need, kind));
+      RETURN_IF_ERROR(faults_.Park(*need, kind, qpn));
     }
     stats_.translation_errors.Inc();
     return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
@@ -380,49 +366,6 @@ class SimDeviceImpl final : public SimDevice {
   SimStats& mutable_stats() { return stats_; }
 
  private:
-  struct Parked {
-    bool resumed = false;
-    bool ok = false;
-  };
-
-  absl::Status Park(const FaultNeed& need, AccessKind kind) {
-    stats_.page_faults.Inc();
-    stats_.parked_accesses.Add();
-    base::MutexLock lock(&fault_mu_);
-    const uint64_t token = next_token_++;
-    parked_[token] = Parked{};
-    pending_events_.push_back(FaultEvent{token, need.key, need.address, need.length, need.write});
-    const uint64_t one = 1;
-    (void)!write(event_fd_, &one, sizeof(one));
-    fault_cv_.SignalAll();
-    const bool resumed = fault_cv_.WaitFor(&fault_mu_, options_.fault_timeout,
-                                           [this, token]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                             return parked_[token].resumed;
-                                           });
-    const bool ok = parked_[token].ok;
-    parked_.erase(token);
-    stats_.parked_accesses.Sub();
-    if (!resumed) {
-      stats_.fault_timeouts.Inc();
-      // Leave no stale event behind for a servicer to resume.
-      for (auto it = pending_events_.begin(); it != pending_events_.end(); ++it) {
-        if (it->token == token) {
-          pending_events_.erase(it);
-          break;
-        }
-      }
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "page fault on key 0x%08x at 0x%x not resumed in time", need.key, need.address));
-    }
-    if (!ok) {
-      return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
-                         absl::StrFormat("page fault on key 0x%08x at 0x%x resumed with error",
-                                         need.key, need.address),
-                         kVendorSyndromeOdpFault);
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status CheckPd(Pd pd) {
     base::MutexLock lock(&mu_);
     if (pds_.count(pd.pdn) == 0) return absl::InvalidArgumentError(absl::StrCat("no pd ", pd.pdn));
@@ -480,6 +423,7 @@ class SimDeviceImpl final : public SimDevice {
   base::stats::Registration registration_;
   MkeyTable table_;
   Translator translator_;
+  FaultQueue faults_;
   CommandProcessor commands_;
 
   base::Mutex mu_;
@@ -487,12 +431,6 @@ class SimDeviceImpl final : public SimDevice {
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
 
-  base::Mutex fault_mu_;
-  base::CondVar fault_cv_;
-  uint64_t next_token_ ABSL_GUARDED_BY(fault_mu_) = 1;
-  std::map<uint64_t, Parked> parked_ ABSL_GUARDED_BY(fault_mu_);
-  std::deque<FaultEvent> pending_events_ ABSL_GUARDED_BY(fault_mu_);
-  const int event_fd_;
 
   std::atomic<uint8_t> fail_next_umr_{0};
   std::atomic<int64_t> completion_delay_ns_{0};
@@ -504,7 +442,7 @@ class SimDeviceImpl final : public SimDevice {
 absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
   dev_->mutable_stats().peer_writes.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, rkey, remote_addr, data.size(),
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
                                         AccessKind::kRemoteWrite, &segs));
   size_t off = 0;
   for (const Segment& s : segs) {
@@ -518,7 +456,7 @@ absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uin
 absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) {
   dev_->mutable_stats().peer_reads.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, rkey, remote_addr, out.size(),
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
                                         AccessKind::kRemoteRead, &segs));
   size_t off = 0;
   for (const Segment& s : segs) {
@@ -538,7 +476,7 @@ absl::StatusOr<uint64_t> SimPeer::Atomic(Key rkey, uint64_t addr, bool cas, uint
   }
   Segments segs;
   RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
+      dev_->TranslateParked(pd_.pdn, qpn_, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
   if (segs.size() != 1 || segs[0].addr % 8 != 0) {
     return DeviceError(Syndrome::kRemoteInvalReq,
                        absl::StrFormat("atomic at 0x%x does not translate to one aligned 8-byte "
@@ -568,7 +506,7 @@ absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out
   dev_->mutable_stats().local_accesses.Inc();
   Segments segs;
   RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
+      dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
   size_t off = 0;
   for (const Segment& s : segs) {
     std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
@@ -581,7 +519,7 @@ absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8
   dev_->mutable_stats().local_accesses.Inc();
   Segments segs;
   RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, lkey, addr, data.size(), AccessKind::kLocalWrite, &segs));
+      dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, data.size(), AccessKind::kLocalWrite, &segs));
   size_t off = 0;
   for (const Segment& s : segs) {
     std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);

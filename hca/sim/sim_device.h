@@ -15,7 +15,9 @@
 //   - the peer data path: RDMA READ/WRITE, 8-byte atomics and SEND with invalidate through rkeys,
 //     local SGE access through lkeys, moving real bytes (DMA address = this process's VA);
 //   - ODP: on-demand backings start with absent MTT entries; an access needing one raises a
-//     FaultEvent and parks until ResumeFault (retry) or fails with vendor syndrome 0x93;
+//     page-fault EQE into the device's event ring and parks (fault_queue.h); NextFaultEvent
+//     decodes the EQE, ResumeFault answers with a PAGE_FAULT_RESUME mailbox that the command
+//     path executes: error 0 retries the access, error 1 fails it with vendor syndrome 0x93;
 //   - fault injection and counters.
 //
 // Syndromes the sim chooses where the PRM sources read do not say (facts §13):
@@ -112,6 +114,8 @@ class SimDevice : public Device {
   // the output mailbox (status and syndrome on failure). The live_keys gauge is not adjusted.
   virtual absl::Status ExecuteCommandForTest(absl::Span<const uint8_t> in,
                                              std::vector<uint8_t>* out) = 0;
+  // A copy of the page-fault event ring: FaultQueue::kDepth 64-byte EQEs in slot order.
+  virtual std::vector<uint8_t> EventRingForTest() = 0;
 };
 
 // A sim device with `options`; `open` gives the stats registry.

@@ -1,5 +1,8 @@
 // The sim speaks PRM bytes: its CQ ring, its command mailboxes and its page-fault event ring are
-// read and written here with umr/'s decoders and encoders directly, bypassing hca::Device.
+// read and written here with umr/'s decoders and encoders directly, bypassing hca::Device where
+// the point is the bytes.
+#include <poll.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "hca/sim/sim_queue.h"
 #include "umr/cqe.h"
 #include "umr/mailbox.h"
+#include "umr/odp_event.h"
 #include "umr/prm.h"
 
 namespace hca::sim {
@@ -33,6 +37,31 @@ class SimPrmBytesTest : public ::testing::Test {
     ASSERT_TRUE(q_->Flush(absl::Seconds(5)).ok());
     std::vector<Completion> c(n + 1);
     ASSERT_EQ(q_->Poll(absl::MakeSpan(c)), n);
+  }
+
+  // An on-demand backing over the same memory, and a peer.
+  Backing OdpBacking() {
+    BackingOptions bo;
+    bo.on_demand = true;
+    return dev_->RegisterBacking(pd_, base_, 8 * kPage, kAllAccess, bo).value();
+  }
+  void WaitForFault() {
+    struct pollfd pfd = {dev_->FaultEventFd(), POLLIN, 0};
+    ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  }
+  umr::PageFaultEvent EqeAt(size_t slot) {
+    const std::vector<uint8_t> ring = dev_->EventRingForTest();
+    absl::StatusOr<umr::PageFaultEvent> e =
+        umr::DecodePageFaultEqe(absl::MakeConstSpan(ring).subspan(slot * 64, 64));
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.value_or(umr::PageFaultEvent{});
+  }
+  // Executes `in` as raw PAGE_FAULT_RESUME bytes; returns the outbox status byte.
+  absl::Status RawResume(const umr::PageFaultResumeIn& in, uint8_t* outbox_status) {
+    std::vector<uint8_t> out;
+    absl::Status s = dev_->ExecuteCommandForTest(umr::EncodePageFaultResumeIn(in).value(), &out);
+    *outbox_status = umr::DecodeCmdStatusOut(out).value().status;
+    return s;
   }
 
   umr::Cqe CqeAt(const std::vector<uint8_t>& ring, size_t slot) {
@@ -149,6 +178,97 @@ TEST_F(SimPrmBytesTest, ExecutesDevxMailboxes) {
   EXPECT_EQ(dev_->ExecuteCommandForTest(absl::MakeConstSpan(create).subspan(0, 100), &out).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x03);
+}
+
+TEST_F(SimPrmBytesTest, PeerWriteFaultIsAnRdmaEqe) {
+  const Backing odp = OdpBacking();
+  auto peer = dev_->CreatePeer(pd_).value();
+  const std::vector<uint8_t> data(100, 0x5c);
+  absl::Status st;
+  std::thread writer([&] { st = peer->Write(odp.key, base_ + 3 * kPage + 10, data); });
+  WaitForFault();
+  // The raw EQE: type 0x0c, RDMA-responder subtype, r_key / rdma_va / length / WRITE flag.
+  const std::vector<uint8_t> ring = dev_->EventRingForTest();
+  EXPECT_EQ(ring[1], umr::kEventTypePageFault);
+  EXPECT_EQ(ring[63], 0);  // owner bit of the first pass; unwritten entries keep the init 1
+  EXPECT_EQ(ring[64 + 63], 1);
+  const umr::PageFaultEvent e = EqeAt(0);
+  EXPECT_EQ(e.subtype, umr::PageFaultSubtype::kRdma);
+  EXPECT_EQ(e.type, umr::kPageFaultRdma | umr::kPageFaultWrite);
+  EXPECT_EQ(e.rkey, odp.key);
+  EXPECT_EQ(e.rdma_va, base_ + 3 * kPage + 10);
+  EXPECT_EQ(e.rdma_op_len, 100u);
+  // NextFaultEvent is that EQE decoded; the token is its wq_number.
+  const FaultEvent ev = dev_->NextFaultEvent(absl::Seconds(5)).value();
+  EXPECT_EQ(ev.token, e.wq_number);
+  EXPECT_EQ(ev.key, odp.key);
+  EXPECT_EQ(ev.address, e.rdma_va);
+  EXPECT_EQ(ev.length, 100u);
+  EXPECT_TRUE(ev.write);
+  ASSERT_TRUE(dev_->Prefetch(odp.key, base_ + 3 * kPage, kPage, true).ok());
+  ASSERT_TRUE(dev_->ResumeFault(ev.token, true).ok());
+  writer.join();
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(dev_->ResumeFault(ev.token, true).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dev_->stats().faults_resumed_ok.value(), 1u);
+}
+
+TEST_F(SimPrmBytesTest, LocalFaultIsAWqeEqeAndRawErrorResumeFailsIt) {
+  const Backing odp = OdpBacking();
+  auto peer = dev_->CreatePeer(pd_).value();
+  std::vector<uint8_t> out(16);
+  absl::Status st;
+  std::thread reader([&] { st = peer->LocalRead(odp.key, base_ + kPage, absl::MakeSpan(out)); });
+  WaitForFault();
+  const umr::PageFaultEvent e = EqeAt(0);
+  EXPECT_EQ(e.subtype, umr::PageFaultSubtype::kWqe);
+  EXPECT_EQ(e.type, umr::kPageFaultRequestor);  // reads local memory: no WRITE
+  EXPECT_NE(e.wq_number, 0u);                   // the peer's QP
+  EXPECT_EQ(e.rkey, 0u);
+
+  // The servicer's answer, as raw mailbox bytes. A resume naming another QP is refused and
+  // leaves the access parked.
+  umr::PageFaultResumeIn wrong = umr::ResumeFor(e, /*error=*/true);
+  wrong.wq_number ^= 1;
+  uint8_t outbox = 0;
+  EXPECT_EQ(RawResume(wrong, &outbox).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(outbox, 0x03);
+  // error = 1: the parked access fails with LOCAL_PROT and vendor syndrome 0x93.
+  EXPECT_TRUE(RawResume(umr::ResumeFor(e, /*error=*/true), &outbox).ok());
+  EXPECT_EQ(outbox, 0);
+  reader.join();
+  ASSERT_TRUE(ErrorOf(st).has_value()) << st;
+  EXPECT_EQ(ErrorOf(st)->syndrome, Syndrome::kLocalProt);
+  EXPECT_EQ(ErrorOf(st)->vendor_syndrome, kVendorSyndromeOdpFault);
+  EXPECT_EQ(dev_->stats().faults_resumed_error.value(), 1u);
+  // Nothing is parked on the token any more; its EQE is stale and NextFaultEvent skips it.
+  EXPECT_EQ(RawResume(umr::ResumeFor(e, true), &outbox).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(outbox, 0x05);
+  EXPECT_EQ(dev_->NextFaultEvent(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SimPrmBytesTest, LocalWriteFaultDecodesFromTheFaultingWqe) {
+  const Backing odp = OdpBacking();
+  auto peer = dev_->CreatePeer(pd_).value();
+  const std::vector<uint8_t> data(kPage + 8, 0x77);  // spans pages 2 and 3
+  absl::Status st;
+  std::thread writer([&] { st = peer->LocalWrite(odp.key, base_ + 2 * kPage + 4, data); });
+  const FaultEvent ev = dev_->NextFaultEvent(absl::Seconds(5)).value();
+  const umr::PageFaultEvent e = EqeAt(0);
+  EXPECT_EQ(e.subtype, umr::PageFaultSubtype::kWqe);
+  EXPECT_EQ(e.type, umr::kPageFaultRequestor | umr::kPageFaultWrite);
+  EXPECT_EQ(ev.token, e.token);
+  // Key, address and length come from the data segment of the WQE at e.wqe_index.
+  EXPECT_EQ(ev.key, odp.key);
+  EXPECT_EQ(ev.address, base_ + 2 * kPage + 4);
+  EXPECT_EQ(ev.length, kPage + 8);
+  EXPECT_TRUE(ev.write);
+  ASSERT_TRUE(dev_->Prefetch(odp.key, ev.address, ev.length, true).ok());
+  ASSERT_TRUE(dev_->ResumeFault(ev.token, true).ok());
+  writer.join();
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(mem_[base_ - reinterpret_cast<uint64_t>(mem_.data()) + 3 * kPage], 0x77);
 }
 
 }  // namespace
