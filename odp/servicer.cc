@@ -291,11 +291,21 @@ void ServicerImpl::Run() {
   }
 }
 
+// True while the device has fault events pending. With an event fd this is a zero-timeout
+// poll: asking NextFaultEvent with a zero timeout when nothing is pending may still sleep in a
+// timed wait (the sim's does: timer slack, tens of microseconds on every batch).
+bool EventsPending(int fault_fd) {
+  if (fault_fd < 0) return true;  // no fd: NextFaultEvent decides
+  struct pollfd p = {fault_fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
 void ServicerImpl::ServeFaults() {
   // Drain everything pending into one batch (bounded): concurrent faults on the same pages
   // then share one rewrite.
+  const int fault_fd = device_->FaultEventFd();
   std::vector<PendingFault> batch;
-  while (true) {
+  while (EventsPending(fault_fd)) {
     absl::StatusOr<hca::FaultEvent> ev = device_->NextFaultEvent(absl::ZeroDuration());
     if (!ev.ok()) break;
     stats_.faults.Inc();
