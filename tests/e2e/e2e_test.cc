@@ -12,6 +12,7 @@
 //   RegcachectlCommands                    status, sessions, keys --all, stats, peer write
 //   MetricsEndpoint                        GET /metrics on 127.0.0.1
 //   LoopbackTcp                            gRPC over 127.0.0.1:<port> (--grpc_tcp_port)
+//   RegcachectlDrainStopsTheDaemon         regcachectl drain -> the daemon drains, exits 0
 //   SigtermDrains                          SIGTERM with live keys and traffic -> exit 0
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -509,6 +510,16 @@ TEST(E2E, LoopbackTcp) {
   ASSERT_EQ(key["_"], "ok");
   EXPECT_EQ(c->Do(absl::StrCat("pwrite ", key["rkey"], " ", mem["ptr"], " over-tcp")), "ok");
   EXPECT_EQ(c->Do(absl::StrCat("check ", mem["ptr"], " over-tcp")), "ok");
+}
+
+TEST(E2E, RegcachectlDrainStopsTheDaemon) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  ASSERT_EQ(Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw)))["_"], "ok");
+  auto [rc, out] = d.Ctl({"drain"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(d.process().Wait(absl::Seconds(10)), 0) << "an admin Drain ends regcached with 0";
 }
 
 TEST(E2E, SigtermDrains) {
