@@ -133,14 +133,26 @@ class ClientImpl final : public Client {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access) override {
+  absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
+                               int prefetch) override {
     pb::RegisterRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
     req.set_access(access);
+    req.set_prefetch(static_cast<pb::Prefetch>(prefetch));
     pb::KeyGrant resp;
     RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Register, req, &resp));
     return FromProto(resp);
+  }
+
+  absl::Status Prefetch(const void* addr, uint64_t length, bool write, bool sync) override {
+    pb::PrefetchRequest req;
+    req.set_va(reinterpret_cast<uint64_t>(addr));
+    req.set_length(length);
+    req.set_write(write);
+    req.set_mode(sync ? pb::PREFETCH_SYNC : pb::PREFETCH_ASYNC);
+    pb::PrefetchResponse resp;
+    return Call(&pb::RegCache::Stub::Prefetch, req, &resp);
   }
 
   absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,

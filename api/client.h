@@ -148,7 +148,11 @@ class Client {
   virtual absl::Status DetachMemory(const Memory& memory) = 0;
 
   // --- Keys ---
-  virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access) = 0;
+  // `prefetch` (on-demand memory only): 0 none, 1 before the call returns, 2 queued.
+  virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
+                                       int prefetch = 0) = 0;
+  // Makes the translations of on-demand memory present (sync: before returning).
+  virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write, bool sync) = 0;
   virtual absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
                                      uint32_t access) = 0;
   virtual absl::Status Release(uint64_t handle) = 0;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "api/control_protocol.h"
 #include "api/grpc_status.h"
 #include "api/regcache.grpc.pb.h"
@@ -34,6 +35,15 @@ absl::Status CheckDeadline(grpc::ServerContext* ctx) {
     return absl::DeadlineExceededError("deadline passed before the work was done");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<service::PrefetchMode> PrefetchFromProto(int mode) {
+  switch (mode) {
+    case pb::PREFETCH_NONE: return service::PrefetchMode::kNone;
+    case pb::PREFETCH_SYNC: return service::PrefetchMode::kSync;
+    case pb::PREFETCH_ASYNC: return service::PrefetchMode::kAsync;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("unknown prefetch mode %d", mode));
 }
 
 void ToProto(const cache::KeyGrant& g, pb::KeyGrant* out) {
@@ -135,10 +145,19 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
                         pb::KeyGrant* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(cache::KeyGrant g,
-                       daemon_->Register(s, req->va(), req->length(), req->access()));
+      ASSIGN_OR_RETURN(service::PrefetchMode prefetch, PrefetchFromProto(req->prefetch()));
+      ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Register(s, req->va(), req->length(),
+                                                            req->access(), prefetch));
       ToProto(g, resp);
       return absl::OkStatus();
+    });
+  }
+
+  grpc::Status Prefetch(grpc::ServerContext* ctx, const pb::PrefetchRequest* req,
+                        pb::PrefetchResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(service::PrefetchMode mode, PrefetchFromProto(req->mode()));
+      return daemon_->Prefetch(s, req->va(), req->length(), req->write(), mode);
     });
   }
 

@@ -16,6 +16,8 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "hca/backend.h"
+#include "odp/register.h"
+#include "odp/servicer.h"
 #include "service/shared_memory.h"
 
 namespace service {
@@ -102,10 +104,12 @@ absl::StatusOr<std::string> NewToken() {
 class DaemonImpl final : public Daemon {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
-             std::unique_ptr<hca::Device> device, std::unique_ptr<cache::RegCache> cache)
+             std::unique_ptr<hca::Device> device, std::unique_ptr<odp::Servicer> servicer,
+             std::unique_ptr<cache::RegCache> cache)
       : config_(config),
         registry_(registry),
         device_(std::move(device)),
+        servicer_(std::move(servicer)),
         cache_(std::move(cache)),
         started_(absl::Now()) {
     if (registry_ != nullptr) stats_registration_ = {*registry_, "daemon", &stats_};
@@ -115,7 +119,8 @@ class DaemonImpl final : public Daemon {
     absl::Status s = Drain();
     if (!s.ok()) RC_LOG(WARNING) << "drain at destruction: " << s;
     stats_registration_ = {};
-    cache_.reset();
+    cache_.reset();     // before the servicer that observes it
+    servicer_.reset();  // before the device it serves
     device_.reset();
   }
 
@@ -134,10 +139,29 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
 
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
-                                           hca::AccessFlags access) override {
+                                           hca::AccessFlags access,
+                                           PrefetchMode prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    return cache_->Register(s.tenant, va, length, access);
+    if (prefetch == PrefetchMode::kNone) return cache_->Register(s.tenant, va, length, access);
+    if (servicer_ == nullptr) return NoOdp();
+    odp::RegisterOptions o;
+    o.mode = prefetch == PrefetchMode::kSync ? odp::PrefetchMode::kSync : odp::PrefetchMode::kAsync;
+    return odp::RegisterWithPrefetch(cache_.get(), servicer_.get(), s.tenant, va, length, access,
+                                     o);
+  }
+  absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
+                        PrefetchMode mode) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    if (servicer_ == nullptr) return NoOdp();
+    if (length == 0 || va + length < va) {
+      return absl::InvalidArgumentError("prefetch range is empty or wraps");
+    }
+    if (mode == PrefetchMode::kNone) return absl::OkStatus();
+    return servicer_->PrefetchTenantRange(
+        s.tenant, va, length, write,
+        mode == PrefetchMode::kSync ? odp::PrefetchMode::kSync : odp::PrefetchMode::kAsync);
   }
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,
@@ -192,6 +216,11 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
   absl::StatusOr<std::shared_ptr<Session>> Lookup(SessionId id);
   bool Allowed(const PeerCredentials& peer) const;
+  absl::Status NoOdp() const {
+    return absl::UnimplementedError(absl::StrFormat(
+        "device %s has no on-demand paging: prefetch has nothing to do",
+        device_->capabilities().backend));
+  }
   bool AdminUid(uid_t uid) const;
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
   // The sim's peer port for the session's PD. REQUIRES s.mu.
@@ -200,6 +229,7 @@ class DaemonImpl final : public Daemon {
   const DaemonConfig config_;
   base::stats::Registry* const registry_;
   std::unique_ptr<hca::Device> device_;
+  std::unique_ptr<odp::Servicer> servicer_;  // null on a device without ODP
   std::unique_ptr<cache::RegCache> cache_;
   const absl::Time started_;
   DaemonStats stats_;
@@ -568,12 +598,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   hca::OpenOptions open;
   open.stats_registry = registry;
   ASSIGN_OR_RETURN(std::unique_ptr<hca::Device> device, hca::OpenDevice(config.device, open));
+  // The fault servicer observes the cache's backings, so it comes first and goes last.
+  std::unique_ptr<odp::Servicer> servicer;
+  cache::CacheOptions cache_options = config.cache;
+  if (device->capabilities().odp) {
+    ASSIGN_OR_RETURN(servicer, odp::Servicer::Create(device.get(), {}, registry));
+    cache_options.backing_observer = servicer.get();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<cache::RegCache> cache,
-                   cache::RegCache::Create(device.get(), config.cache, registry));
+                   cache::RegCache::Create(device.get(), cache_options, registry));
   RC_LOG(INFO) << "regcached on " << device->capabilities().backend << ":"
-               << device->capabilities().device_name;
-  return std::unique_ptr<Daemon>(
-      new DaemonImpl(config, registry, std::move(device), std::move(cache)));
+               << device->capabilities().device_name
+               << (servicer != nullptr ? " (on-demand paging served)" : "");
+  return std::unique_ptr<Daemon>(new DaemonImpl(config, registry, std::move(device),
+                                                std::move(servicer), std::move(cache)));
 }
 
 }  // namespace service

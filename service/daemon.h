@@ -24,6 +24,13 @@
 //   AttachMemory registers the daemon's mapping with the device once (one backing) at the
 //   client's address; DetachMemory invalidates every key over it, deregisters and unmaps.
 //
+// On-demand memory (ODP). AttachMemory(on_demand) registers the memory with every translation
+// absent: on `sim` the daemon's odp::Servicer makes pages present when the device faults on
+// them (or when prefetched) and zaps them before the memory is detached; on mlx5 the kernel
+// services faults and prefetch goes through ibv_advise_mr. Register can prefetch the range it
+// maps (synchronously or not), and Prefetch does it for any attached range. A device without
+// ODP refuses on_demand and prefetch with kUnimplemented.
+//
 // Thread safety: every method may be called from any thread. Calls on one session run
 // concurrently with each other; CloseSession waits for the session's calls in flight, and
 // later calls on it fail with kNotFound.
@@ -113,6 +120,9 @@ struct MemoryInfo {
   bool hugetlb = false;
 };
 
+// Prefetch on register: none, before Register returns, or queued to the fault servicer.
+enum class PrefetchMode { kNone, kSync, kAsync };
+
 struct DaemonStatus {
   std::string device;       // backend name and device name
   hca::Capabilities capabilities;
@@ -160,9 +170,17 @@ class Daemon {
   virtual absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) = 0;
 
   // --- Keys (see cache/reg_cache.h for the semantics and error codes) ---
+  // With a prefetch mode other than kNone, the range's on-demand pages are made present too
+  // (for write when `access` has local or remote write); pinned memory needs nothing. A sync
+  // prefetch that fails releases the grant and returns the error.
   virtual absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va,
-                                                   uint64_t length,
-                                                   hca::AccessFlags access) = 0;
+                                                   uint64_t length, hca::AccessFlags access,
+                                                   PrefetchMode prefetch = PrefetchMode::kNone) = 0;
+  // Makes the translations of [va, va + length) of the session's attached memory present
+  // (for write too when `write`). kOutOfRange if the range is not attached memory;
+  // kUnimplemented without ODP; kResourceExhausted when the async queue is full.
+  virtual absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
+                                PrefetchMode mode) = 0;
   virtual absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                        uint64_t offset, uint64_t length,
                                                        hca::AccessFlags access) = 0;

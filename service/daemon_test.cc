@@ -235,6 +235,40 @@ TEST_F(DaemonTest, SessionsIsAdminOnly) {
   (void)admin;
 }
 
+TEST_F(DaemonTest, OnDemandMemoryIsServedAndPrefetched) {
+  SessionGrant s = Open();
+  auto m = daemon_->AllocateMemory(s.id, 1 << 20, false);
+  ASSERT_TRUE(m.ok());
+  void* p = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+  ::close(m->fd);
+  const uint64_t va = reinterpret_cast<uint64_t>(p);
+  ASSERT_TRUE(daemon_->AttachMemory(s.id, m->id, va, /*on_demand=*/true).ok());
+  const uint8_t byte = 7;
+  // No prefetch: the peer's write faults, the daemon's servicer makes the page present.
+  auto cold = daemon_->Register(s.id, va, 65536, kRw);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  ASSERT_TRUE(daemon_->PeerWrite(s.id, cold->rkey, va + 100, absl::MakeConstSpan(&byte, 1)).ok());
+  EXPECT_EQ(static_cast<uint8_t*>(p)[100], 7);
+  EXPECT_GE(Stat("odp", "faults"), 1);
+  // Prefetch on register: no fault at all for the next range.
+  const int64_t faults = Stat("odp", "faults");
+  auto warm = daemon_->Register(s.id, va + 65536, 65536, kRw, PrefetchMode::kSync);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  ASSERT_TRUE(
+      daemon_->PeerWrite(s.id, warm->rkey, va + 65536 + 5, absl::MakeConstSpan(&byte, 1)).ok());
+  EXPECT_EQ(Stat("odp", "faults"), faults);
+  // An explicit prefetch, and its errors.
+  EXPECT_TRUE(daemon_->Prefetch(s.id, va + 131072, 4096, true, PrefetchMode::kSync).ok());
+  EXPECT_EQ(daemon_->Prefetch(s.id, va + (1 << 20), 4096, true, PrefetchMode::kSync).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(daemon_->Prefetch(s.id, va, 0, true, PrefetchMode::kSync).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Detaching zaps before the memory goes: the keys die, the daemon keeps running.
+  ASSERT_TRUE(daemon_->DetachMemory(s.id, m->id).ok());
+  EXPECT_GE(Stat("odp", "zaps"), 1);
+  ::munmap(p, 1 << 20);
+}
+
 TEST(DaemonCreateTest, UnknownDeviceIsAClearError) {
   DaemonConfig config;
   config.device = "nosuch";

@@ -92,6 +92,20 @@ std::string Command(api::Client& c, const std::vector<std::string>& a,
     if (!m.ok()) return Err(m.status());
     return absl::StrCat("ok mem=", m->id, " ptr=0x", absl::Hex(reinterpret_cast<uint64_t>(m->data)));
   }
+  if (cmd == "allocodp") {  // on-demand memory: translations absent until faulted/prefetched
+    auto m = c.AllocateMemory(n(1), /*hugetlb=*/false, /*on_demand=*/true);
+    if (!m.ok()) return Err(m.status());
+    return absl::StrCat("ok mem=", m->id, " ptr=0x", absl::Hex(reinterpret_cast<uint64_t>(m->data)));
+  }
+  if (cmd == "regp") {  // reg with prefetch mode: 0 none, 1 sync, 2 async
+    auto k = c.Register(reinterpret_cast<const void*>(n(1)), n(2), static_cast<uint32_t>(n(3)),
+                        static_cast<int>(n(4)));
+    return k.ok() ? KeyLine(*k) : Err(k.status());
+  }
+  if (cmd == "prefetch") {  // prefetch <va> <len> <write 0|1> <sync 0|1>
+    absl::Status s = c.Prefetch(reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0, n(4) != 0);
+    return s.ok() ? "ok" : Err(s);
+  }
   if (cmd == "reg") {
     auto k = c.Register(reinterpret_cast<const void*>(n(1)), n(2), static_cast<uint32_t>(n(3)));
     return k.ok() ? KeyLine(*k) : Err(k.status());

@@ -280,6 +280,35 @@ TEST(E2E, ClientFdMemory) {
   EXPECT_EQ(c->Do(absl::StrCat("check ", Addr(p + 8), " via-own-memfd")), "ok");
 }
 
+TEST(E2E, OnDemandMemoryFaultsAndPrefetchesAcrossProcesses) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  std::unique_ptr<Process> c = d.Client();
+  ASSERT_EQ(Fields(c->ReadLine())["_"], "ok");
+  auto mem = Fields(c->Do("allocodp 1048576"));
+  ASSERT_EQ(mem["_"], "ok");
+  const uint64_t p = Hex(mem["ptr"]);
+  auto stat = [&](const char* name) {
+    return Fields(c->Do(absl::StrCat("stat odp ", name)))["value"];
+  };
+  // Cold: the peer's write faults and the daemon's servicer brings the page in.
+  auto cold = Fields(c->Do(absl::StrCat("reg ", Addr(p), " 65536 ", kRw)));
+  ASSERT_EQ(cold["_"], "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("pwrite ", cold["rkey"], " ", Addr(p + 64), " faulted-in")), "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("check ", Addr(p + 64), " faulted-in")), "ok");
+  const std::string faults = stat("faults");
+  EXPECT_NE(faults, "0");
+  // Warm: registered with a synchronous prefetch, the write needs no fault.
+  auto warm = Fields(c->Do(absl::StrCat("regp ", Addr(p + 65536), " 65536 ", kRw, " 1")));
+  ASSERT_EQ(warm["_"], "ok");
+  EXPECT_EQ(c->Do(absl::StrCat("pwrite ", warm["rkey"], " ", Addr(p + 65536), " prefetched")),
+            "ok");
+  EXPECT_EQ(stat("faults"), faults);
+  EXPECT_EQ(c->Do(absl::StrCat("prefetch ", Addr(p + 131072), " 4096 1 1")), "ok");
+  EXPECT_EQ(Fields(c->Do(absl::StrCat("prefetch ", Addr(p + 4 * 1048576), " 4096 1 1")))["_"],
+            "err") << "outside the attached memory";
+}
+
 TEST(E2E, BadInputTable) {
   Daemon d;
   ASSERT_TRUE(d.ready());
