@@ -106,8 +106,9 @@ class FaultQueue {
   uint32_t eq_producer_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t eq_consumer_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<uint32_t, Parked> parked_ ABSL_GUARDED_BY(mu_);                  // device side
-  std::map<uint32_t, umr::PageFaultEvent> delivered_ ABSL_GUARDED_BY(mu_);  // host side, ⊆ parked_
+  std::map<uint32_t, Parked> parked_ ABSL_GUARDED_BY(mu_);  // device side
+  // Host side: events Next returned and nobody resumed yet; every token is also in parked_.
+  std::map<uint32_t, umr::PageFaultEvent> delivered_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hca::sim
