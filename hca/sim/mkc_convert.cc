@@ -3,9 +3,13 @@
 namespace hca::sim {
 
 AccessFlags FromMkeyAccess(const umr::MkeyAccess& a) {
-  return (a.local_read ? kLocalRead : 0) | (a.local_write ? kLocalWrite : 0) |
-         (a.remote_read ? kRemoteRead : 0) | (a.remote_write ? kRemoteWrite : 0) |
-         (a.remote_atomic ? kRemoteAtomic : 0);
+  AccessFlags f = 0;  // built bit by bit: `cond ? kEnum : 0` mixes enum and int (-Wextra)
+  if (a.local_read) f |= kLocalRead;
+  if (a.local_write) f |= kLocalWrite;
+  if (a.remote_read) f |= kRemoteRead;
+  if (a.remote_write) f |= kRemoteWrite;
+  if (a.remote_atomic) f |= kRemoteAtomic;
+  return f;
 }
 
 umr::MkeyAccess ToMkeyAccess(AccessFlags access) {
