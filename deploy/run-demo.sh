@@ -47,11 +47,6 @@ if [ -x "$build/api/regcached" ] && [ -x "$build/api/regcache_demo" ]; then
   echo "regcached exited 0 after draining"
   ran=1
 fi
-if [ -x "$build/tests/demo/sim_demo" ]; then
-  echo "=== sim_demo: register, peer write, invalidate, refused — on the simulated HCA"
-  "$build/tests/demo/sim_demo"
-  ran=1
-fi
 for b in grpc_bench umr_encode_bench sim_bench; do
   if [ -x "$build/bench/$b" ]; then
     echo "=== $b (short run; full run: $build/bench/$b)"
