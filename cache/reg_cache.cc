@@ -538,8 +538,9 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
     ASSIGN_OR_RETURN(cls, t->pool->ClassFor(static_cast<uint32_t>(layout.size())));
   }
   ASSIGN_OR_RETURN(TakenKey taken, ReserveKey(t, cls));
-  // The tenant mutex is held. The backings may have changed while it was released: lay out
-  // again under the lock that pins them.
+  t->mu.AssertHeld();  // ReserveKey returns holding it on success
+  // The backings may have changed while the mutex was released: lay out again under the lock
+  // that pins them.
   auto relaid = t->backings.Layout(va, length, access, &used);
   if (!relaid.ok() || relaid->size() > t->pool->capacity(cls)) {
     t->live--;
@@ -669,6 +670,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
     stats_.register_errors.Inc();
     return taken.status();
   }
+  t->mu.AssertHeld();  // ReserveKey returns holding it on success
   auto* w = new Registration;
   w->is_window = true;
   w->parent = p;

@@ -265,6 +265,7 @@ absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
   if (draining()) return absl::UnavailableError("regcached is draining");
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Lookup(id));
   auto ref = std::make_unique<SessionRef>(std::move(s));
+  (**ref).ops.AssertReaderHeld();  // the SessionRef holds it
   if ((**ref).closed) return absl::NotFoundError(absl::StrFormat("session %d is closed", id));
   return ref;
 }

@@ -280,7 +280,7 @@ class SimDeviceImpl final : public SimDevice {
     MkeySlot* slot = table_.Slot(KeyIndex(backing));
     if (slot == nullptr) return absl::InvalidArgumentError("no such key");
     base::MutexLock lock(&slot->mu);
-    const MkeyState& s = slot->state;
+    const MkeyState s = slot->state;  // a copy: the lock analysis cannot follow a reference
     if (!slot->exists || !slot->on_demand || s.variant != KeyVariant(backing)) {
       return absl::InvalidArgumentError(absl::StrFormat("key 0x%08x is not an on-demand backing",
                                                         backing));

@@ -49,7 +49,7 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
 
   base::MutexLock lock(&slot->mu);
   if (!slot->exists) return Bind(key, "no such key");
-  const MkeyState& cur = slot->state;
+  const MkeyState cur = slot->state;  // a copy: the lock analysis cannot follow a reference
   if (!cur.umr_en) return Bind(key, "umr_en is 0");
   if (cur.pd != queue_pd) {
     return Bind(key, absl::StrFormat("key pd %u differs from the queue's pd %u", cur.pd, queue_pd));
