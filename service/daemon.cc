@@ -142,7 +142,7 @@ class DaemonImpl final : public Daemon {
                                            hca::AccessFlags access,
                                            PrefetchMode prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     if (prefetch == PrefetchMode::kNone) return cache_->Register(s.tenant, va, length, access);
     if (servicer_ == nullptr) return NoOdp();
     odp::RegisterOptions o;
@@ -153,7 +153,7 @@ class DaemonImpl final : public Daemon {
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         PrefetchMode mode) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     if (servicer_ == nullptr) return NoOdp();
     if (length == 0 || va + length < va) {
       return absl::InvalidArgumentError("prefetch range is empty or wraps");
@@ -167,33 +167,33 @@ class DaemonImpl final : public Daemon {
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->CreateWindow(s.tenant, parent, offset, length, access);
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->Release(s.tenant, handle);
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->Invalidate(s.tenant, handle);
   }
   absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
                                                 cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->Query(s.tenant, handle);
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->List(s.tenant);
   }
   absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
     return cache_->Usage(s.tenant);
   }
 
@@ -225,6 +225,8 @@ class DaemonImpl final : public Daemon {
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
   // The sim's peer port for the session's PD. REQUIRES s.mu.
   absl::StatusOr<hca::Peer*> PeerPort(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Length limits and the session's memory quota for a new mapping of `length` bytes.
+  absl::Status AdmitMemory(const Session& s, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
   const DaemonConfig config_;
   base::stats::Registry* const registry_;
@@ -372,16 +374,12 @@ absl::Status DaemonImpl::CloseSession(SessionId session) {
   return st;
 }
 
-absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, uint64_t length,
-                                                           bool hugetlb) {
-  ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+absl::Status DaemonImpl::AdmitMemory(const Session& s, uint64_t length) {
   if (length == 0 || length > config_.max_memory_length) {
     stats_.memory_refused.Inc();
     return absl::InvalidArgumentError(absl::StrFormat(
         "memory length %d is outside (0, %d]", length, config_.max_memory_length));
   }
-  base::MutexLock lock(&s.mu);
   if (config_.max_bytes_per_session != 0 &&
       s.mapped_bytes + length > config_.max_bytes_per_session) {
     stats_.memory_refused.Inc();
@@ -389,6 +387,15 @@ absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, ui
         "memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
         config_.max_bytes_per_session));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, uint64_t length,
+                                                           bool hugetlb) {
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+  Session& s = **pin;
+  base::MutexLock lock(&s.mu);
+  RETURN_IF_ERROR(AdmitMemory(s, length));
   auto mem = SharedMemory::Create(length, hugetlb,
                                   absl::StrFormat("regcache-s%d-m%d", s.id, s.next_memory));
   if (!mem.ok()) {
@@ -416,20 +423,10 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
     return pinned.status();
   }
   Session& s = ***pinned;
-  if (length > config_.max_memory_length) {
-    ::close(fd);
-    stats_.memory_refused.Inc();
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "memory length %d exceeds the limit %d", length, config_.max_memory_length));
-  }
   base::MutexLock lock(&s.mu);
-  if (config_.max_bytes_per_session != 0 &&
-      s.mapped_bytes + length > config_.max_bytes_per_session) {
+  if (absl::Status admitted = AdmitMemory(s, length); !admitted.ok()) {
     ::close(fd);
-    stats_.memory_refused.Inc();
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
-        config_.max_bytes_per_session));
+    return admitted;
   }
   auto mem = SharedMemory::Import(fd, offset, length);  // owns fd now
   if (!mem.ok()) {
@@ -450,7 +447,7 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
 absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
                                       bool on_demand) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
   base::MutexLock lock(&s.mu);
   auto it = s.memories.find(memory);
   if (it == s.memories.end()) {
@@ -475,7 +472,7 @@ absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64
 
 absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
   base::MutexLock lock(&s.mu);
   auto it = s.memories.find(memory);
   if (it == s.memories.end()) {
@@ -493,7 +490,7 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
 
 absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
   base::MutexLock lock(&s.mu);
   std::vector<MemoryInfo> out;
   for (const auto& [id, m] : s.memories) {
@@ -518,7 +515,7 @@ absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s) {
 absl::Status DaemonImpl::PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
                                    absl::Span<const uint8_t> data) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
   base::MutexLock lock(&s.mu);
   ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s));
   return peer->Write(rkey, addr, data);
@@ -527,7 +524,7 @@ absl::Status DaemonImpl::PeerWrite(SessionId session, hca::Key rkey, uint64_t ad
 absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca::Key rkey,
                                                           uint64_t addr, uint64_t length) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
+  Session& s = **pin;
   if (length > (uint64_t{1} << 20)) {
     return absl::InvalidArgumentError("peer reads are limited to 1 MiB");
   }
