@@ -47,6 +47,16 @@ function(regcache_library)
   set_property(GLOBAL APPEND PROPERTY REGCACHE_LIBRARIES ${target})
 endfunction()
 
+# Gives a test (and every process it spawns) the sanitizer settings of this build: under
+# ThreadSanitizer, the suppressions for Debian's uninstrumented libraries (tests/tsan.supp).
+# Every add_test in the project calls it.
+function(regcache_test_env test)
+  if(CMAKE_CXX_FLAGS MATCHES "sanitize=thread")
+    set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT
+                 "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1")
+  endif()
+endfunction()
+
 # regcache_test(NAME <name> SRCS ... DEPS <targets> LABELS <unit|integration|vm|hw> [TIMEOUT s])
 # One ctest entry per test binary, labelled so `make test` can pick what this machine can run.
 function(regcache_test)
@@ -58,6 +68,7 @@ function(regcache_test)
     set(A_TIMEOUT 300)
   endif()
   set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+  regcache_test_env(${A_NAME})
 endfunction()
 
 # regcache_benchmark(NAME <name> SRCS ... DEPS <targets>)
