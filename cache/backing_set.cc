@@ -10,26 +10,24 @@ namespace cache {
 absl::Status BackingSet::Add(const BackingRecord& record) {
   RETURN_IF_ERROR(CheckFree(record.va, record.length));
   by_va_.emplace(record.va, record);
+  va_of_[record.id] = record.va;
   total_bytes_ += record.length;
   return absl::OkStatus();
 }
 
 absl::Status BackingSet::CheckFree(uint64_t va, uint64_t length) const {
-  struct {
-    uint64_t va, length;
-  } record{va, length};
-  const uint64_t end = record.va + record.length;
+  const uint64_t end = va + length;
   // The first backing starting at or after va, and the one before it.
-  auto next = by_va_.lower_bound(record.va);
+  auto next = by_va_.lower_bound(va);
   if (next != by_va_.end() && next->first < end) {
     return absl::AlreadyExistsError(absl::StrFormat(
-        "memory [0x%x, 0x%x) overlaps attached memory at 0x%x", record.va, end, next->first));
+        "memory [0x%x, 0x%x) overlaps attached memory at 0x%x", va, end, next->first));
   }
   if (next != by_va_.begin()) {
     auto prev = std::prev(next);
-    if (prev->second.va + prev->second.length > record.va) {
+    if (prev->second.va + prev->second.length > va) {
       return absl::AlreadyExistsError(absl::StrFormat(
-          "memory [0x%x, 0x%x) overlaps attached memory [0x%x, 0x%x)", record.va, end,
+          "memory [0x%x, 0x%x) overlaps attached memory [0x%x, 0x%x)", va, end,
           prev->second.va, prev->second.va + prev->second.length));
     }
   }
@@ -37,22 +35,21 @@ absl::Status BackingSet::CheckFree(uint64_t va, uint64_t length) const {
 }
 
 absl::StatusOr<BackingRecord> BackingSet::Remove(BackingId id) {
-  for (auto it = by_va_.begin(); it != by_va_.end(); ++it) {
-    if (it->second.id == id) {
-      BackingRecord r = it->second;
-      by_va_.erase(it);
-      total_bytes_ -= r.length;
-      return r;
-    }
+  auto v = va_of_.find(id);
+  if (v == va_of_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no attached memory with id %d", id));
   }
-  return absl::NotFoundError(absl::StrFormat("no attached memory with id %d", id));
+  auto it = by_va_.find(v->second);
+  BackingRecord r = it->second;
+  by_va_.erase(it);
+  va_of_.erase(v);
+  total_bytes_ -= r.length;
+  return r;
 }
 
 BackingRecord* BackingSet::Find(BackingId id) {
-  for (auto& [va, r] : by_va_) {
-    if (r.id == id) return &r;
-  }
-  return nullptr;
+  auto v = va_of_.find(id);
+  return v == va_of_.end() ? nullptr : &by_va_.find(v->second)->second;
 }
 
 absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hca/device.h"
@@ -66,6 +67,7 @@ class BackingSet {
 
  private:
   absl::btree_map<uint64_t, BackingRecord> by_va_;  // key: va
+  absl::flat_hash_map<BackingId, uint64_t> va_of_;  // id -> key in by_va_
   uint64_t total_bytes_ = 0;
 };
 

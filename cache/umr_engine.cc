@@ -63,21 +63,13 @@ void UmrEngine::PollAndDispatch(QueueSlot& slot) {
     const size_t n = slot.queue->Poll(absl::MakeSpan(cqes));
     for (size_t i = 0; i < n; ++i) {
       const hca::Completion& c = cqes[i];
-      // Requests execute in order: a success retires every earlier request still pending
-      // (they were unsignalled successes); an error names exactly one request.
+      // Requests execute in order and errors always complete, so every pending request
+      // before this completion's succeeded (unsignalled); this one has the CQE's status.
       while (!slot.outstanding.empty() && slot.outstanding.front().id <= c.request_id) {
         Pending p = slot.outstanding.front();
         slot.outstanding.pop_front();
-        if (p.id == c.request_id) {
-          p.op->result = c.status;
-          if (!c.status.ok()) stats_->umr_failed.Inc();
-        } else if (!c.status.ok()) {
-          // An earlier request with no completion of its own while a later one failed: it
-          // succeeded (errors always complete) — keep scanning for the failed one.
-          p.op->result = absl::OkStatus();
-        } else {
-          p.op->result = absl::OkStatus();
-        }
+        p.op->result = p.id == c.request_id ? c.status : absl::OkStatus();
+        if (!p.op->result.ok()) stats_->umr_failed.Inc();
         p.done->store(true, std::memory_order_release);
         if (p.id == c.request_id) break;
       }
