@@ -12,18 +12,99 @@ using ::base::MutexLock;
 
 // --- HotCounter ---
 
-int HotCounter::ShardIndex() {
-  // Threads take shards round-robin on first use; two threads share a shard only once more than
-  // kShards threads are counting, which at worst costs contention, never correctness.
-  static std::atomic<unsigned> next{0};
-  thread_local const int index =
-      static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % kShards);
-  return index;
+namespace {
+
+// Every thread block and counter slot, and what exited threads counted.
+struct HotRegistry {
+  base::Mutex mu;
+  std::vector<std::atomic<uint64_t>*> blocks ABSL_GUARDED_BY(mu);
+  std::array<uint64_t, HotCounter::kSlots> exited ABSL_GUARDED_BY(mu) = {};
+  std::array<bool, HotCounter::kSlots> used ABSL_GUARDED_BY(mu) = {};
+};
+
+HotRegistry& Hot() {
+  static HotRegistry* r = new HotRegistry;  // never destroyed: threads may exit after main
+  return *r;
+}
+
+// One thread's slots: line-aligned and a whole number of lines, so no line is shared.
+struct alignas(64) ThreadBlock {
+  std::atomic<uint64_t> v[HotCounter::kSlots];
+};
+static_assert(sizeof(ThreadBlock) % 64 == 0);
+
+thread_local bool tls_exited = false;  // trivially destructible: readable during thread exit
+
+// Owns the calling thread's block; on thread exit folds its counts into `exited`.
+struct ThreadBlockOwner {
+  ThreadBlock* block = nullptr;
+  ~ThreadBlockOwner();
+};
+thread_local ThreadBlockOwner tls_owner;
+
+}  // namespace
+
+thread_local std::atomic<uint64_t>* HotCounter::tls_block_ = nullptr;
+
+ThreadBlockOwner::~ThreadBlockOwner() {
+  tls_exited = true;
+  if (block == nullptr) return;
+  HotCounter::DetachThread(block->v);
+  delete block;
+}
+
+void HotCounter::DetachThread(std::atomic<uint64_t>* block) {
+  tls_block_ = nullptr;
+  HotRegistry& r = Hot();
+  base::MutexLock lock(&r.mu);
+  for (int i = 0; i < kSlots; ++i) {
+    if (r.used[i]) r.exited[i] += block[i].load(std::memory_order_relaxed);
+  }
+  std::erase(r.blocks, block);
+}
+
+std::atomic<uint64_t>* HotCounter::AttachThread() {
+  if (tls_exited) return nullptr;
+  auto* b = new ThreadBlock;
+  for (auto& v : b->v) v.store(0, std::memory_order_relaxed);
+  HotRegistry& r = Hot();
+  {
+    base::MutexLock lock(&r.mu);
+    r.blocks.push_back(b->v);
+  }
+  tls_owner.block = b;
+  tls_block_ = b->v;
+  return b->v;
+}
+
+HotCounter::HotCounter() {
+  HotRegistry& r = Hot();
+  base::MutexLock lock(&r.mu);
+  for (int i = 0; i < kSlots; ++i) {
+    if (!r.used[i]) {
+      r.used[i] = true;
+      r.exited[i] = 0;
+      for (std::atomic<uint64_t>* b : r.blocks) b[i].store(0, std::memory_order_relaxed);
+      slot_ = i;
+      return;
+    }
+  }
+}
+
+HotCounter::~HotCounter() {
+  if (slot_ < 0) return;
+  HotRegistry& r = Hot();
+  base::MutexLock lock(&r.mu);
+  r.used[slot_] = false;
 }
 
 uint64_t HotCounter::value() const {
-  uint64_t total = 0;
-  for (const Shard& s : shards_) total += s.v.load(std::memory_order_relaxed);
+  uint64_t total = fallback_.load(std::memory_order_relaxed);
+  if (slot_ < 0) return total;
+  HotRegistry& r = Hot();
+  base::MutexLock lock(&r.mu);
+  total += r.exited[slot_];
+  for (const std::atomic<uint64_t>* b : r.blocks) total += b[slot_].load(std::memory_order_relaxed);
   return total;
 }
 

@@ -19,8 +19,8 @@
 // directly or on snapshots.
 //
 // Thread safety: updates are lock-free atomics (relaxed: stats order nothing). Counter is a
-// single atomic; HotCounter spreads increments over cache-line-padded shards for paths that
-// several threads hit at once (a shared line would serialize them). Registry is internally
+// single atomic; HotCounter gives every counting thread its own slot, written with no locked
+// instruction, for paths that several threads hit at once (a shared line would serialize them). Registry is internally
 // synchronized; a registered struct must outlive its registration (use StatsRegistration).
 #ifndef REGCACHE_BASE_STATS_H_
 #define REGCACHE_BASE_STATS_H_
@@ -49,20 +49,49 @@ class Counter {
   std::atomic<uint64_t> v_{0};
 };
 
+// A counter that threads bump without a locked instruction and without sharing a line: each
+// thread that counts owns a block of slots (one per live HotCounter) and adds with a plain
+// load and store (it is the only writer of its slot). value() sums the live threads' slots
+// and what exited threads left behind. If more HotCounters are alive than there are slots,
+// the rest count on a shared atomic instead (correct, only slower).
 class HotCounter {
  public:
-  static constexpr int kShards = 8;
+  HotCounter();
+  ~HotCounter();
+  HotCounter(const HotCounter&) = delete;
+  HotCounter& operator=(const HotCounter&) = delete;
+
   void Inc(uint64_t n = 1) {
-    shards_[ShardIndex()].v.fetch_add(n, std::memory_order_relaxed);
+    if (slot_ < 0) {
+      fallback_.fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
+    std::atomic<uint64_t>* block = tls_block_ != nullptr ? tls_block_ : AttachThread();
+    if (block == nullptr) {  // this thread is exiting: its block is gone
+      fallback_.fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
+    std::atomic<uint64_t>& v = block[slot_];
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   uint64_t value() const;
 
+  static constexpr int kSlots = 512;  // live HotCounters with a per-thread slot
+
  private:
-  struct alignas(64) Shard {
-    std::atomic<uint64_t> v{0};
-  };
-  static int ShardIndex();
-  std::array<Shard, kShards> shards_;
+  // Makes and registers this thread's block of kSlots counters; nullptr once the thread's
+  // thread-local destructors have run.
+  static std::atomic<uint64_t>* AttachThread();
+
+ public:
+  // At thread exit (internal): folds the thread's counts into the totals.
+  static void DetachThread(std::atomic<uint64_t>* block);
+
+ private:
+
+  static thread_local std::atomic<uint64_t>* tls_block_;
+  int slot_ = -1;
+  std::atomic<uint64_t> fallback_{0};
 };
 
 class Gauge {

@@ -1,5 +1,6 @@
 #include "base/stats.h"
 
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -45,6 +46,34 @@ TEST(StatsTest, HotCounterSumsAcrossThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(s.requests.value(), 40000u);
+}
+
+TEST(StatsTest, HotCounterKeepsCountsOfExitedThreadsAndStartsAtZeroOnReuse) {
+  {
+    auto c = std::make_unique<HotCounter>();
+    c->Inc(5);
+    std::thread([&c] { c->Inc(7); }).join();  // its block is gone; its count is not
+    EXPECT_EQ(c->value(), 12u);
+  }
+  // A new counter may take the same slot: it starts from zero, in this thread and others.
+  HotCounter fresh;
+  EXPECT_EQ(fresh.value(), 0u);
+  fresh.Inc();
+  std::thread([&fresh] { fresh.Inc(2); }).join();
+  EXPECT_EQ(fresh.value(), 3u);
+}
+
+TEST(StatsTest, HotCountersBeyondTheSlotsStillCount) {
+  std::vector<std::unique_ptr<HotCounter>> many;
+  for (int i = 0; i < HotCounter::kSlots + 8; ++i) many.push_back(std::make_unique<HotCounter>());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&many] {
+      for (auto& c : many) c->Inc(2);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (auto& c : many) EXPECT_EQ(c->value(), 6u);
 }
 
 TEST(StatsTest, HistogramBucketsAreMonotoneAndTight) {
