@@ -88,5 +88,77 @@ TEST_F(ConcurrencyTest, RegisterReleaseInvalidateFromManyThreadsBalances) {
                 cache_->stats().windows_created.value());
 }
 
+// Lock-free hits and releases against CLOCK eviction under a small key quota: a key a thread
+// holds is never evicted under it (a write through it always lands), and afterwards every
+// counter balances.
+TEST_F(ConcurrencyTest, HitsRaceEvictionAndHeldKeysStayMapped) {
+  peer_.reset();
+  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
+  auto opened = cache_->OpenTenant(TenantOptions{.max_keys = 8});
+  ASSERT_TRUE(opened.ok());
+  tenant_ = *opened;
+  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  Memory mem(1 << 20);
+  Attach(mem);
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 2000;
+  std::atomic<int> unexpected{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(99 + t);
+      for (int i = 0; i < kIterations; ++i) {
+        const uint64_t va = mem.va() + (rng() % 32) * 8192;
+        auto g = cache_->Register(tenant_, va, 8192, kRw);
+        if (!g.ok()) {
+          // Eviction found nothing unheld and unreferenced in two turns of the hand.
+          (g.status().code() == absl::StatusCode::kResourceExhausted ? refused : unexpected)++;
+          continue;
+        }
+        const uint64_t value = (static_cast<uint64_t>(t) << 32) | i;
+        if (!peer_->Write(g->rkey, va + 8 * t,
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&value),
+                                              sizeof(value)))
+                 .ok()) {
+          unexpected++;  // a held key was unmapped under its holder
+        }
+        if (!cache_->Release(tenant_, g->handle).ok()) unexpected++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_LT(refused.load(), kThreads * kIterations / 100);
+  EXPECT_GT(cache_->stats().evictions.value(), 0u);
+  const TenantUsage u = UsageNow();
+  EXPECT_LE(u.live_registrations, 8u);
+  EXPECT_EQ(u.revoked_held, 0u);
+  EXPECT_EQ(u.live_registrations, u.cached_unreferenced);
+  EXPECT_EQ(u.pool_outstanding, u.live_registrations);
+  EXPECT_EQ(cache_->stats().releases.value(),
+            cache_->stats().register_hits.value() + cache_->stats().register_misses.value());
+}
+
+// A handle names one publication of a record: after the record is recycled and published
+// again (same slot), the old handle resolves to nothing.
+TEST_F(ConcurrencyTest, StaleHandleOfARecycledRecordIsNotFound) {
+  Memory mem(1 << 16);
+  Attach(mem);
+  auto first = cache_->Register(tenant_, mem.va(), 4096, kRw);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(cache_->Release(tenant_, first->handle).ok());
+  ASSERT_TRUE(cache_->Invalidate(tenant_, first->handle).ok());
+  auto second = cache_->Register(tenant_, mem.va(), 4096, kRw);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->hit);
+  EXPECT_NE(second->handle, first->handle);
+  EXPECT_EQ(cache_->Release(tenant_, first->handle).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Query(tenant_, first->handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Invalidate(tenant_, first->handle).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache_->Query(tenant_, second->handle)->holders, 1u);
+  EXPECT_TRUE(cache_->Release(tenant_, second->handle).ok());
+}
+
 }  // namespace
 }  // namespace cache

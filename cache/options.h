@@ -49,9 +49,6 @@ struct CacheOptions {
   bool background_maintenance = true;
   // Period of the background thread. Default 2 ms.
   absl::Duration maintenance_period = absl::Milliseconds(2);
-  // Shards of each tenant's registration index (a power of two; the hit path locks one).
-  // Default 64.
-  uint32_t index_shards = 64;
   // Told about every backing attached and, before its device registration goes away, removed
   // (cache/backing_observer.h); odp/'s fault servicer is the one. Not owned; must outlive the
   // cache. Default none.

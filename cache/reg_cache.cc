@@ -53,8 +53,6 @@ struct Tenant {
   TenantOptions options;
   hca::Pd pd;
   std::unique_ptr<UmrEngine> engine;
-  std::unique_ptr<Shard[]> shards;
-  uint32_t shard_mask = 0;
 
   base::Mutex mu;  // the slow path: backings, pool, cover index, quota, lifecycles
   BackingSet backings ABSL_GUARDED_BY(mu);
@@ -65,21 +63,79 @@ struct Tenant {
   BackingId next_backing ABSL_GUARDED_BY(mu) = 1;
   bool closing ABSL_GUARDED_BY(mu) = false;
 
-  Shard& ShardOf(Handle h) { return shards[HandleShard(h) & shard_mask]; }
-  uint32_t ShardFor(uint64_t va, uint64_t length) const {
-    return static_cast<uint32_t>(absl::HashOf(va, length)) & shard_mask;
-  }
+  // The registration index (cache/internal/index.h). Hits and releases read it without a lock;
+  // everything that allocates, publishes, stops or recycles a record, or changes the range
+  // index, holds index_mu. Lock order: mu, then index_mu.
+  base::Mutex index_mu ABSL_ACQUIRED_AFTER(mu);
+  Slab slab;         // At() is lock-free; Allocate/Free under index_mu
+  RangeIndex index;  // Find() is lock-free; Insert/Erase under index_mu
+  uint32_t clock_hand ABSL_GUARDED_BY(index_mu) = 0;
 };
 
 KeyGrant GrantOf(const Registration& r, bool hit) {
   KeyGrant g;
   g.handle = r.handle;
-  g.lkey = g.rkey = r.key;
-  g.va = r.va;
-  g.length = r.length;
-  g.access = r.access;
+  g.lkey = g.rkey = r.hot->key.load(std::memory_order_relaxed);
+  g.va = r.hot->va.load(std::memory_order_relaxed);
+  g.length = r.hot->length.load(std::memory_order_relaxed);
+  g.access = r.hot->access.load(std::memory_order_relaxed);
   g.hit = hit;
   return g;
+}
+
+// A record for a new registration or window, its cold fields reset.
+Registration* AllocateRecord(Tenant* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu) {
+  base::MutexLock il(&t->index_mu);
+  Registration* r = t->slab.Allocate();
+  if (r == nullptr) return nullptr;
+  r->klm_entries = 0;
+  r->handle = 0;
+  r->pooled = PooledKey{};
+  r->parent = nullptr;
+  r->life = KeyLifecycle();
+  r->windows.clear();
+  r->backings.clear();
+  // A stale lock-free reader may still look at this record. The fence orders the state it had
+  // (not published) before the new range written next, so such a reader's CAS fails.
+  std::atomic_thread_fence(std::memory_order_release);
+  return r;
+}
+
+void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access,
+              hca::Key key) {
+  r->hot->va.store(va, std::memory_order_relaxed);
+  r->hot->length.store(length, std::memory_order_relaxed);
+  r->hot->access.store(access, std::memory_order_relaxed);
+  r->hot->key.store(key, std::memory_order_relaxed);
+}
+
+// Gives `r` its next generation and handle, published with one holder (the caller).
+void Publish(Tenant* t, Registration* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu) {
+  const uint32_t gen = (st::Gen(r->hot->state.load(std::memory_order_relaxed)) + 1) & kGenMask;
+  r->handle = MakeHandle(t->slot, gen, r->slot);
+  r->hot->state.store((uint64_t{gen} << st::kGenShift) | st::kPublished | (window ? st::kWindow : 0) | 1,
+                 std::memory_order_release);
+}
+
+// Lock-free: one more holder for `r` if it is a live registration of exactly [va, +length)
+// with at least `access`. Returns the state word before the hold, or 0 if it took none. The
+// range is read before the CAS and the CAS expects the state read before the range: if it
+// wins, the record was that registration the whole time (a recycle changes the generation).
+uint64_t TryHoldRange(HotRecord* r, uint64_t va, uint64_t length, hca::AccessFlags access) {
+  uint64_t s = r->state.load(std::memory_order_acquire);
+  for (;;) {
+    if (!st::Live(s) || (s & st::kWindow) != 0 || st::Holders(s) == st::kHolders) return 0;
+    if (r->va.load(std::memory_order_relaxed) != va ||
+        r->length.load(std::memory_order_relaxed) != length ||
+        (access & ~r->access.load(std::memory_order_relaxed)) != 0) {
+      return 0;
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);  // the range loads above, before the CAS
+    if (r->state.compare_exchange_weak(s, (s + 1) | st::kReferenced, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      return s;
+    }
+  }
 }
 
 class RegCacheImpl final : public RegCache {
@@ -141,36 +197,63 @@ class RegCacheImpl final : public RegCache {
     }
     return t;
   }
-  // The shard that holds `handle`, after checking that it belongs to `t`.
-  absl::StatusOr<Shard*> ShardForHandle(Tenant* t, Handle handle) const {
+  // The record `handle` names, if it belongs to `t` and is published with that generation.
+  // Lock-free; the answer can be stale by the time the caller acts on it, so callers that
+  // change the record re-check the state word (CAS) or hold index_mu.
+  absl::StatusOr<Registration*> Resolve(Tenant* t, Handle handle) const {
     if (handle == 0) return absl::InvalidArgumentError("handle 0 is never valid");
     if (HandleTenantSlot(handle) != t->slot) {
       return absl::PermissionDeniedError(
           absl::StrFormat("handle 0x%x belongs to another tenant", handle));
     }
-    return &t->ShardOf(handle);
+    // The hot half only: the cold one stays out of the cache on the release path.
+    if (const HotRecord* h = t->slab.Hot(HandleSlot(handle))) {
+      const uint64_t s = h->state.load(std::memory_order_acquire);
+      if ((s & st::kPublished) != 0 && st::Gen(s) == HandleGen(handle)) {
+        return t->slab.At(HandleSlot(handle));
+      }
+    }
+    return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
-
-  std::optional<KeyGrant> TryHit(Tenant* t, uint64_t va, uint64_t length,
-                                 hca::AccessFlags access);
+  // Fills `g` and returns true on a hit.
+  bool TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
   absl::StatusOr<KeyGrant> Miss(Tenant* t, uint64_t va, uint64_t length,
                                 hca::AccessFlags access);
   // Reserves one quota slot and takes a key of `cls`, evicting unreferenced registrations of
   // the tenant when the quota or the pool is exhausted. On success the tenant mutex is held.
   // (Conditional lock hand-off: not expressible to the analysis.)
   absl::StatusOr<TakenKey> ReserveKey(Tenant* t, int cls) ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Picks the least recently used unreferenced registration and stops references to it.
+  // CLOCK over the tenant's records: the first unheld registration not hit since the hand
+  // last passed it, with its references stopped. nullptr if none.
   Registration* PickVictim(Tenant* t);
+  // Stop-reference: after this no one can become a holder, and the record leaves the range
+  // index. A held one is revoked (its handle lives until the last release); an unheld one's
+  // handle goes now. False if it was not live (already stopped, or not published), or when
+  // `only_unheld` and it has holders, or when `gen` is given and is not its generation.
+  static constexpr uint32_t kAnyGen = UINT32_MAX;
+  // Returns the state word before (non-zero) if it stopped references, else 0.
+  uint64_t StopReference(Tenant* t, Registration* r, bool only_unheld = false,
+                         uint32_t gen = kAnyGen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
+  // Drops one holder of the record at `slot`, published with generation `gen`. The last holder of a revoked
+  // record hands it back to the slab once its lifecycle is done; the last of a window retires
+  // the window.
+  // `user_release`: a Release() call (counted in the stats), not the cache's own hold.
+  absl::Status DropHold(Tenant* t, uint32_t slot, uint32_t gen, Handle handle,
+                        bool user_release);
   // Runs draining → fencing → invalidating → unmapped → quarantined for a registration whose
   // references were stopped (StopReference), windows first. Never holds a lock across a UMR.
   void RunLifecycle(Tenant* t, Registration* r);
   // A key whose UMR failed or timed out: invalidate it again (trying the key value before and
   // after the map), else destroy it. Returns with the key quarantined or forgotten.
   void RecoverKey(Tenant* t, Registration* r, hca::Key previous_key);
-  // Drops the registration object if both the lifecycle and the last holder are done.
-  void FinishWithRegistration(Tenant* t, Registration* r);
-  // REQUIRES: the tenant mutex (shared) and the registration's shard lock.
-  RegistrationInfo InfoOf(Tenant* t, const Registration& r) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // The lifecycle is done with `r`: it goes back to the slab now, or at its last release.
+  void Finish(Tenant* t, Registration* r);
+  // Back to the slab's free list. REQUIRES: unpublished, and nobody will touch it again.
+  void Recycle(Tenant* t, Registration* r);
+  // `s`: its state word, read by the caller. REQUIRES: the tenant mutex (shared), so that the
+  // record is not reallocated meanwhile.
+  RegistrationInfo InfoOf(Tenant* t, const Registration& r, uint64_t s)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void MaintenanceLoop();
   // Tell CacheOptions::backing_observer (if any) about a backing just attached, or about to be
   // deregistered (cache/backing_observer.h). REQUIRE the tenant mutex.
@@ -207,10 +290,6 @@ class RegCacheImpl final : public RegCache {
 // Tenants
 
 absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) {
-  const uint32_t shards = options_.index_shards;
-  if (shards == 0 || (shards & (shards - 1)) != 0 || shards > (1u << kShardBits)) {
-    return absl::InvalidArgumentError("index_shards must be a power of two <= 256");
-  }
   auto t = std::make_shared<Tenant>();
   t->options = options;
   ASSIGN_OR_RETURN(t->pd, device_->AllocPd());
@@ -220,8 +299,6 @@ absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) 
     return engine.status();
   }
   t->engine = std::move(*engine);
-  t->shards.reset(new Shard[shards]);
-  t->shard_mask = shards - 1;
   {
     base::MutexLock lock(&t->mu);
     t->pool = std::make_unique<KeyPool>(device_, t->pd, options_.pool, &stats_);
@@ -255,16 +332,11 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
   }
   // Every registration through the lifecycle: windows first (a parent waits for its windows).
   std::vector<Registration*> windows, parents;
-  for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-    Shard& s = t->shards[i];
-    base::SpinLockHolder lock(&s.mu);
-    std::vector<Registration*> here;
-    for (Registration* r : s.slots) {
-      if (r != nullptr && !r->dying) here.push_back(r);
-    }
-    for (Registration* r : here) {
-      StopReference(s, r);
-      (r->is_window ? windows : parents).push_back(r);
+  {
+    base::MutexLock lock(&t->index_mu);
+    for (uint32_t i = 0; i < t->slab.size(); ++i) {
+      Registration* r = t->slab.At(i);
+      if (StopReference(t.get(), r)) (r->is_window() ? windows : parents).push_back(r);
     }
   }
   for (Registration* r : windows) RunLifecycle(t.get(), r);
@@ -285,15 +357,7 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
     }
     t->pool.reset();  // destroys free and quarantined keys
   }
-  // Tombstones still held: their holders' handles die with the tenant.
-  for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-    Shard& s = t->shards[i];
-    base::SpinLockHolder lock(&s.mu);
-    for (Registration*& r : s.slots) {
-      delete r;
-      r = nullptr;
-    }
-  }
+  // Records still held (revoked) die with the tenant's slab: their handles go with it.
   t->engine.reset();
   absl::Status s = device_->DeallocPd(t->pd);
   if (!s.ok() && first.ok()) first = s;
@@ -369,13 +433,9 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
       for (auto it = t->cover.lower_bound(lo);
            it != t->cover.end() && it->first < b->va + b->length; ++it) {
         Registration* r = it->second;
-        if (r->va + r->length <= b->va) continue;
-        Shard& s = t->ShardOf(r->handle);
-        base::SpinLockHolder sl(&s.mu);
-        if (!r->dying) {
-          StopReference(s, r);
-          victims.push_back(r);
-        }
+        if (r->hot->va + r->hot->length <= b->va) continue;
+        base::MutexLock il(&t->index_mu);
+        if (StopReference(t, r)) victims.push_back(r);
       }
     }
     for (Registration* r : victims) RunLifecycle(t, r);
@@ -388,65 +448,68 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
 // ---------------------------------------------------------------------------------------------
 // Register
 
-std::optional<KeyGrant> RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length,
-                                              hca::AccessFlags access) {
-  // Top half: the exact range, one shard lock.
-  {
-    Shard& s = t->shards[t->ShardFor(va, length)];
-    base::SpinLockHolder lock(&s.mu);
-    auto it = s.by_range.find(RangeKey{va, length});
-    if (it != s.by_range.end()) {
-      for (Registration* r = *it; r != nullptr; r = r->next_same_range) {
-        if ((r->access & access) == access) {
-          r->holders++;  // stays on the LRU; eviction skips held entries
-          KeyGrant g;    // built from the request: va and length are the key's (exact match)
-          g.handle = r->handle;
-          g.lkey = g.rkey = r->key;
-          g.va = va;
-          g.length = length;
-          g.access = r->access;
-          g.hit = true;
-          return g;
-        }
-      }
-    }
-  }
-  // Bottom half: a wider registration that covers the range.
+bool RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFlags access,
+                          KeyGrant& g) {
+  // Top half: the exact range, without a lock.
+  const bool found = t->index.Find(RangeIndex::Hash(va, length), [&](uint32_t slot) {
+    HotRecord* h = t->slab.Hot(slot);
+    if (h == nullptr) return false;
+    const uint64_t s = TryHoldRange(h, va, length, access);
+    if (s == 0) return false;
+    g.handle = MakeHandle(t->slot, st::Gen(s), slot);
+    g.lkey = g.rkey = h->key.load(std::memory_order_relaxed);
+    g.va = va;  // the key's own range (an exact match)
+    g.length = length;
+    g.access = h->access.load(std::memory_order_relaxed);
+    g.hit = true;
+    return true;
+  });
+  if (found) return true;
+  // Bottom half: a wider registration that covers the range (or the exact one, if the
+  // lock-free probe raced with a writer moving its bucket).
   base::ReaderMutexLock lock(&t->mu);
-  if (t->cover.empty()) return std::nullopt;
+  if (t->cover.empty()) return false;
   const uint64_t end = va + length;
   auto it = t->cover.upper_bound(va);
   int scanned = 0;
   while (it != t->cover.begin() && scanned++ < kCoverScanLimit) {
     --it;
     Registration* r = it->second;
-    if (end - r->va > t->max_length) break;  // nothing further left can reach `end`
-    if (r->va + r->length < end || (r->access & access) != access) continue;
-    Shard& s = t->ShardOf(r->handle);
-    base::SpinLockHolder sl(&s.mu);
-    if (!r->indexed) continue;
-    r->holders++;
-    return GrantOf(*r, true);
+    const uint64_t rva = r->hot->va.load(std::memory_order_relaxed);
+    const uint64_t rlen = r->hot->length.load(std::memory_order_relaxed);
+    if (end - rva > t->max_length) break;  // nothing further left can reach `end`
+    if (rva + rlen < end) continue;
+    // Records in `cover` are not recycled while the tenant mutex is held.
+    if (TryHoldRange(r->hot, rva, rlen, access) == 0) continue;
+    g = GrantOf(*r, true);
+    return true;
   }
-  return std::nullopt;
+  return false;
 }
 
 absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, uint64_t length,
                                                 hca::AccessFlags access) {
-  auto result = [&]() -> absl::StatusOr<KeyGrant> {
-    ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-    if (length == 0) return absl::InvalidArgumentError("length 0");
-    if (va + length < va) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "range [0x%x, +0x%x) wraps around the address space", va, length));
-    }
-    ASSIGN_OR_RETURN(hca::AccessFlags normalized, NormalizeAccess(access));
-    if (std::optional<KeyGrant> hit = TryHit(t, va, length, normalized)) {
-      stats_.register_hits.Inc();
-      return *hit;
-    }
-    return Miss(t, va, length, normalized);
-  }();
+  // One result object, filled in place and returned by NRVO: the hit path writes the grant
+  // straight into the caller's StatusOr (copying a grant built field by field costs the hit
+  // path store-forwarding stalls).
+  absl::StatusOr<KeyGrant> result(absl::in_place);
+  absl::StatusOr<Tenant*> t = Find(tenant);
+  absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(access);
+  if (!t.ok()) {
+    result = t.status();
+  } else if (length == 0) {
+    result = absl::InvalidArgumentError("length 0");
+  } else if (va + length < va) {
+    result = absl::InvalidArgumentError(
+        absl::StrFormat("range [0x%x, +0x%x) wraps around the address space", va, length));
+  } else if (!normalized.ok()) {
+    result = normalized.status();
+  } else if (TryHit(*t, va, length, *normalized, *result)) {
+    stats_.register_hits.Inc();
+    return result;
+  } else {
+    result = Miss(*t, va, length, *normalized);
+  }
   if (!result.ok()) stats_.register_errors.Inc();
   return result;
 }
@@ -485,43 +548,25 @@ absl::StatusOr<TakenKey> RegCacheImpl::ReserveKey(Tenant* t, int cls) {
 }
 
 Registration* RegCacheImpl::PickVictim(Tenant* t) {
-  // Make each shard's oldest entry an eligible one (bounded work), then take the least recently
-  // used of those heads.
-  constexpr int kCleanPerShard = 32;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    uint32_t best = UINT32_MAX;
-    uint64_t best_tick = UINT64_MAX;
-    for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-      Shard& s = t->shards[i];
-      base::SpinLockHolder lock(&s.mu);
-      for (int n = 0; n < kCleanPerShard && s.lru_oldest != nullptr; ++n) {
-        Registration* r = s.lru_oldest;
-        if (r->holders > 0) {
-          LruUnlink(s, r);  // its release queues it again
-        } else if (r->referenced) {
-          LruUnlink(s, r);  // second chance: used since it was queued
-          LruPush(s, r, g_lru_ticket.fetch_add(1, std::memory_order_relaxed));
-        } else {
+  // Two turns of the hand at most: the first may only clear referenced bits.
+  base::MutexLock lock(&t->index_mu);
+  const uint32_t n = t->slab.size();
+  for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
+    if (t->clock_hand >= n) t->clock_hand = 0;
+    Registration* r = t->slab.At(t->clock_hand++);
+    uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    while (st::Live(s) && (s & st::kWindow) == 0 && st::Holders(s) == 0) {
+      if ((s & st::kReferenced) != 0) {  // second chance
+        if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced, std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
           break;
         }
+        continue;
       }
-      Registration* head = s.lru_oldest;
-      if (head != nullptr && head->holders == 0 && !head->referenced &&
-          head->queued_at < best_tick) {
-        best_tick = head->queued_at;
-        best = i;
-      }
+      // Unheld and unreferenced: the CAS makes sure no hit got in first.
+      if (StopReference(t, r, /*only_unheld=*/true)) return r;
+      s = r->hot->state.load(std::memory_order_acquire);
     }
-    if (best == UINT32_MAX) return nullptr;
-    Shard& s = t->shards[best];
-    base::SpinLockHolder lock(&s.mu);
-    Registration* r = s.lru_oldest;
-    if (r == nullptr || r->holders != 0 || r->referenced || r->queued_at != best_tick) {
-      continue;  // raced with a hit or a release: look again
-    }
-    RC_DCHECK(!r->dying);
-    StopReference(s, r);
-    return r;
   }
   return nullptr;
 }
@@ -550,13 +595,18 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
                        : relaid.status();
   }
   layout = std::move(*relaid);
-  auto* r = new Registration;
-  r->va = va;
-  r->length = length;
-  r->access = access;
+  Registration* r = AllocateRecord(t);
+  if (r == nullptr) {
+    t->live--;
+    t->pool->Quarantine(taken.pooled, absl::Now());
+    t->mu.Unlock();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("tenant has %d registrations, the most one tenant may have",
+                        Slab::kMaxSlots));
+  }
+  SetRange(r, va, length, access, taken.mapped_key());
   r->klm_entries = static_cast<uint32_t>(layout.size());
-  r->key = taken.mapped_key();
-  r->pooled = PooledKey{r->key, cls};
+  r->pooled = PooledKey{taken.mapped_key(), cls};
   r->backings.assign(used.begin(), used.end());
   for (BackingId id : used) t->backings.Find(id)->users++;
   r->life.Transition(KeyState::kMapping);
@@ -575,7 +625,6 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   UmrOp* ops[] = {&op};
   t->engine->Execute(ops);
 
-  absl::Status published;
   if (!op.result.ok()) {
     RecoverKey(t, r, taken.pooled.key);
     {
@@ -585,38 +634,25 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
       }
       t->live--;
     }
-    delete r;
+    Recycle(t, r);
     return op.result;
   }
+  KeyGrant grant;
   {
     base::MutexLock lock(&t->mu);
     r->life.Transition(KeyState::kActive);
     t->cover.emplace(va, r);
     t->max_length = std::max(t->max_length, length);
-    const uint32_t shard = t->ShardFor(va, length);
-    Shard& s = t->shards[shard];
-    base::SpinLockHolder sl(&s.mu);
-    published = Publish(s, shard, t->slot, r);
-    if (published.ok()) {
-      RangeLink(s, r);
-      r->holders = 1;
-    }
-  }
-  if (!published.ok()) {  // not reachable by anyone: retire it like an eviction
-    {
-      Shard& s = t->shards[t->ShardFor(va, length)];
-      base::SpinLockHolder sl(&s.mu);
-      r->dying = true;
-    }
-    stats_.live_registrations.Add();
-    RunLifecycle(t, r);
-    return published;
+    base::MutexLock il(&t->index_mu);
+    Publish(t, r, /*window=*/false);
+    t->index.Insert(RangeIndex::Hash(va, length), r->slot);
+    grant = GrantOf(*r, false);
   }
   stats_.register_misses.Inc();
   stats_.live_registrations.Add();
   stats_.miss_latency_ns.Record(
       static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
-  return GrantOf(*r, false);
+  return grant;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,44 +662,53 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
                                                     uint64_t offset, uint64_t length,
                                                     hca::AccessFlags access) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  ASSIGN_OR_RETURN(Shard * ps, ShardForHandle(t, parent));
+  ASSIGN_OR_RETURN(Registration * p, Resolve(t, parent));
   ASSIGN_OR_RETURN(hca::AccessFlags normalized, NormalizeAccess(access));
   if (length == 0) return absl::InvalidArgumentError("window length 0");
   ASSIGN_OR_RETURN(int cls, [&] {
     base::ReaderMutexLock lock(&t->mu);
     return t->pool->ClassFor(1);
   }());
-  Registration* p = nullptr;
-  {
-    base::SpinLockHolder lock(&ps->mu);
-    p = Lookup(*ps, parent);
-    if (p == nullptr) {
+  // A window holds its parent: take that hold first, then check the window against it (the
+  // parent's range and rights are fixed while it is held).
+  const uint32_t gen = HandleGen(parent);
+  uint64_t ps = p->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    if ((ps & st::kPublished) == 0 || st::Gen(ps) != gen) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", parent));
     }
-    if (p->dying) {
+    if ((ps & st::kDead) != 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("registration 0x%x was invalidated", parent));
     }
-    if (p->is_window) {
+    if ((ps & st::kWindow) != 0) {
       return absl::InvalidArgumentError("a window cannot be the parent of a window");
     }
-    if (offset >= p->length || length > p->length - offset) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "window [+0x%x, +0x%x) is outside its parent of 0x%x bytes", offset, length,
-          p->length));
+    if (st::Holders(ps) == st::kHolders) {
+      return absl::ResourceExhaustedError("the parent has the most holders it can count");
     }
-    if ((normalized & ~p->access) != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "window access %s is not narrower than its parent's %s",
-          hca::AccessToString(normalized), hca::AccessToString(p->access)));
+    if (p->hot->state.compare_exchange_weak(ps, ps + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      break;
     }
-    p->holders++;  // a window holds its parent
   }
-  auto drop_parent = [&] {
-    base::SpinLockHolder lock(&ps->mu);
-    p->holders--;
-    if (p->holders == 0 && !p->dying) Unreferenced(*ps, p);
-  };
+  const uint64_t parent_va = p->hot->va.load(std::memory_order_relaxed);
+  const uint64_t parent_length = p->hot->length.load(std::memory_order_relaxed);
+  const hca::AccessFlags parent_access = p->hot->access.load(std::memory_order_relaxed);
+  const hca::Key parent_key = p->hot->key.load(std::memory_order_relaxed);
+  auto drop_parent = [&] { (void)DropHold(t, p->slot, gen, parent, /*user_release=*/false); };
+  if (offset >= parent_length || length > parent_length - offset) {
+    drop_parent();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window [+0x%x, +0x%x) is outside its parent of 0x%x bytes", offset, length,
+        parent_length));
+  }
+  if ((normalized & ~parent_access) != 0) {
+    drop_parent();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window access %s is not narrower than its parent's %s", hca::AccessToString(normalized),
+        hca::AccessToString(parent_access)));
+  }
   absl::StatusOr<TakenKey> taken = ReserveKey(t, cls);
   if (!taken.ok()) {
     drop_parent();
@@ -671,27 +716,33 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
     return taken.status();
   }
   t->mu.AssertHeld();  // ReserveKey returns holding it on success
-  auto* w = new Registration;
-  w->is_window = true;
+  Registration* w = AllocateRecord(t);
+  if (w == nullptr) {
+    t->live--;
+    t->pool->Quarantine(taken->pooled, absl::Now());
+    t->mu.Unlock();
+    drop_parent();
+    stats_.register_errors.Inc();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("tenant has %d registrations, the most one tenant may have",
+                        Slab::kMaxSlots));
+  }
   w->parent = p;
-  w->va = p->va + offset;
-  w->length = length;
-  w->access = normalized;
+  SetRange(w, parent_va + offset, length, normalized, taken->mapped_key());
   w->klm_entries = 1;
-  w->key = taken->mapped_key();
-  w->pooled = PooledKey{w->key, cls};
+  w->pooled = PooledKey{taken->mapped_key(), cls};
   w->life.Transition(KeyState::kMapping);
   p->windows.push_back(w);
   t->mu.Unlock();
 
   UmrOp op;
   op.kind = UmrOp::Kind::kMap;
-  op.klm = {hca::KlmEntry{p->key, w->va, length}};
+  op.klm = {hca::KlmEntry{parent_key, parent_va + offset, length}};
   op.map.key = taken->pooled.key;
   op.map.new_variant = taken->new_variant;
   op.map.layout = hca::Layout::kKlm;
   op.map.access = normalized;
-  op.map.start_addr = w->va;
+  op.map.start_addr = parent_va + offset;
   op.map.length = length;
   UmrOp* ops[] = {&op};
   t->engine->Execute(ops);
@@ -704,32 +755,21 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
       t->live--;
     }
     drop_parent();
-    delete w;
+    Recycle(t, w);
     stats_.register_errors.Inc();
     return op.result;
   }
-  absl::Status published;
+  KeyGrant grant;
   {
     base::MutexLock lock(&t->mu);
     w->life.Transition(KeyState::kActive);
-    const uint32_t shard = t->ShardFor(w->va, w->length);
-    Shard& s = t->shards[shard];
-    base::SpinLockHolder sl(&s.mu);
-    published = Publish(s, shard, t->slot, w);
-    if (published.ok()) {
-      w->holders = 1;
-    } else {
-      w->dying = true;
-    }
-  }
-  if (!published.ok()) {
-    stats_.live_registrations.Add();
-    RunLifecycle(t, w);
-    return published;
+    base::MutexLock il(&t->index_mu);
+    Publish(t, w, /*window=*/true);
+    grant = GrantOf(*w, false);
   }
   stats_.windows_created.Inc();
   stats_.live_registrations.Add();
-  return GrantOf(*w, false);
+  return grant;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -737,58 +777,96 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
 
 absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  ASSIGN_OR_RETURN(Shard * s, ShardForHandle(t, handle));
-  Registration* window_to_retire = nullptr;
-  Registration* to_delete = nullptr;
-  {
-    base::SpinLockHolder lock(&s->mu);
-    Registration* r = Lookup(*s, handle);
-    if (r == nullptr) {
+  if (handle == 0 || HandleTenantSlot(handle) != t->slot) return Resolve(t, handle).status();
+  return DropHold(t, HandleSlot(handle), HandleGen(handle), handle, /*user_release=*/true);
+}
+
+absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Handle handle,
+                                    bool user_release) {
+  HotRecord* h = t->slab.Hot(slot);
+  if (h == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
+  }
+  uint64_t s = h->state.load(std::memory_order_acquire);
+  uint64_t next;
+  for (;;) {
+    if ((s & st::kPublished) == 0 || st::Gen(s) != gen) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    if (r->holders == 0) {
+    if (st::Holders(s) == 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x has no holders left to release", handle));
     }
-    r->holders--;
-    stats_.releases.Inc();
-    if (r->revoked) {
-      stats_.releases_after_revoke.Inc();
-      if (r->holders == 0) {
-        Unpublish(*s, r);
-        s->tombstones--;
-        if (r->lifecycle_done) to_delete = r;
-      }
-    } else if (r->holders == 0) {
-      if (r->is_window) {
-        StopReference(*s, r);  // windows are not cached
-        window_to_retire = r;
-      } else {
-        Unreferenced(*s, r);
-      }
+    next = s - 1;
+    // The last holder of a revoked record: its handle goes with it.
+    if (st::Holders(s) == 1 && (s & st::kDead) != 0) next &= ~st::kPublished;
+    if (h->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      break;
     }
   }
-  delete to_delete;
-  if (window_to_retire != nullptr) RunLifecycle(t, window_to_retire);
+  if (user_release) {
+    stats_.releases.Inc();
+    if ((s & st::kRevoked) != 0) stats_.releases_after_revoke.Inc();
+  }
+  if (st::Holders(next) != 0) return absl::OkStatus();
+  if ((s & st::kDead) != 0) {
+    if ((s & st::kDone) != 0) Recycle(t, t->slab.At(slot));  // else the lifecycle will, when it finishes
+  } else if ((s & st::kWindow) != 0) {  // windows are not cached: the last release retires it
+    bool stopped;
+    {
+      base::MutexLock il(&t->index_mu);
+      stopped = StopReference(t, t->slab.At(slot), /*only_unheld=*/true, gen);
+    }
+    if (stopped) RunLifecycle(t, t->slab.At(slot));
+  }
+  // Otherwise the registration stays cached, for the CLOCK to find if nobody hits it again.
   return absl::OkStatus();
+}
+
+uint64_t RegCacheImpl::StopReference(Tenant* t, Registration* r, bool only_unheld,
+                                     uint32_t gen) {
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
+    if (only_unheld && st::Holders(s) != 0) return 0;
+    uint64_t next = s | st::kDead;
+    if (st::Holders(s) > 0) {
+      next |= st::kRevoked;  // the handle stays for Release/Query until the last holder is gone
+    } else {
+      next &= ~st::kPublished;
+    }
+    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if ((s & st::kWindow) == 0) {
+    t->index.Erase(RangeIndex::Hash(r->hot->va.load(std::memory_order_relaxed),
+                                    r->hot->length.load(std::memory_order_relaxed)),
+                   r->slot);
+  }
+  return s;
 }
 
 absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  ASSIGN_OR_RETURN(Shard * s, ShardForHandle(t, handle));
-  Registration* r = nullptr;
+  ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
   {
-    base::SpinLockHolder lock(&s->mu);
-    r = Lookup(*s, handle);
-    if (r == nullptr) {
+    base::MutexLock il(&t->index_mu);
+    const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    if ((s & st::kPublished) == 0 || st::Gen(s) != HandleGen(handle)) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    if (r->dying) {
+    if ((s & st::kDead) != 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x was already invalidated", handle));
     }
-    if (r->holders > 0) stats_.revoked_with_holders.Inc();
-    StopReference(*s, r);
+    const uint64_t before = StopReference(t, r, /*only_unheld=*/false, HandleGen(handle));
+    if (before == 0) {
+      return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
+    }
+    if (st::Holders(before) > 0) stats_.revoked_with_holders.Inc();
   }
   RunLifecycle(t, r);
   return absl::OkStatus();
@@ -803,8 +881,8 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
       base::MutexLock lock(&t->mu);
       if (round == 0) {
         r->life.Transition(KeyState::kDraining);
-        if (!r->is_window) {
-          auto [lo, hi] = t->cover.equal_range(r->va);
+        if (!r->is_window()) {
+          auto [lo, hi] = t->cover.equal_range(r->hot->va.load(std::memory_order_relaxed));
           for (auto it = lo; it != hi; ++it) {
             if (it->second == r) {
               t->cover.erase(it);
@@ -818,10 +896,8 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
           waiting = true;  // mapping, or retiring on another thread
           continue;
         }
-        Shard& ws = t->ShardOf(w->handle);
-        base::SpinLockHolder sl(&ws.mu);
-        if (!w->dying) {
-          StopReference(ws, w);
+        base::MutexLock il(&t->index_mu);
+        if (StopReference(t, w)) {
           stop.push_back(w);
         } else {
           waiting = true;
@@ -839,17 +915,18 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
     r->life.Transition(KeyState::kInvalidating);
   }
   // One WQE: the fence bit makes it wait for everything posted before it on the queue.
-  UmrOp op = UmrOp::Invalidate(r->key, /*fence=*/true);
+  const hca::Key key = r->hot->key.load(std::memory_order_relaxed);
+  UmrOp op = UmrOp::Invalidate(key, /*fence=*/true);
   UmrOp* ops[] = {&op};
   t->engine->Execute(ops);
   if (!op.result.ok()) {
-    RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", r->key)
+    RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", key)
                     << " failed: " << op.result << "; recovering";
     {
       base::MutexLock lock(&t->mu);
       r->life.Transition(KeyState::kRecovery);
     }
-    RecoverKey(t, r, r->key);
+    RecoverKey(t, r, key);
   }
   Registration* parent = nullptr;
   {
@@ -864,7 +941,7 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
       if (BackingRecord* b = t->backings.Find(id)) b->users--;
     }
     t->live--;
-    if (r->is_window) {
+    if (r->is_window()) {
       std::erase(r->parent->windows, r);
       parent = r->parent;
     }
@@ -872,24 +949,12 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
   stats_.invalidations.Inc();
   stats_.live_registrations.Sub();
   if (parent != nullptr) {
-    Shard& ps = t->ShardOf(parent->handle);
-    Registration* delete_parent = nullptr;
-    {
-      base::SpinLockHolder lock(&ps.mu);
-      parent->holders--;
-      if (parent->holders == 0) {
-        if (!parent->dying) {
-          Unreferenced(ps, parent);
-        } else if (parent->revoked) {
-          Unpublish(ps, parent);
-          ps.tombstones--;
-          if (parent->lifecycle_done) delete_parent = parent;
-        }
-      }
-    }
-    delete delete_parent;
+    // The window's hold on its parent (taken in CreateWindow; the parent's generation cannot
+    // change while it is held).
+    (void)DropHold(t, parent->slot, HandleGen(parent->handle), parent->handle,
+                   /*user_release=*/false);
   }
-  FinishWithRegistration(t, r);
+  Finish(t, r);
 }
 
 void RegCacheImpl::RecoverKey(Tenant* t, Registration* r, hca::Key previous_key) {
@@ -899,7 +964,7 @@ void RegCacheImpl::RecoverKey(Tenant* t, Registration* r, hca::Key previous_key)
     if (r->life.state() == KeyState::kMapping) r->life.Transition(KeyState::kRecovery);
   }
   // The key's variant is the old or the new one, depending on how far the failed UMR got.
-  for (hca::Key k : {r->key, previous_key}) {
+  for (hca::Key k : {r->hot->key.load(std::memory_order_relaxed), previous_key}) {
     UmrOp op = UmrOp::Invalidate(k, /*fence=*/true);
     UmrOp* ops[] = {&op};
     t->engine->Execute(ops);
@@ -912,7 +977,7 @@ void RegCacheImpl::RecoverKey(Tenant* t, Registration* r, hca::Key previous_key)
     }
     if (k == previous_key) break;
   }
-  absl::Status s = device_->DestroyKey(r->key);
+  absl::Status s = device_->DestroyKey(r->hot->key.load(std::memory_order_relaxed));
   if (!s.ok()) RC_LOG(ERROR) << "recovery could not destroy key: " << s;
   stats_.keys_destroyed_in_recovery.Inc();
   stats_.keys_destroyed.Inc();
@@ -921,44 +986,43 @@ void RegCacheImpl::RecoverKey(Tenant* t, Registration* r, hca::Key previous_key)
   t->pool->Forget(r->pooled);
 }
 
-void RegCacheImpl::FinishWithRegistration(Tenant* t, Registration* r) {
-  Shard& s = t->ShardOf(r->handle);
-  bool drop = false;
-  {
-    base::SpinLockHolder lock(&s.mu);
-    r->lifecycle_done = true;
-    // A revoked handle lives until its last holder releases it.
-    drop = !r->revoked || r->holders == 0;
-    if (drop && r->revoked && Lookup(s, r->handle) == r) {
-      Unpublish(s, r);
-      s.tombstones--;
-    }
-  }
-  if (drop) delete r;
+void RegCacheImpl::Finish(Tenant* t, Registration* r) {
+  // A revoked handle lives until its last holder releases it: whichever of the two comes
+  // second (this, or the release that unpublishes it) recycles the record.
+  const uint64_t before = r->hot->state.fetch_or(st::kDone, std::memory_order_acq_rel);
+  if ((before & st::kPublished) == 0) Recycle(t, r);
+}
+
+void RegCacheImpl::Recycle(Tenant* t, Registration* r) {
+  base::MutexLock il(&t->index_mu);
+  const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  RC_DCHECK((s & st::kPublished) == 0);
+  // Keeps the generation (the next publication bumps it) and drops every flag.
+  r->hot->state.store(uint64_t{st::Gen(s)} << st::kGenShift, std::memory_order_release);
+  t->slab.Free(r);
 }
 
 absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  ASSIGN_OR_RETURN(Shard * s, ShardForHandle(t, handle));
-  base::ReaderMutexLock lock(&t->mu);
-  base::SpinLockHolder sl(&s->mu);
-  const Registration* found = Lookup(*s, handle);
-  if (found == nullptr) {
+  ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
+  base::ReaderMutexLock lock(&t->mu);  // keeps the record from being reallocated
+  const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  if ((s & st::kPublished) == 0 || st::Gen(s) != HandleGen(handle)) {
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
-  return InfoOf(t, *found);
+  return InfoOf(t, *r, s);
 }
 
-RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r) {
+RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r, uint64_t s) {
   RegistrationInfo info;
   info.handle = r.handle;
-  info.key = r.key;
-  info.va = r.va;
-  info.length = r.length;
-  info.access = r.access;
-  info.holders = r.holders;
-  info.revoked = r.revoked;
-  info.is_window = r.is_window;
+  info.key = r.hot->key.load(std::memory_order_relaxed);
+  info.va = r.hot->va.load(std::memory_order_relaxed);
+  info.length = r.hot->length.load(std::memory_order_relaxed);
+  info.access = r.hot->access.load(std::memory_order_relaxed);
+  info.holders = st::Holders(s);
+  info.revoked = (s & st::kRevoked) != 0;
+  info.is_window = (s & st::kWindow) != 0;
   info.parent = r.parent != nullptr ? r.parent->handle : 0;
   info.windows = static_cast<uint32_t>(r.windows.size());
   info.klm_entries = r.klm_entries;
@@ -971,12 +1035,11 @@ absl::StatusOr<std::vector<RegistrationInfo>> RegCacheImpl::List(TenantId tenant
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
   std::vector<RegistrationInfo> out;
   base::ReaderMutexLock lock(&t->mu);
-  for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-    Shard& s = t->shards[i];
-    base::SpinLockHolder sl(&s.mu);
-    for (const Registration* r : s.slots) {
-      if (r != nullptr) out.push_back(InfoOf(t, *r));
-    }
+  base::MutexLock il(&t->index_mu);
+  for (uint32_t i = 0; i < t->slab.size(); ++i) {
+    const Registration* r = t->slab.At(i);
+    const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    if ((s & st::kPublished) != 0) out.push_back(InfoOf(t, *r, s));
   }
   return out;
 }
@@ -985,20 +1048,19 @@ absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
   TenantUsage u;
   u.pd = t->pd;
-  {
-    base::ReaderMutexLock lock(&t->mu);
-    u.live_registrations = t->live;
-    u.backings = t->backings.size();
-    u.backed_bytes = t->backings.total_bytes();
-    u.pool_free = t->pool->free_keys();
-    u.pool_quarantined = t->pool->quarantined_keys();
-    u.pool_outstanding = t->pool->outstanding_keys();
-    u.pool_total = t->pool->total_keys();
-  }
-  for (uint32_t i = 0; i <= t->shard_mask; ++i) {
-    base::SpinLockHolder lock(&t->shards[i].mu);
-    u.cached_unreferenced += t->shards[i].lru_size;
-    u.revoked_held += t->shards[i].tombstones;
+  base::ReaderMutexLock lock(&t->mu);
+  u.live_registrations = t->live;
+  u.backings = t->backings.size();
+  u.backed_bytes = t->backings.total_bytes();
+  u.pool_free = t->pool->free_keys();
+  u.pool_quarantined = t->pool->quarantined_keys();
+  u.pool_outstanding = t->pool->outstanding_keys();
+  u.pool_total = t->pool->total_keys();
+  base::MutexLock il(&t->index_mu);
+  for (uint32_t i = 0; i < t->slab.size(); ++i) {
+    const uint64_t s = t->slab.Hot(i)->state.load(std::memory_order_acquire);
+    if (st::Live(s) && (s & st::kWindow) == 0 && st::Holders(s) == 0) u.cached_unreferenced++;
+    if ((s & st::kPublished) != 0 && (s & st::kRevoked) != 0) u.revoked_held++;
   }
   return u;
 }

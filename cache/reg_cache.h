@@ -26,8 +26,9 @@
 // A second Invalidate of it fails with kFailedPrecondition.
 //
 // Release(): a holder is done. A registration whose last holder released stays mapped and
-// cached (on the tenant's LRU) until it is hit again, invalidated, or evicted under pool or
-// quota pressure. A window whose last holder released is invalidated (windows are not cached).
+// cached until it is hit again, invalidated, or evicted under pool or quota pressure. Eviction
+// is CLOCK over the tenant's registrations: the first one found unheld and not hit since the
+// hand last passed it. A window whose last holder released is invalidated (windows are not cached).
 //
 // Errors (all leave every counter balanced):
 //   kInvalidArgument     zero length, va + length overflow, unknown access bits, remote write or
@@ -41,9 +42,14 @@
 //                        be evicted);
 //   device errors        a failed UMR (the hca::DeviceError status); the key goes to recovery.
 //
-// Thread safety: all methods may be called concurrently from any threads. The hit path locks
-// one shard of the tenant's index and nothing global. CloseTenant must not race with other
+// Thread safety: all methods may be called concurrently from any threads. A hit and a release
+// take no lock: a lock-free probe of the tenant's range index and one compare-and-swap on the
+// registration's state word (cache/internal/index.h). CloseTenant must not race with other
 // calls on the same tenant (the daemon closes a session after its last request).
+//
+// Handles: a handle names one publication of a registration; once that registration is gone
+// the handle resolves to nothing (kNotFound), even after its record is reused, until the same
+// record has been reused 2^24 more times.
 #ifndef REGCACHE_CACHE_REG_CACHE_H_
 #define REGCACHE_CACHE_REG_CACHE_H_
 
@@ -98,7 +104,7 @@ struct TenantUsage {
   hca::Pd pd;
   uint64_t live_registrations = 0;  // registrations + windows mapped and not revoked
   uint64_t revoked_held = 0;        // revoked, still held
-  uint64_t cached_unreferenced = 0; // on the LRU
+  uint64_t cached_unreferenced = 0; // live, no holders: evictable
   uint64_t backings = 0;
   uint64_t backed_bytes = 0;
   uint64_t pool_free = 0;

@@ -45,7 +45,6 @@ inline CacheOptions TestCacheOptions() {
   o.pool.quarantine_count = 0;
   o.engine.queues_per_tenant = 2;
   o.engine.queue_depth = 64;
-  o.index_shards = 8;
   return o;
 }
 

@@ -4,126 +4,131 @@
 
 namespace cache::internal {
 
-size_t RangeHash::operator()(const Registration* r) const { return absl::HashOf(r->va, r->length); }
-bool RangeEq::operator()(const Registration* a, const Registration* b) const {
-  return a->va == b->va && a->length == b->length;
-}
-bool RangeEq::operator()(const Registration* a, const RangeKey& k) const {
-  return a->va == k.va && a->length == k.length;
+// --- Slab ---
+
+Slab::~Slab() {
+  for (auto& seg : hot_) delete[] seg.load(std::memory_order_relaxed);
+  for (auto& seg : cold_) delete[] seg.load(std::memory_order_relaxed);
 }
 
-// --- Handle table of a shard (REQUIRE the shard lock) ---
-
-// Gives `r` a slot and its handle. kResourceExhausted when the shard's table is full.
-absl::Status Publish(Shard& s, uint32_t shard_index, uint32_t tenant_slot, Registration* r)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  uint32_t slot;
-  if (!s.free_slots.empty()) {
-    slot = s.free_slots.back();
-    s.free_slots.pop_back();
-  } else {
-    if (s.slots.size() >= (size_t{1} << kSlotBits)) {
-      return absl::ResourceExhaustedError("registration index shard is full");
+Registration* Slab::Allocate() {
+  if (free_head_ < free_.size()) {
+    Registration* r = At(free_[free_head_++]);
+    if (free_head_ == free_.size()) {  // drained: start the ring over
+      free_.clear();
+      free_head_ = 0;
+    } else if (free_head_ > 4096 && free_head_ * 2 > free_.size()) {  // drop the consumed half
+      free_.erase(free_.begin(), free_.begin() + static_cast<ptrdiff_t>(free_head_));
+      free_head_ = 0;
     }
-    slot = static_cast<uint32_t>(s.slots.size());
-    s.slots.push_back(nullptr);
-    s.gens.push_back(0);
+    return r;
   }
-  s.slots[slot] = r;
-  r->handle = MakeHandle(tenant_slot, ++s.gens[slot], slot, shard_index);
-  s.published++;
-  return absl::OkStatus();
-}
-
-Registration* Lookup(Shard& s, Handle h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const uint32_t slot = HandleSlot(h);
-  if (slot >= s.slots.size()) return nullptr;
-  Registration* r = s.slots[slot];
-  return r != nullptr && r->handle == h ? r : nullptr;
-}
-
-void Unpublish(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const uint32_t slot = HandleSlot(r->handle);
-  RC_DCHECK(slot < s.slots.size() && s.slots[slot] == r);
-  s.slots[slot] = nullptr;
-  s.free_slots.push_back(slot);
-  s.published--;
-}
-
-// --- Shard helpers (REQUIRE the shard mutex) ---
-
-void LruUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (!r->in_lru) return;
-  (r->lru_prev ? r->lru_prev->lru_next : s.lru_oldest) = r->lru_next;
-  (r->lru_next ? r->lru_next->lru_prev : s.lru_newest) = r->lru_prev;
-  r->lru_prev = r->lru_next = nullptr;
-  r->in_lru = false;
-  s.lru_size--;
-}
-
-void LruPush(Shard& s, Registration* r, uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  RC_DCHECK(!r->in_lru);
-  r->queued_at = ticket;
-  r->referenced = false;
-  r->lru_prev = s.lru_newest;
-  r->lru_next = nullptr;
-  (s.lru_newest ? s.lru_newest->lru_next : s.lru_oldest) = r;
-  s.lru_newest = r;
-  r->in_lru = true;
-  s.lru_size++;
-}
-
-void RangeLink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  auto [it, inserted] = s.by_range.insert(r);
-  if (!inserted) {  // a chain for this range exists: r goes second
-    r->next_same_range = (*it)->next_same_range;
-    (*it)->next_same_range = r;
+  if (next_ >= kMaxSlots) return nullptr;
+  const uint32_t slot = next_;
+  const auto [seg, offset] = Locate(slot);
+  if (cold_[seg].load(std::memory_order_relaxed) == nullptr) {
+    const uint32_t count = 64u << seg;
+    auto* hot = new HotRecord[count];
+    auto* cold = new Registration[count];
+    for (uint32_t i = 0; i < count; ++i) {
+      cold[i].hot = &hot[i];
+      cold[i].slot = slot - offset + i;
+    }
+    bytes_ += count * (sizeof(HotRecord) + sizeof(Registration));
+    cold_[seg].store(cold, std::memory_order_release);
+    hot_[seg].store(hot, std::memory_order_release);
   }
-  r->indexed = true;
+  ++next_;
+  return At(slot);
 }
 
-void RangeUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (!r->indexed) return;
-  auto it = s.by_range.find(RangeKey{r->va, r->length});
-  RC_CHECK(it != s.by_range.end());
-  Registration* head = *it;
-  if (head == r) {
-    s.by_range.erase(it);
-    if (r->next_same_range != nullptr) s.by_range.insert(r->next_same_range);
-  } else {
-    Registration* prev = head;
-    while (prev->next_same_range != r) prev = prev->next_same_range;
-    prev->next_same_range = r->next_same_range;
-  }
-  r->next_same_range = nullptr;
-  r->indexed = false;
+void Slab::Free(Registration* r) {
+  RC_DCHECK((r->hot->state.load(std::memory_order_relaxed) & st::kPublished) == 0);
+  free_.push_back(r->slot);
 }
 
-// Stop-reference: after this no one can become a holder. REQUIRES !r->dying.
-void StopReference(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  RC_DCHECK(!r->dying);
-  RangeUnlink(s, r);
-  LruUnlink(s, r);
-  r->dying = true;
-  if (r->holders > 0) {
-    r->revoked = true;  // the handle stays for Release/Query until the last holder is gone
-    s.tombstones++;
-  } else if (r->handle != 0) {
-    Unpublish(s, r);
+// --- RangeIndex ---
+
+namespace {
+constexpr uint64_t kInitialCapacity = 64;
+uint64_t Home(uint64_t bucket, uint64_t mask) { return (bucket >> 32) & mask; }
+}  // namespace
+
+RangeIndex::RangeIndex() {
+  tables_.push_back(NewTable(kInitialCapacity));
+  bytes_ = kInitialCapacity * sizeof(uint64_t);
+  table_.store(tables_.back().get(), std::memory_order_release);
+}
+
+std::unique_ptr<RangeIndex::Table> RangeIndex::NewTable(uint64_t capacity) {
+  auto t = std::make_unique<Table>();
+  t->mask = capacity - 1;
+  t->buckets.reset(new std::atomic<uint64_t>[capacity]);
+  for (uint64_t i = 0; i < capacity; ++i) t->buckets[i].store(0, std::memory_order_relaxed);
+  return t;
+}
+
+void RangeIndex::Place(Table& t, uint64_t bucket) {
+  for (uint64_t i = Home(bucket, t.mask);; i = (i + 1) & t.mask) {
+    if (t.buckets[i].load(std::memory_order_relaxed) == 0) {
+      t.buckets[i].store(bucket, std::memory_order_release);
+      return;
+    }
   }
 }
 
-// Tickets order LRU queueing across a tenant's shards. Taken only when an entry is (re)queued,
-// never on a hit or a plain release.
-std::atomic<uint64_t> g_lru_ticket{1};
-
-// A holder is done: the registration joins the LRU, or marks itself used since it was queued.
-void Unreferenced(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (r->in_lru) {
-    r->referenced = true;
-  } else {
-    LruPush(s, r, g_lru_ticket.fetch_add(1, std::memory_order_relaxed));
+void RangeIndex::Insert(uint64_t hash, uint32_t slot) {
+  Table* t = table_.load(std::memory_order_relaxed);
+  if ((size_ + 1) * 2 > t->mask + 1) {  // grow: copy into a table twice the size, then switch
+    auto bigger = NewTable((t->mask + 1) * 2);
+    for (uint64_t i = 0; i <= t->mask; ++i) {
+      const uint64_t b = t->buckets[i].load(std::memory_order_relaxed);
+      if (b != 0) Place(*bigger, b);
+    }
+    bytes_ += (bigger->mask + 1) * sizeof(uint64_t);
+    t = bigger.get();
+    tables_.push_back(std::move(bigger));
+    table_.store(t, std::memory_order_release);
   }
+  Place(*t, (hash & 0xffffffff00000000ull) | (uint64_t{slot} + 1));
+  size_++;
+}
+
+void RangeIndex::Erase(uint64_t hash, uint32_t slot) {
+  Table* t = table_.load(std::memory_order_relaxed);
+  const uint64_t want = (hash & 0xffffffff00000000ull) | (uint64_t{slot} + 1);
+  uint64_t i = Home(want, t->mask);
+  for (;; i = (i + 1) & t->mask) {
+    const uint64_t b = t->buckets[i].load(std::memory_order_relaxed);
+    RC_CHECK(b != 0) << "range index: erasing an entry that is not there";
+    if (b == want) break;
+  }
+  // Backward shift: pull later members of the cluster into the hole when their home allows,
+  // so probes never need tombstones. An entry is copied before its old bucket is cleared, so a
+  // reader sees it at one place or both, except in the moment it has passed the new place.
+  for (;;) {
+    uint64_t j = i;
+    uint64_t moved = 0;
+    for (;;) {
+      j = (j + 1) & t->mask;
+      const uint64_t b = t->buckets[j].load(std::memory_order_relaxed);
+      if (b == 0) break;
+      const uint64_t home = Home(b, t->mask);
+      // b may move to i if its home is not cyclically within (i, j].
+      const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+      if (!stays) {
+        moved = b;
+        break;
+      }
+    }
+    if (moved == 0) {
+      t->buckets[i].store(0, std::memory_order_release);
+      break;
+    }
+    t->buckets[i].store(moved, std::memory_order_release);
+    i = j;
+  }
+  size_--;
 }
 
 }  // namespace cache::internal

@@ -1,20 +1,30 @@
-// The registration index of one tenant shard: the registration record, the shard (exact-range
-// set, handle table, LRU), and the operations on them that the cache's hit path and lifecycle
-// share. Internal to cache/: callers use cache/reg_cache.h.
+// The registration index of one tenant: the registration record, the slab that holds the
+// records at stable addresses, and the exact-range hash index. Internal to cache/: callers use
+// cache/reg_cache.h.
 //
-// Thread safety: every function taking a Shard requires that shard's lock (annotated).
+// Concurrency. Hits and releases take no lock. They work on one 64-bit state word per record
+// (holders, flags, generation) by compare-and-swap, in the way a lock-free page cache does
+// "get unless zero, then recheck":
+//   - Records are type-stable: the slab never frees one while the tenant is open, it only
+//     recycles it, and every publication gives it a new generation. A reader holding a stale
+//     pointer reads atomics of a live record and fails its compare-and-swap.
+//   - The hash index is read without a lock. Writers (under the tenant's index mutex) insert,
+//     delete by backward shift and grow by copying into a new table. A reader can then miss an
+//     entry for a moment (the caller falls back to the locked path), but never takes a wrong
+//     one: it accepts a record only after checking its range and winning the CAS.
+//   - Grown-out tables are kept until the tenant closes, because a reader may still be in one.
+//     Growth doubles, so they add at most the current table's size.
 #ifndef REGCACHE_CACHE_INTERNAL_INDEX_H_
 #define REGCACHE_CACHE_INTERNAL_INDEX_H_
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
-#include "absl/status/status.h"
-#include "base/spinlock.h"
+#include "base/mutex.h"
 #include "cache/backing_set.h"
 #include "cache/key_pool.h"
 #include "cache/lifecycle.h"
@@ -22,138 +32,181 @@
 
 namespace cache::internal {
 
-// Handle layout: tenant slot (16 bits) | generation (20) | slot in its shard (20) | shard (8).
-// A handle names a slot of a shard's table directly (no hash lookup on release); the slot's
-// generation, bumped on every reuse, makes a stale handle miss instead of aliasing.
-inline constexpr int kShardBits = 8;
-inline constexpr int kSlotBits = 20;
-inline constexpr int kGenBits = 20;
+// Handle layout: tenant slot (16 bits) | generation (24) | record slot (24). A handle names its
+// record directly (no hash lookup on release); the generation, new on every publication of
+// the record, makes a stale handle miss instead of aliasing (until the same record has been
+// published 2^24 more times: the free list is FIFO to make that as slow as it can be).
+inline constexpr int kSlotBits = 24;
+inline constexpr int kGenBits = 24;
+inline constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
+inline constexpr uint32_t kGenMask = (1u << kGenBits) - 1;
 
 inline uint32_t HandleTenantSlot(Handle h) {
-  return static_cast<uint32_t>(h >> (kGenBits + kSlotBits + kShardBits));
+  return static_cast<uint32_t>(h >> (kGenBits + kSlotBits));
 }
-inline uint32_t HandleShard(Handle h) {
-  return static_cast<uint32_t>(h & ((1u << kShardBits) - 1));
-}
-inline uint32_t HandleSlot(Handle h) {
-  return static_cast<uint32_t>((h >> kShardBits) & ((1u << kSlotBits) - 1));
-}
-inline Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot, uint32_t shard) {
-  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits + kShardBits)) |
-         (uint64_t{gen & ((1u << kGenBits) - 1)} << (kSlotBits + kShardBits)) |
-         (uint64_t{slot} << kShardBits) | shard;
+inline uint32_t HandleGen(Handle h) { return static_cast<uint32_t>(h >> kSlotBits) & kGenMask; }
+inline uint32_t HandleSlot(Handle h) { return static_cast<uint32_t>(h) & kSlotMask; }
+inline Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot) {
+  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits)) | (uint64_t{gen & kGenMask} << kSlotBits) |
+         slot;
 }
 
-struct RangeKey {
-  uint64_t va;
-  uint64_t length;
+// The state word of a record.
+namespace st {
+inline constexpr uint64_t kHolders = 0xffffffffull;  // holder count (low 32 bits)
+inline constexpr uint64_t kPublished = 1ull << 32;   // its handle resolves
+inline constexpr uint64_t kDead = 1ull << 33;        // stop-reference done: no new holders
+inline constexpr uint64_t kRevoked = 1ull << 34;     // went dead while held (a tombstone)
+inline constexpr uint64_t kDone = 1ull << 35;        // the lifecycle finished with it
+inline constexpr uint64_t kReferenced = 1ull << 36;  // hit since the CLOCK hand last passed
+inline constexpr uint64_t kWindow = 1ull << 37;      // a window (never cached, never indexed)
+inline constexpr int kGenShift = 40;
+
+inline uint32_t Holders(uint64_t s) { return static_cast<uint32_t>(s & kHolders); }
+inline uint32_t Gen(uint64_t s) { return static_cast<uint32_t>(s >> kGenShift) & kGenMask; }
+// Published and not dead: a hit may hold it.
+inline bool Live(uint64_t s) { return (s & (kPublished | kDead)) == kPublished; }
+}  // namespace st
+
+// The half of a record that hits and releases touch. They read it without a lock, so its
+// fields are atomics (a stale reader may look at a recycled record). 32 bytes, packed densely
+// in the slab apart from the cold half: at 100k registrations the hot halves fit in L2.
+struct alignas(32) HotRecord {
+  std::atomic<uint64_t> state{0};
+  std::atomic<uint64_t> va{0};
+  std::atomic<uint64_t> length{0};
+  std::atomic<hca::Key> key{0};  // the mapped key (lkey = rkey)
+  std::atomic<hca::AccessFlags> access{0};
 };
+static_assert(sizeof(HotRecord) == 32);
 
-struct Registration;
-
-// One registration or window. Fields are guarded as marked; immutable ones are set before the
-// registration is published and never change. The first 48 bytes are everything a hit and a
-// release touch (one or two cache lines; aligning the object to a line would cost ~35 bytes per
-// registration in allocator padding, against the 256-byte budget), and the index's table holds
-// only pointers, small enough to stay in L2.
+// One registration or window: its hot half, and the rest, guarded by the tenant mutex or fixed
+// while the record is published.
 struct Registration {
-  // --- hot ---
-  uint64_t va = 0;                                 // immutable
-  uint64_t length = 0;                             // immutable
-  Handle handle = 0;                               // immutable once published (shard lock)
-  struct Registration* next_same_range = nullptr;  // shard lock
-  hca::Key key = 0;                                // immutable: the mapped key (lkey = rkey)
-  hca::AccessFlags access = 0;                     // immutable
-  uint32_t holders = 0;                            // shard lock
-  bool indexed = false;     // shard lock: in by_range, Register may return it
-  bool dying = false;       // shard lock: stop-reference done, lifecycle running
-  bool revoked = false;     // shard lock: dying while held; a tombstone until last release
-  bool referenced = false;  // shard lock: released since queued on the LRU (second chance)
+  HotRecord* hot = nullptr;               // fixed: its hot half
+  uint32_t slot = 0;                      // fixed: position in the slab
+  uint32_t klm_entries = 0;               // fixed while published
+  Handle handle = 0;                      // fixed while published
+  PooledKey pooled;                       // fixed while published: the key as the pool has it
+  Registration* parent = nullptr;         // fixed while published (windows)
+  KeyLifecycle life;                      // tenant mutex
+  std::vector<Registration*> windows;     // tenant mutex
+  absl::InlinedVector<BackingId, 1> backings;  // tenant mutex
 
-  // --- cold ---
-  bool in_lru = false;                    // shard lock
-  bool lifecycle_done = false;            // shard lock: the lifecycle finished with it
-  bool is_window = false;                 // immutable
-  uint32_t klm_entries = 0;               // immutable
-  PooledKey pooled;                       // immutable: the key as the pool tracks it
-  uint64_t queued_at = 0;                 // shard lock: LRU queue order (cache-wide ticket)
-  Registration* lru_prev = nullptr;       // shard lock
-  Registration* lru_next = nullptr;       // shard lock
-  struct Registration* parent = nullptr;  // immutable (windows)
-
-  // Guarded by the tenant mutex.
-  KeyLifecycle life;
-  std::vector<Registration*> windows;
-  absl::InlinedVector<BackingId, 1> backings;
+  bool is_window() const {
+    return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0;
+  }
 };
 
-// The exact-range index holds only pointers (8 bytes a slot: 100k registrations need under
-// 1 MiB of table), hashed and compared by the registration's own range; lookups go by RangeKey.
-struct RangeHash {
-  using is_transparent = void;
-  size_t operator()(const RangeKey& k) const { return absl::HashOf(k.va, k.length); }
-  size_t operator()(const Registration* r) const;
+// Records at stable addresses, in segments that double in size (64, 128, ... records), so a
+// slot finds its record with two loads and growing never moves one. Hot and cold halves live
+// in parallel segments. Readers: At(), Hot(). Writers (the tenant's index mutex): Allocate()
+// and Free().
+class Slab {
+ public:
+  static constexpr uint32_t kMaxSlots = 1u << kSlotBits;
+
+  Slab() = default;
+  Slab(const Slab&) = delete;
+  Slab& operator=(const Slab&) = delete;
+  ~Slab();
+
+  // The hot half of the record at `slot`, or nullptr if the slab never grew that far.
+  // Lock-free.
+  HotRecord* Hot(uint32_t slot) const {
+    const auto [seg, offset] = Locate(slot);
+    HotRecord* base = hot_[seg].load(std::memory_order_acquire);
+    return base != nullptr ? base + offset : nullptr;
+  }
+  // The record at `slot`, or nullptr. Lock-free.
+  Registration* At(uint32_t slot) const {
+    const auto [seg, offset] = Locate(slot);
+    Registration* base = cold_[seg].load(std::memory_order_acquire);
+    return base != nullptr ? base + offset : nullptr;
+  }
+
+  // A record to fill in: the oldest freed one, else a new one. Its state keeps its old
+  // generation and has no flags. nullptr when all 2^24 slots are in use.
+  Registration* Allocate();
+  // Back to the free list (FIFO). REQUIRES: unpublished, nobody will use it again.
+  void Free(Registration* r);
+
+  // Slots handed out so far (the high-water mark); At() is non-null below it.
+  uint32_t size() const { return next_; }
+  // Bytes of the segments allocated.
+  uint64_t memory_bytes() const { return bytes_; }
+
+ private:
+  static constexpr int kBaseBits = 6;  // segment 0 holds 64 records
+  static constexpr int kSegments = kSlotBits - kBaseBits + 1;
+  struct Position {
+    int seg;
+    uint32_t offset;
+  };
+  static Position Locate(uint32_t slot) {
+    const uint32_t q = (slot >> kBaseBits) + 1;
+    const int seg = 31 - __builtin_clz(q);
+    return {seg, slot - (((1u << seg) - 1) << kBaseBits)};
+  }
+
+  // Published cold before hot: a reader that finds a hot half finds its record.
+  std::atomic<HotRecord*> hot_[kSegments] = {};
+  std::atomic<Registration*> cold_[kSegments] = {};
+  uint32_t next_ = 0;
+  uint64_t bytes_ = 0;
+  std::vector<uint32_t> free_;  // FIFO ring over a vector: [free_head_, end)
+  size_t free_head_ = 0;
 };
-struct RangeEq {
-  using is_transparent = void;
-  bool operator()(const Registration* a, const Registration* b) const;
-  bool operator()(const Registration* a, const RangeKey& k) const;
-  bool operator()(const RangeKey& k, const Registration* a) const { return (*this)(a, k); }
+
+// Exact-range index: (va, length) → records of that range, any number of them (different
+// rights). Open addressing with linear probing; a bucket holds 32 hash bits and slot + 1
+// (0 = empty). Load factor at most 1/2.
+class RangeIndex {
+ public:
+  RangeIndex();
+  RangeIndex(const RangeIndex&) = delete;
+  RangeIndex& operator=(const RangeIndex&) = delete;
+
+  static uint64_t Hash(uint64_t va, uint64_t length) { return absl::HashOf(va, length); }
+
+  // Calls visit(slot) for each entry whose bucket matches `hash` until it returns true;
+  // returns whether one did. Lock-free; may miss an entry being moved (see top).
+  template <typename Visit>
+  bool Find(uint64_t hash, Visit&& visit) const {
+    const Table* t = table_.load(std::memory_order_acquire);
+    const uint32_t tag = static_cast<uint32_t>(hash >> 32);
+    uint64_t i = tag & t->mask;
+    for (uint64_t n = 0; n <= t->mask; ++n, i = (i + 1) & t->mask) {
+      const uint64_t b = t->buckets[i].load(std::memory_order_acquire);
+      if (b == 0) return false;
+      if (static_cast<uint32_t>(b >> 32) == tag && visit(static_cast<uint32_t>(b) - 1)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Writers, under the tenant's index mutex.
+  void Insert(uint64_t hash, uint32_t slot);
+  void Erase(uint64_t hash, uint32_t slot);
+
+  uint64_t size() const { return size_; }
+  // Bytes of bucket arrays, current and grown-out.
+  uint64_t memory_bytes() const { return bytes_; }
+
+ private:
+  struct Table {
+    uint64_t mask = 0;
+    std::unique_ptr<std::atomic<uint64_t>[]> buckets;
+  };
+  static std::unique_ptr<Table> NewTable(uint64_t capacity);
+  static void Place(Table& t, uint64_t bucket);
+
+  std::atomic<Table*> table_{nullptr};
+  std::vector<std::unique_ptr<Table>> tables_;  // the current one last; the rest grown out
+  uint64_t size_ = 0;
+  uint64_t bytes_ = 0;
 };
-
-// One shard of a tenant's index. The hit path takes exactly one shard lock.
-//
-// LRU: CLOCK with second chance. A registration joins its shard's list when its holder count
-// first drops to zero and stays there while it is hit and released again, which only sets its
-// `referenced` bit: the hit path touches no list neighbour and no shared counter. Eviction
-// takes, over all shards, the oldest-queued entry that is unheld and unreferenced; on the way
-// it drops held entries from the list (their release queues them again) and gives referenced
-// ones a second chance at the young end.
-struct alignas(64) Shard {
-  base::SpinLock mu;
-  // Heads of same-range chains (next_same_range links registrations of one range with
-  // different rights).
-  absl::flat_hash_set<Registration*, RangeHash, RangeEq> by_range ABSL_GUARDED_BY(mu);
-  std::vector<Registration*> slots ABSL_GUARDED_BY(mu);  // by HandleSlot
-  std::vector<uint32_t> gens ABSL_GUARDED_BY(mu);        // generation of each slot
-  std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
-  uint64_t published ABSL_GUARDED_BY(mu) = 0;  // slots in use
-  Registration* lru_oldest ABSL_GUARDED_BY(mu) = nullptr;
-  Registration* lru_newest ABSL_GUARDED_BY(mu) = nullptr;
-  uint64_t lru_size ABSL_GUARDED_BY(mu) = 0;
-  uint64_t tombstones ABSL_GUARDED_BY(mu) = 0;
-};
-
-// Gives `r` a slot and its handle. kResourceExhausted when the shard's table is full.
-absl::Status Publish(Shard& s, uint32_t shard_index, uint32_t tenant_slot, Registration* r)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// The registration `h` names, or nullptr (unknown slot, or a stale generation).
-Registration* Lookup(Shard& s, Handle h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Frees r's slot: its handle no longer resolves.
-void Unpublish(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Takes r off the shard's LRU list (no-op if not on it).
-void LruUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Queues r at the young end with `ticket` (from g_lru_ticket). REQUIRES: not queued.
-void LruPush(Shard& s, Registration* r, uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Makes r findable by its exact range (Register's top half).
-void RangeLink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Makes r unfindable by its range (no-op if it is not indexed).
-void RangeUnlink(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Stop-reference: after this no one can become a holder. REQUIRES !r->dying.
-void StopReference(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// A holder is done: the registration joins the LRU, or marks itself used since it was queued.
-void Unreferenced(Shard& s, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-
-// Tickets order LRU queueing across a tenant's shards.
-extern std::atomic<uint64_t> g_lru_ticket;
 
 }  // namespace cache::internal
 
