@@ -20,8 +20,9 @@
 //
 // Thread safety: updates are lock-free atomics (relaxed: stats order nothing). Counter is a
 // single atomic; HotCounter gives every counting thread its own slot, written with no locked
-// instruction, for paths that several threads hit at once (a shared line would serialize them). Registry is internally
-// synchronized; a registered struct must outlive its registration (use StatsRegistration).
+// instruction, for paths that several threads hit at once (a shared line would serialize
+// them). Registry is internally synchronized; a registered struct must outlive its
+// registration (use StatsRegistration).
 #ifndef REGCACHE_BASE_STATS_H_
 #define REGCACHE_BASE_STATS_H_
 

@@ -72,14 +72,20 @@ struct Tenant {
   uint32_t clock_hand ABSL_GUARDED_BY(index_mu) = 0;
 };
 
+// Writes the grant field by field into `g` (the hit path's `g` is the caller's StatusOr, so
+// nothing is copied after).
+void FillGrant(KeyGrant& g, const HotRecord& h, Handle handle, bool hit) {
+  g.handle = handle;
+  g.lkey = g.rkey = h.key.load(std::memory_order_relaxed);
+  g.va = h.va.load(std::memory_order_relaxed);
+  g.length = h.length.load(std::memory_order_relaxed);
+  g.access = h.access.load(std::memory_order_relaxed);
+  g.hit = hit;
+}
+
 KeyGrant GrantOf(const Registration& r, bool hit) {
   KeyGrant g;
-  g.handle = r.handle;
-  g.lkey = g.rkey = r.hot->key.load(std::memory_order_relaxed);
-  g.va = r.hot->va.load(std::memory_order_relaxed);
-  g.length = r.hot->length.load(std::memory_order_relaxed);
-  g.access = r.hot->access.load(std::memory_order_relaxed);
-  g.hit = hit;
+  FillGrant(g, *r.hot, r.handle, hit);
   return g;
 }
 
@@ -113,8 +119,8 @@ void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags ac
 void Publish(Tenant* t, Registration* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu) {
   const uint32_t gen = (st::Gen(r->hot->state.load(std::memory_order_relaxed)) + 1) & kGenMask;
   r->handle = MakeHandle(t->slot, gen, r->slot);
-  r->hot->state.store((uint64_t{gen} << st::kGenShift) | st::kPublished | (window ? st::kWindow : 0) | 1,
-                 std::memory_order_release);
+  const uint64_t flags = st::kPublished | (window ? st::kWindow : 0);
+  r->hot->state.store((uint64_t{gen} << st::kGenShift) | flags | 1, std::memory_order_release);
 }
 
 // Lock-free: one more holder for `r` if it is a live registration of exactly [va, +length)
@@ -197,15 +203,20 @@ class RegCacheImpl final : public RegCache {
     }
     return t;
   }
-  // The record `handle` names, if it belongs to `t` and is published with that generation.
-  // Lock-free; the answer can be stale by the time the caller acts on it, so callers that
-  // change the record re-check the state word (CAS) or hold index_mu.
-  absl::StatusOr<Registration*> Resolve(Tenant* t, Handle handle) const {
+  // kInvalidArgument for handle 0, kPermissionDenied for a handle of another tenant.
+  static absl::Status CheckHandleTenant(const Tenant* t, Handle handle) {
     if (handle == 0) return absl::InvalidArgumentError("handle 0 is never valid");
     if (HandleTenantSlot(handle) != t->slot) {
       return absl::PermissionDeniedError(
           absl::StrFormat("handle 0x%x belongs to another tenant", handle));
     }
+    return absl::OkStatus();
+  }
+  // The record `handle` names, if it belongs to `t` and is published with that generation.
+  // Lock-free; the answer can be stale by the time the caller acts on it, so callers that
+  // change the record re-check the state word (CAS) or hold index_mu.
+  absl::StatusOr<Registration*> Resolve(Tenant* t, Handle handle) const {
+    RETURN_IF_ERROR(CheckHandleTenant(t, handle));
     // The hot half only: the cold one stays out of the cache on the release path.
     if (const HotRecord* h = t->slab.Hot(HandleSlot(handle))) {
       const uint64_t s = h->state.load(std::memory_order_acquire);
@@ -228,16 +239,16 @@ class RegCacheImpl final : public RegCache {
   Registration* PickVictim(Tenant* t);
   // Stop-reference: after this no one can become a holder, and the record leaves the range
   // index. A held one is revoked (its handle lives until the last release); an unheld one's
-  // handle goes now. False if it was not live (already stopped, or not published), or when
-  // `only_unheld` and it has holders, or when `gen` is given and is not its generation.
+  // handle goes now. Returns the state word before (non-zero), or 0 if it stopped nothing:
+  // not live (already stopped, or not published), or `only_unheld` and held, or `gen` given
+  // and not its generation.
   static constexpr uint32_t kAnyGen = UINT32_MAX;
-  // Returns the state word before (non-zero) if it stopped references, else 0.
   uint64_t StopReference(Tenant* t, Registration* r, bool only_unheld = false,
                          uint32_t gen = kAnyGen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
-  // Drops one holder of the record at `slot`, published with generation `gen`. The last holder of a revoked
-  // record hands it back to the slab once its lifecycle is done; the last of a window retires
-  // the window.
-  // `user_release`: a Release() call (counted in the stats), not the cache's own hold.
+  // Drops one holder of the record at `slot`, published with generation `gen`. The last
+  // holder of a revoked record hands it back to the slab once its lifecycle is done; the last
+  // of a window retires the window. `user_release`: a Release() call (counted in the stats),
+  // not the cache's own hold.
   absl::Status DropHold(Tenant* t, uint32_t slot, uint32_t gen, Handle handle,
                         bool user_release);
   // Runs draining → fencing → invalidating → unmapped → quarantined for a registration whose
@@ -456,12 +467,7 @@ bool RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFl
     if (h == nullptr) return false;
     const uint64_t s = TryHoldRange(h, va, length, access);
     if (s == 0) return false;
-    g.handle = MakeHandle(t->slot, st::Gen(s), slot);
-    g.lkey = g.rkey = h->key.load(std::memory_order_relaxed);
-    g.va = va;  // the key's own range (an exact match)
-    g.length = length;
-    g.access = h->access.load(std::memory_order_relaxed);
-    g.hit = true;
+    FillGrant(g, *h, MakeHandle(t->slot, st::Gen(s), slot), /*hit=*/true);
     return true;
   });
   if (found) return true;
@@ -481,7 +487,7 @@ bool RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFl
     if (rva + rlen < end) continue;
     // Records in `cover` are not recycled while the tenant mutex is held.
     if (TryHoldRange(r->hot, rva, rlen, access) == 0) continue;
-    g = GrantOf(*r, true);
+    FillGrant(g, *r->hot, r->handle, /*hit=*/true);
     return true;
   }
   return false;
@@ -777,7 +783,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
 
 absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  if (handle == 0 || HandleTenantSlot(handle) != t->slot) return Resolve(t, handle).status();
+  RETURN_IF_ERROR(CheckHandleTenant(t, handle));
   return DropHold(t, HandleSlot(handle), HandleGen(handle), handle, /*user_release=*/true);
 }
 
@@ -811,7 +817,8 @@ absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Hand
   }
   if (st::Holders(next) != 0) return absl::OkStatus();
   if ((s & st::kDead) != 0) {
-    if ((s & st::kDone) != 0) Recycle(t, t->slab.At(slot));  // else the lifecycle will, when it finishes
+    // The lifecycle is done with it: recycle it here (else the lifecycle will when it ends).
+    if ((s & st::kDone) != 0) Recycle(t, t->slab.At(slot));
   } else if ((s & st::kWindow) != 0) {  // windows are not cached: the last release retires it
     bool stopped;
     {
@@ -854,16 +861,13 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
   {
     base::MutexLock il(&t->index_mu);
-    const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    if ((s & st::kPublished) == 0 || st::Gen(s) != HandleGen(handle)) {
-      return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
-    }
-    if ((s & st::kDead) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("handle 0x%x was already invalidated", handle));
-    }
     const uint64_t before = StopReference(t, r, /*only_unheld=*/false, HandleGen(handle));
-    if (before == 0) {
+    if (before == 0) {  // not live: revoked and still held, or gone since Resolve
+      const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+      if ((s & st::kPublished) != 0 && st::Gen(s) == HandleGen(handle)) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("handle 0x%x was already invalidated", handle));
+      }
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
     if (st::Holders(before) > 0) stats_.revoked_with_holders.Inc();

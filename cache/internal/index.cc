@@ -12,15 +12,9 @@ Slab::~Slab() {
 }
 
 Registration* Slab::Allocate() {
-  if (free_head_ < free_.size()) {
-    Registration* r = At(free_[free_head_++]);
-    if (free_head_ == free_.size()) {  // drained: start the ring over
-      free_.clear();
-      free_head_ = 0;
-    } else if (free_head_ > 4096 && free_head_ * 2 > free_.size()) {  // drop the consumed half
-      free_.erase(free_.begin(), free_.begin() + static_cast<ptrdiff_t>(free_head_));
-      free_head_ = 0;
-    }
+  if (!free_.empty()) {
+    Registration* r = At(free_.front());
+    free_.pop_front();
     return r;
   }
   if (next_ >= kMaxSlots) return nullptr;
@@ -34,7 +28,6 @@ Registration* Slab::Allocate() {
       cold[i].hot = &hot[i];
       cold[i].slot = slot - offset + i;
     }
-    bytes_ += count * (sizeof(HotRecord) + sizeof(Registration));
     cold_[seg].store(cold, std::memory_order_release);
     hot_[seg].store(hot, std::memory_order_release);
   }
@@ -56,7 +49,6 @@ uint64_t Home(uint64_t bucket, uint64_t mask) { return (bucket >> 32) & mask; }
 
 RangeIndex::RangeIndex() {
   tables_.push_back(NewTable(kInitialCapacity));
-  bytes_ = kInitialCapacity * sizeof(uint64_t);
   table_.store(tables_.back().get(), std::memory_order_release);
 }
 
@@ -85,7 +77,6 @@ void RangeIndex::Insert(uint64_t hash, uint32_t slot) {
       const uint64_t b = t->buckets[i].load(std::memory_order_relaxed);
       if (b != 0) Place(*bigger, b);
     }
-    bytes_ += (bigger->mask + 1) * sizeof(uint64_t);
     t = bigger.get();
     tables_.push_back(std::move(bigger));
     table_.store(t, std::memory_order_release);

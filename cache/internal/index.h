@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -47,8 +48,8 @@ inline uint32_t HandleTenantSlot(Handle h) {
 inline uint32_t HandleGen(Handle h) { return static_cast<uint32_t>(h >> kSlotBits) & kGenMask; }
 inline uint32_t HandleSlot(Handle h) { return static_cast<uint32_t>(h) & kSlotMask; }
 inline Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot) {
-  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits)) | (uint64_t{gen & kGenMask} << kSlotBits) |
-         slot;
+  return (uint64_t{tenant_slot} << (kGenBits + kSlotBits)) |
+         (uint64_t{gen & kGenMask} << kSlotBits) | slot;
 }
 
 // The state word of a record.
@@ -133,8 +134,6 @@ class Slab {
 
   // Slots handed out so far (the high-water mark); At() is non-null below it.
   uint32_t size() const { return next_; }
-  // Bytes of the segments allocated.
-  uint64_t memory_bytes() const { return bytes_; }
 
  private:
   static constexpr int kBaseBits = 6;  // segment 0 holds 64 records
@@ -153,9 +152,7 @@ class Slab {
   std::atomic<HotRecord*> hot_[kSegments] = {};
   std::atomic<Registration*> cold_[kSegments] = {};
   uint32_t next_ = 0;
-  uint64_t bytes_ = 0;
-  std::vector<uint32_t> free_;  // FIFO ring over a vector: [free_head_, end)
-  size_t free_head_ = 0;
+  std::deque<uint32_t> free_;  // FIFO
 };
 
 // Exact-range index: (va, length) → records of that range, any number of them (different
@@ -190,10 +187,6 @@ class RangeIndex {
   void Insert(uint64_t hash, uint32_t slot);
   void Erase(uint64_t hash, uint32_t slot);
 
-  uint64_t size() const { return size_; }
-  // Bytes of bucket arrays, current and grown-out.
-  uint64_t memory_bytes() const { return bytes_; }
-
  private:
   struct Table {
     uint64_t mask = 0;
@@ -205,7 +198,6 @@ class RangeIndex {
   std::atomic<Table*> table_{nullptr};
   std::vector<std::unique_ptr<Table>> tables_;  // the current one last; the rest grown out
   uint64_t size_ = 0;
-  uint64_t bytes_ = 0;
 };
 
 }  // namespace cache::internal
