@@ -1,0 +1,45 @@
+#include "base/asymmetric_fence.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "base/log.h"
+
+namespace base {
+namespace internal_fence {
+namespace {
+
+long Membarrier(int cmd) { return ::syscall(__NR_membarrier, cmd, 0, 0); }
+
+bool Register() {
+  if (const char* off = std::getenv("REGCACHE_NO_MEMBARRIER"); off != nullptr && *off != '\0' &&
+                                                               *off != '0') {
+    return false;
+  }
+  const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
+  if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+
+}  // namespace
+
+// Static initialisation: this runs before main, while the process has one thread.
+bool membarrier_ready = Register();
+
+}  // namespace internal_fence
+
+void HeavyFence() {
+  if (internal_fence::membarrier_ready) {
+    const long rc = internal_fence::Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    // Registered at start-up, so the kernel cannot refuse it later.
+    RC_CHECK(rc == 0) << "membarrier(PRIVATE_EXPEDITED) failed after registration";
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+bool AsymmetricFenceUsesMembarrier() { return internal_fence::membarrier_ready; }
+
+}  // namespace base
