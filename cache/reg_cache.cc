@@ -14,6 +14,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/asymmetric_fence.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/spinlock.h"
@@ -69,6 +70,7 @@ struct Tenant {
   base::Mutex index_mu ABSL_ACQUIRED_AFTER(mu);
   Slab slab;         // At() is lock-free; Allocate/Free under index_mu
   RangeIndex index;  // Find() is lock-free; Insert/Erase under index_mu
+  HoldTables holds;  // each thread writes its own; stop-reference and Settle sum them
   uint32_t clock_hand ABSL_GUARDED_BY(index_mu) = 0;
 };
 
@@ -123,21 +125,27 @@ void Publish(Tenant* t, Registration* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUI
   r->hot->state.store((uint64_t{gen} << st::kGenShift) | flags | 1, std::memory_order_release);
 }
 
-// Lock-free: one more holder for `r` if it is a live registration of exactly [va, +length)
-// with at least `access`. Returns the state word before the hold, or 0 if it took none. The
-// range is read before the CAS and the CAS expects the state read before the range: if it
-// wins, the record was that registration the whole time (a recycle changes the generation).
-uint64_t TryHoldRange(HotRecord* r, uint64_t va, uint64_t length, hca::AccessFlags access) {
+// Whether `r`, whose state word read `s`, is a live registration (not a window) of exactly
+// [va, +length) with at least `access`. The range is read after `s`; a caller that acts on the
+// answer re-checks the state word afterwards (a recycle changes the generation).
+bool Matches(const HotRecord* r, uint64_t s, uint64_t va, uint64_t length,
+             hca::AccessFlags access) {
+  return st::Live(s) && (s & st::kWindow) == 0 && r->va.load(std::memory_order_relaxed) == va &&
+         r->length.load(std::memory_order_relaxed) == length &&
+         (access & ~r->access.load(std::memory_order_relaxed)) == 0;
+}
+
+// Lock-free: one more shared holder for `r` if it is a live registration of exactly
+// [va, +length) with at least `access`. Returns the state word before the hold, or 0 if it took
+// none. The CAS expects the state read before the range: if it wins, the record was that
+// registration the whole time.
+uint64_t TryHoldShared(HotRecord* r, uint64_t va, uint64_t length, hca::AccessFlags access) {
   uint64_t s = r->state.load(std::memory_order_acquire);
   for (;;) {
-    if (!st::Live(s) || (s & st::kWindow) != 0 || st::Holders(s) == st::kHolders) return 0;
-    if (r->va.load(std::memory_order_relaxed) != va ||
-        r->length.load(std::memory_order_relaxed) != length ||
-        (access & ~r->access.load(std::memory_order_relaxed)) != 0) {
-      return 0;
-    }
+    if (!Matches(r, s, va, length, access) || st::SharedHolders(s) == INT32_MAX) return 0;
     std::atomic_thread_fence(std::memory_order_acquire);  // the range loads above, before the CAS
-    if (r->state.compare_exchange_weak(s, (s + 1) | st::kReferenced, std::memory_order_acq_rel,
+    const uint64_t next = st::WithShared(s, st::SharedHolders(s) + 1) | st::kReferenced;
+    if (r->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       return s;
     }
@@ -226,6 +234,12 @@ class RegCacheImpl final : public RegCache {
     }
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
+  // One more holder for the record at `slot` (hot half `h`) in this thread's table `mine`, if
+  // it is a live registration of exactly [va, +length) with at least `access`: the hit's half of
+  // the hold protocol (cache/internal/index.h). Returns the state word it held, or 0 if it took
+  // nothing; `busy` is set when the thread's entry belongs to another registration.
+  uint64_t TryHoldLocal(Tenant* t, HoldTable* mine, uint32_t slot, HotRecord* h, uint64_t va,
+                        uint64_t length, hca::AccessFlags access, bool& busy);
   // Fills `g` and returns true on a hit.
   bool TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
   absl::StatusOr<KeyGrant> Miss(Tenant* t, uint64_t va, uint64_t length,
@@ -239,16 +253,35 @@ class RegCacheImpl final : public RegCache {
   Registration* PickVictim(Tenant* t);
   // Stop-reference: after this no one can become a holder, and the record leaves the range
   // index. A held one is revoked (its handle lives until the last release); an unheld one's
-  // handle goes now. Returns the state word before (non-zero), or 0 if it stopped nothing:
-  // not live (already stopped, or not published), or `only_unheld` and held, or `gen` given
-  // and not its generation.
+  // handle goes now. Returns what it did: kNotStopped if the record is not live (already
+  // stopped, or not published), or `only_unheld` and held, or `gen` given and not its
+  // generation. Costs a HeavyFence; StopReferences stops many for one.
   static constexpr uint32_t kAnyGen = UINT32_MAX;
-  uint64_t StopReference(Tenant* t, Registration* r, bool only_unheld = false,
-                         uint32_t gen = kAnyGen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
-  // Drops one holder of the record at `slot`, published with generation `gen`. The last
-  // holder of a revoked record hands it back to the slab once its lifecycle is done; the last
-  // of a window retires the window. `user_release`: a Release() call (counted in the stats),
-  // not the cache's own hold.
+  enum Stopped { kNotStopped = 0, kStoppedUnheld, kStoppedRevoked };
+  Stopped StopReference(Tenant* t, Registration* r, bool only_unheld = false,
+                        uint32_t gen = kAnyGen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
+  // The same for every record in `rs`; keeps in `rs` those it stopped.
+  void StopReferences(Tenant* t, std::vector<Registration*>& rs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
+  // Stop-reference's two halves, around the HeavyFence: MarkDead returns the state word before
+  // (0 if it did not mark it); SettleStop counts the holders and unpublishes, revokes or (if
+  // `only_unheld` and held) undoes the mark.
+  uint64_t MarkDead(Tenant* t, Registration* r, bool only_unheld, uint32_t gen)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
+  Stopped SettleStop(Tenant* t, Registration* r, uint64_t before, bool only_unheld)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
+  // Every holder of the record at `slot` in state `s` (generation Gen(s)): shared + per thread.
+  static int64_t Holders(const Tenant* t, uint32_t slot, uint64_t s) {
+    return st::SharedHolders(s) + t->holds.Count(slot, st::Gen(s));
+  }
+  // Called by whoever drops a hold on a dead record (release, or a hit that lost its race):
+  // once every holder is gone, unpublishes it, and recycles it if its lifecycle is done. Takes
+  // index_mu, so it runs after any stop in progress.
+  void Settle(Tenant* t, uint32_t slot, uint32_t gen);
+  // Drops one holder of the record at `slot`, published with generation `gen`, from the shared
+  // count. The last holder of a revoked record hands it back to the slab once its lifecycle is
+  // done; the last of a window retires the window. `user_release`: a Release() call (counted
+  // in the stats), not the cache's own hold.
   absl::Status DropHold(Tenant* t, uint32_t slot, uint32_t gen, Handle handle,
                         bool user_release);
   // Runs draining → fencing → invalidating → unmapped → quarantined for a registration whose
@@ -260,7 +293,11 @@ class RegCacheImpl final : public RegCache {
   // The lifecycle is done with `r`: it goes back to the slab now, or at its last release.
   void Finish(Tenant* t, Registration* r);
   // Back to the slab's free list. REQUIRES: unpublished, and nobody will touch it again.
-  void Recycle(Tenant* t, Registration* r);
+  void Recycle(Tenant* t, Registration* r) {
+    base::MutexLock il(&t->index_mu);
+    RecycleLocked(t, r);
+  }
+  void RecycleLocked(Tenant* t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
   // `s`: its state word, read by the caller. REQUIRES: the tenant mutex (shared), so that the
   // record is not reallocated meanwhile.
   RegistrationInfo InfoOf(Tenant* t, const Registration& r, uint64_t s)
@@ -345,10 +382,10 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
   std::vector<Registration*> windows, parents;
   {
     base::MutexLock lock(&t->index_mu);
-    for (uint32_t i = 0; i < t->slab.size(); ++i) {
-      Registration* r = t->slab.At(i);
-      if (StopReference(t.get(), r)) (r->is_window() ? windows : parents).push_back(r);
-    }
+    std::vector<Registration*> all;
+    for (uint32_t i = 0; i < t->slab.size(); ++i) all.push_back(t->slab.At(i));
+    StopReferences(t.get(), all);
+    for (Registration* r : all) (r->is_window() ? windows : parents).push_back(r);
   }
   for (Registration* r : windows) RunLifecycle(t.get(), r);
   for (Registration* r : parents) RunLifecycle(t.get(), r);
@@ -445,9 +482,10 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
            it != t->cover.end() && it->first < b->va + b->length; ++it) {
         Registration* r = it->second;
         if (r->hot->va + r->hot->length <= b->va) continue;
-        base::MutexLock il(&t->index_mu);
-        if (StopReference(t, r)) victims.push_back(r);
+        victims.push_back(r);
       }
+      base::MutexLock il(&t->index_mu);
+      StopReferences(t, victims);
     }
     for (Registration* r : victims) RunLifecycle(t, r);
     if (victims.empty()) absl::SleepFor(absl::Microseconds(100));  // a map in flight
@@ -459,13 +497,70 @@ absl::Status RegCacheImpl::RemoveBacking(TenantId tenant, BackingId backing) {
 // ---------------------------------------------------------------------------------------------
 // Register
 
+uint64_t RegCacheImpl::TryHoldLocal(Tenant* t, HoldTable* mine, uint32_t slot, HotRecord* h,
+                                    uint64_t va, uint64_t length, hca::AccessFlags access,
+                                    bool& busy) {
+  const uint64_t s = h->state.load(std::memory_order_acquire);
+  if (!Matches(h, s, va, length, access)) return 0;
+  if (st::SharedHolders(s) < 0) [[unlikely]] {
+    // Holds taken in threads' tables were released from other threads (a server that takes
+    // requests on any thread does that). Take this one in the shared count, so that count
+    // stays balanced instead of drifting further below zero with every such release.
+    busy = true;
+    return 0;
+  }
+  RC_CACHE_TEST_HOOK(kHitRead);
+  const uint32_t gen = st::Gen(s);
+  const uint64_t key = HoldTable::KeyOf(slot, gen);
+  std::atomic<uint64_t>& entry = mine->At(slot);
+  const uint64_t e = entry.load(std::memory_order_relaxed);  // this thread is its only writer
+  uint64_t held;
+  if (HoldTable::KeyOfEntry(e) == key && HoldTable::CountOf(e) < HoldTable::kCount) {
+    held = e + 1;
+  } else if (HoldTable::CountOf(e) == 0) {
+    held = key | 1;
+  } else {
+    // Taken by a registration this thread still holds, unless that one is gone: a hold taken
+    // here and released from another thread leaves +1 here and -1 in the shared count, and
+    // once the record is recycled nobody counts the entry again.
+    const HotRecord* other = t->slab.Hot(HoldTable::SlotOf(e));
+    const uint64_t os = other->state.load(std::memory_order_acquire);
+    if ((os & st::kPublished) != 0 && st::Gen(os) == HoldTable::GenOf(e)) {
+      busy = true;
+      return 0;
+    }
+    held = key | 1;
+  }
+  entry.store(held, std::memory_order_relaxed);
+  base::LightFence();  // the entry, before the recheck (a stop's HeavyFence pairs with this)
+  std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
+  const uint64_t now = h->state.load(std::memory_order_relaxed);
+  if (st::SameLive(s, now)) [[likely]] {
+    // CLOCK's referenced bit: a shared write only when the hand has cleared it.
+    if ((now & st::kReferenced) == 0) h->state.fetch_or(st::kReferenced, std::memory_order_relaxed);
+    return s;
+  }
+  // Stopped (or recycled) since the first read: undo. A stop that counted this hold before the
+  // undo revoked the record instead of unpublishing it; Settle finds that out.
+  entry.store(held - 1, std::memory_order_release);
+  base::LightFence();
+  const uint64_t after = h->state.load(std::memory_order_acquire);
+  if ((after & st::kDead) != 0 && (after & st::kPublished) != 0 && st::Gen(after) == gen) {
+    Settle(t, slot, gen);
+  }
+  return 0;
+}
+
 bool RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFlags access,
                           KeyGrant& g) {
-  // Top half: the exact range, without a lock.
+  // Top half: the exact range, without a lock, held in this thread's table (else shared).
+  HoldTable* mine = t->holds.Mine();
   const bool found = t->index.Find(RangeIndex::Hash(va, length), [&](uint32_t slot) {
     HotRecord* h = t->slab.Hot(slot);
     if (h == nullptr) return false;
-    const uint64_t s = TryHoldRange(h, va, length, access);
+    bool busy = mine == nullptr;
+    uint64_t s = busy ? 0 : TryHoldLocal(t, mine, slot, h, va, length, access, busy);
+    if (s == 0 && busy) s = TryHoldShared(h, va, length, access);
     if (s == 0) return false;
     FillGrant(g, *h, MakeHandle(t->slot, st::Gen(s), slot), /*hit=*/true);
     return true;
@@ -486,7 +581,7 @@ bool RegCacheImpl::TryHit(Tenant* t, uint64_t va, uint64_t length, hca::AccessFl
     if (end - rva > t->max_length) break;  // nothing further left can reach `end`
     if (rva + rlen < end) continue;
     // Records in `cover` are not recycled while the tenant mutex is held.
-    if (TryHoldRange(r->hot, rva, rlen, access) == 0) continue;
+    if (TryHoldShared(r->hot, rva, rlen, access) == 0) continue;
     FillGrant(g, *r->hot, r->handle, /*hit=*/true);
     return true;
   }
@@ -561,7 +656,7 @@ Registration* RegCacheImpl::PickVictim(Tenant* t) {
     if (t->clock_hand >= n) t->clock_hand = 0;
     Registration* r = t->slab.At(t->clock_hand++);
     uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    while (st::Live(s) && (s & st::kWindow) == 0 && st::Holders(s) == 0) {
+    while (st::Live(s) && (s & st::kWindow) == 0 && Holders(t, r->slot, s) <= 0) {
       if ((s & st::kReferenced) != 0) {  // second chance
         if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced, std::memory_order_acq_rel,
                                            std::memory_order_acquire)) {
@@ -569,9 +664,10 @@ Registration* RegCacheImpl::PickVictim(Tenant* t) {
         }
         continue;
       }
-      // Unheld and unreferenced: the CAS makes sure no hit got in first.
-      if (StopReference(t, r, /*only_unheld=*/true)) return r;
-      s = r->hot->state.load(std::memory_order_acquire);
+      // Unheld and unreferenced. The stop counts the holders again after its fence and backs
+      // out if a hit got in first; then the hand moves on.
+      if (StopReference(t, r, /*only_unheld=*/true) != kNotStopped) return r;
+      break;
     }
   }
   return nullptr;
@@ -690,10 +786,11 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
     if ((ps & st::kWindow) != 0) {
       return absl::InvalidArgumentError("a window cannot be the parent of a window");
     }
-    if (st::Holders(ps) == st::kHolders) {
+    if (st::SharedHolders(ps) == INT32_MAX) {
       return absl::ResourceExhaustedError("the parent has the most holders it can count");
     }
-    if (p->hot->state.compare_exchange_weak(ps, ps + 1, std::memory_order_acq_rel,
+    if (p->hot->state.compare_exchange_weak(ps, st::WithShared(ps, st::SharedHolders(ps) + 1),
+                                            std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       break;
     }
@@ -784,7 +881,44 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
 absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
   RETURN_IF_ERROR(CheckHandleTenant(t, handle));
-  return DropHold(t, HandleSlot(handle), HandleGen(handle), handle, /*user_release=*/true);
+  const uint32_t slot = HandleSlot(handle);
+  const uint32_t gen = HandleGen(handle);
+  // A hold this thread took: give it back in its own table (the release half of the protocol).
+  if (HoldTable* mine = t->holds.MineIfAny()) {
+    std::atomic<uint64_t>& entry = mine->At(slot);
+    const uint64_t e = entry.load(std::memory_order_relaxed);
+    if (HoldTable::KeyOfEntry(e) == HoldTable::KeyOf(slot, gen) && HoldTable::CountOf(e) > 0) {
+      HotRecord* h = t->slab.Hot(slot);
+      const uint64_t before = h->state.load(std::memory_order_acquire);
+      if ((before & st::kPublished) == 0 || st::Gen(before) != gen) [[unlikely]] {
+        // The publication is over: this entry's holds were all released from other threads
+        // (each +1 here was balanced by a -1 in the shared count). Nobody counts it any more.
+        entry.store(0, std::memory_order_relaxed);
+        return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
+      }
+      // Published with this generation and held here, so it stays published until this
+      // store is seen: a stop in between counts the hold and revokes instead.
+      entry.store(e - 1, std::memory_order_release);
+      RC_CACHE_TEST_HOOK(kReleaseStore);
+      base::LightFence();  // the entry, before the state read (pairs with a stop's HeavyFence)
+      const uint64_t s = h->state.load(std::memory_order_acquire);
+      if (st::SharedHolders(s) < 0 && (s & st::kPublished) != 0 && st::Gen(s) == gen &&
+          Holders(t, slot, s) < 0) [[unlikely]] {
+        // Released once more than held: this thread's hold was already released from another
+        // thread. Put the count back and refuse, as the shared path does.
+        entry.store(e, std::memory_order_relaxed);
+        return absl::FailedPreconditionError(
+            absl::StrFormat("handle 0x%x has no holders left to release", handle));
+      }
+      stats_.releases.Inc();
+      if ((s & st::kDead) != 0) [[unlikely]] {
+        if ((s & st::kRevoked) != 0) stats_.releases_after_revoke.Inc();
+        Settle(t, slot, gen);
+      }
+      return absl::OkStatus();
+    }
+  }
+  return DropHold(t, slot, gen, handle, /*user_release=*/true);
 }
 
 absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Handle handle,
@@ -799,13 +933,17 @@ absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Hand
     if ((s & st::kPublished) == 0 || st::Gen(s) != gen) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    if (st::Holders(s) == 0) {
+    // Over-release: the shared count can be negative (holds released by another thread than
+    // the one that took them), so look at every holder. A snapshot: exact unless a hit on the
+    // same registration races this release.
+    if (st::SharedHolders(s) <= 0 && Holders(t, slot, s) <= 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x has no holders left to release", handle));
     }
-    next = s - 1;
-    // The last holder of a revoked record: its handle goes with it.
-    if (st::Holders(s) == 1 && (s & st::kDead) != 0) next &= ~st::kPublished;
+    if (st::SharedHolders(s) == INT32_MIN) {
+      return absl::ResourceExhaustedError("the registration has the most releases it can count");
+    }
+    next = st::WithShared(s, st::SharedHolders(s) - 1);
     if (h->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       break;
@@ -815,45 +953,108 @@ absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Hand
     stats_.releases.Inc();
     if ((s & st::kRevoked) != 0) stats_.releases_after_revoke.Inc();
   }
-  if (st::Holders(next) != 0) return absl::OkStatus();
   if ((s & st::kDead) != 0) {
-    // The lifecycle is done with it: recycle it here (else the lifecycle will when it ends).
-    if ((s & st::kDone) != 0) Recycle(t, t->slab.At(slot));
-  } else if ((s & st::kWindow) != 0) {  // windows are not cached: the last release retires it
-    bool stopped;
+    // Dead: the last holder unpublishes it, and recycles it if the lifecycle is done with it.
+    Settle(t, slot, gen);
+  } else if ((s & st::kWindow) != 0 && st::SharedHolders(next) == 0) {
+    // Windows are not cached (and all their holds are shared): the last release retires one.
+    Stopped stopped;
     {
       base::MutexLock il(&t->index_mu);
       stopped = StopReference(t, t->slab.At(slot), /*only_unheld=*/true, gen);
     }
-    if (stopped) RunLifecycle(t, t->slab.At(slot));
+    if (stopped != kNotStopped) RunLifecycle(t, t->slab.At(slot));
   }
   // Otherwise the registration stays cached, for the CLOCK to find if nobody hits it again.
   return absl::OkStatus();
 }
 
-uint64_t RegCacheImpl::StopReference(Tenant* t, Registration* r, bool only_unheld,
-                                     uint32_t gen) {
-  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+void RegCacheImpl::Settle(Tenant* t, uint32_t slot, uint32_t gen) {
+  base::MutexLock il(&t->index_mu);
+  HotRecord* h = t->slab.Hot(slot);
+  uint64_t s = h->state.load(std::memory_order_acquire);
   for (;;) {
-    if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
-    if (only_unheld && st::Holders(s) != 0) return 0;
-    uint64_t next = s | st::kDead;
-    if (st::Holders(s) > 0) {
-      next |= st::kRevoked;  // the handle stays for Release/Query until the last holder is gone
-    } else {
-      next &= ~st::kPublished;
-    }
-    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+    const bool dead_here =
+        (s & st::kPublished) != 0 && st::Gen(s) == gen && (s & st::kDead) != 0;
+    // Not ours to settle (already unpublished, or a stop that undid its mark), or still held.
+    if (!dead_here || Holders(t, slot, s) > 0) return;
+    if (h->state.compare_exchange_weak(s, s & ~st::kPublished, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       break;
     }
   }
-  if ((s & st::kWindow) == 0) {
+  // The lifecycle is done with it: recycle it here (else the lifecycle will when it ends).
+  if ((s & st::kDone) != 0) RecycleLocked(t, t->slab.At(slot));
+}
+
+RegCacheImpl::Stopped RegCacheImpl::StopReference(Tenant* t, Registration* r, bool only_unheld,
+                                                  uint32_t gen) {
+  const uint64_t before = MarkDead(t, r, only_unheld, gen);
+  if (before == 0) return kNotStopped;
+  RC_CACHE_TEST_HOOK(kStopMarked);
+  base::HeavyFence();  // every hit that will succeed has its hold visible from here on
+  return SettleStop(t, r, before, only_unheld);
+}
+
+void RegCacheImpl::StopReferences(Tenant* t, std::vector<Registration*>& rs) {
+  std::vector<uint64_t> before;
+  before.reserve(rs.size());
+  size_t marked = 0;
+  for (Registration* r : rs) {
+    const uint64_t s = MarkDead(t, r, /*only_unheld=*/false, kAnyGen);
+    if (s == 0) continue;
+    rs[marked++] = r;
+    before.push_back(s);
+  }
+  rs.resize(marked);
+  if (rs.empty()) return;
+  base::HeavyFence();  // one for all of them
+  for (size_t i = 0; i < rs.size(); ++i) (void)SettleStop(t, rs[i], before[i], false);
+}
+
+uint64_t RegCacheImpl::MarkDead(Tenant* t, Registration* r, bool only_unheld, uint32_t gen) {
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
+    // Cheap refusals first (the exact count comes after the fence).
+    if (only_unheld && Holders(t, r->slot, s) > 0) return 0;
+    if (r->hot->state.compare_exchange_weak(s, s | st::kDead, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      return s;
+    }
+  }
+}
+
+RegCacheImpl::Stopped RegCacheImpl::SettleStop(Tenant* t, Registration* r, uint64_t before,
+                                               bool only_unheld) {
+  // Dead now, so only releases (and hits undoing themselves) change the count: each of those
+  // that this sum misses sees DEAD and calls Settle, which runs after this (index_mu).
+  Stopped result;
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    RC_DCHECK((s & st::kDead) != 0 && st::Gen(s) == st::Gen(before));
+    uint64_t next;
+    if (Holders(t, r->slot, s) <= 0) {
+      next = s & ~st::kPublished;  // unheld: the handle goes now
+      result = kStoppedUnheld;
+    } else if (only_unheld) {
+      next = s & ~st::kDead;  // a hit got in before the mark: not a victim after all
+      result = kNotStopped;
+    } else {
+      next = s | st::kRevoked;  // the handle stays for Release/Query until the last holder
+      result = kStoppedRevoked;
+    }
+    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if (result != kNotStopped && (before & st::kWindow) == 0) {
     t->index.Erase(RangeIndex::Hash(r->hot->va.load(std::memory_order_relaxed),
                                     r->hot->length.load(std::memory_order_relaxed)),
                    r->slot);
   }
-  return s;
+  return result;
 }
 
 absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
@@ -861,8 +1062,8 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
   {
     base::MutexLock il(&t->index_mu);
-    const uint64_t before = StopReference(t, r, /*only_unheld=*/false, HandleGen(handle));
-    if (before == 0) {  // not live: revoked and still held, or gone since Resolve
+    const Stopped stopped = StopReference(t, r, /*only_unheld=*/false, HandleGen(handle));
+    if (stopped == kNotStopped) {  // not live: revoked and still held, or gone since Resolve
       const uint64_t s = r->hot->state.load(std::memory_order_acquire);
       if ((s & st::kPublished) != 0 && st::Gen(s) == HandleGen(handle)) {
         return absl::FailedPreconditionError(
@@ -870,7 +1071,7 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
       }
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
-    if (st::Holders(before) > 0) stats_.revoked_with_holders.Inc();
+    if (stopped == kStoppedRevoked) stats_.revoked_with_holders.Inc();
   }
   RunLifecycle(t, r);
   return absl::OkStatus();
@@ -901,7 +1102,7 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
           continue;
         }
         base::MutexLock il(&t->index_mu);
-        if (StopReference(t, w)) {
+        if (StopReference(t, w) != kNotStopped) {
           stop.push_back(w);
         } else {
           waiting = true;
@@ -997,8 +1198,7 @@ void RegCacheImpl::Finish(Tenant* t, Registration* r) {
   if ((before & st::kPublished) == 0) Recycle(t, r);
 }
 
-void RegCacheImpl::Recycle(Tenant* t, Registration* r) {
-  base::MutexLock il(&t->index_mu);
+void RegCacheImpl::RecycleLocked(Tenant* t, Registration* r) {
   const uint64_t s = r->hot->state.load(std::memory_order_acquire);
   RC_DCHECK((s & st::kPublished) == 0);
   // Keeps the generation (the next publication bumps it) and drops every flag.
@@ -1024,7 +1224,7 @@ RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r, uint64_t
   info.va = r.hot->va.load(std::memory_order_relaxed);
   info.length = r.hot->length.load(std::memory_order_relaxed);
   info.access = r.hot->access.load(std::memory_order_relaxed);
-  info.holders = st::Holders(s);
+  info.holders = static_cast<uint32_t>(std::max<int64_t>(0, Holders(t, r.slot, s)));
   info.revoked = (s & st::kRevoked) != 0;
   info.is_window = (s & st::kWindow) != 0;
   info.parent = r.parent != nullptr ? r.parent->handle : 0;
@@ -1063,7 +1263,7 @@ absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {
   base::MutexLock il(&t->index_mu);
   for (uint32_t i = 0; i < t->slab.size(); ++i) {
     const uint64_t s = t->slab.Hot(i)->state.load(std::memory_order_acquire);
-    if (st::Live(s) && (s & st::kWindow) == 0 && st::Holders(s) == 0) u.cached_unreferenced++;
+    if (st::Live(s) && (s & st::kWindow) == 0 && Holders(t, i, s) <= 0) u.cached_unreferenced++;
     if ((s & st::kPublished) != 0 && (s & st::kRevoked) != 0) u.revoked_held++;
   }
   return u;

@@ -43,9 +43,19 @@
 //   device errors        a failed UMR (the hca::DeviceError status); the key goes to recovery.
 //
 // Thread safety: all methods may be called concurrently from any threads. A hit and a release
-// take no lock: a lock-free probe of the tenant's range index and one compare-and-swap on the
-// registration's state word (cache/internal/index.h). CloseTenant must not race with other
-// calls on the same tenant (the daemon closes a session after its last request).
+// take no lock and, when the same thread does both, write no shared cache line: the hit probes
+// the tenant's range index without a lock and counts its hold in the calling thread's own hold
+// table; the release gives it back there (cache/internal/index.h has the protocol). A handle
+// may be released from any thread; a release from another thread than the hit's, and hits
+// while such releases are outstanding, use one compare-and-swap on the registration's state
+// word instead. The price is paid on the rare side: every stop-reference (Invalidate,
+// eviction, RemoveBacking, CloseTenant) runs one membarrier(2), a few microseconds.
+// CloseTenant must not race with other calls on the same tenant (the daemon closes a session
+// after its last request).
+//
+// Double release: a release with no holder left is refused (kFailedPrecondition). As with any
+// reference count, a handle released twice while another holder exists cannot be told apart
+// from a release by that holder.
 //
 // Handles: a handle names one publication of a registration; once that registration is gone
 // the handle resolves to nothing (kNotFound), even after its record is reused, until the same

@@ -4,6 +4,10 @@
 
 namespace cache::internal {
 
+#ifndef NDEBUG
+std::atomic<void (*)(HookPoint)> test_hook{nullptr};
+#endif
+
 // --- Slab ---
 
 Slab::~Slab() {

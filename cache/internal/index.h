@@ -1,19 +1,33 @@
 // The registration index of one tenant: the registration record, the slab that holds the
-// records at stable addresses, and the exact-range hash index. Internal to cache/: callers use
-// cache/reg_cache.h.
+// records at stable addresses, the exact-range hash index and the per-thread hold tables.
+// Internal to cache/: callers use cache/reg_cache.h.
 //
-// Concurrency. Hits and releases take no lock. They work on one 64-bit state word per record
-// (holders, flags, generation) by compare-and-swap, in the way a lock-free page cache does
-// "get unless zero, then recheck":
+// Concurrency. Hits and releases take no lock and, in the common case, write no shared line:
 //   - Records are type-stable: the slab never frees one while the tenant is open, it only
 //     recycles it, and every publication gives it a new generation. A reader holding a stale
-//     pointer reads atomics of a live record and fails its compare-and-swap.
+//     pointer reads atomics of a live record and sees the generation change.
 //   - The hash index is read without a lock. Writers (under the tenant's index mutex) insert,
 //     delete by backward shift and grow by copying into a new table. A reader can then miss an
 //     entry for a moment (the caller falls back to the locked path), but never takes a wrong
-//     one: it accepts a record only after checking its range and winning the CAS.
+//     one: it accepts a record only after checking its range and its state word.
 //   - Grown-out tables are kept until the tenant closes, because a reader may still be in one.
 //     Growth doubles, so they add at most the current table's size.
+//   - Holders are counted in two places: a signed count in the record's state word (the shared
+//     holds: misses, windows, cross-thread releases, and hits that found their thread's entry
+//     taken), and per-thread hold tables, each written by one thread only. A registration's
+//     holders are the shared count plus every thread's entry for it.
+//
+// The per-thread hold protocol (a Dekker pair over base/asymmetric_fence.h):
+//   hit:   read state (live, generation g) and range; entry[slot] += 1 (plain store);
+//          LightFence; read state again: still live with generation g → held. Else undo.
+//   stop:  CAS state → DEAD (no new hold can succeed from here); HeavyFence; sum the shared
+//          count and every thread's entry for (slot, g). Zero → unpublish; else → revoked.
+//   release (own entry): entry[slot] -= 1; LightFence; read state: DEAD → Settle (under the
+//          index mutex, after any stop in progress: sum again, unpublish at zero).
+// Either the hit's recheck sees DEAD or the stop's sum sees the hit; either the release sees
+// DEAD or the stop's sum sees the release. So a registration is never unpublished (and its key
+// never evicted or recycled) while someone holds it, and the last release of a revoked one
+// always finds out that it was the last.
 #ifndef REGCACHE_CACHE_INTERNAL_INDEX_H_
 #define REGCACHE_CACHE_INTERNAL_INDEX_H_
 
@@ -26,6 +40,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "base/mutex.h"
+#include "base/thread_index.h"
 #include "cache/backing_set.h"
 #include "cache/key_pool.h"
 #include "cache/lifecycle.h"
@@ -54,19 +69,29 @@ inline Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot) {
 
 // The state word of a record.
 namespace st {
-inline constexpr uint64_t kHolders = 0xffffffffull;  // holder count (low 32 bits)
+inline constexpr uint64_t kShared = 0xffffffffull;   // shared holder count: int32, low bits
 inline constexpr uint64_t kPublished = 1ull << 32;   // its handle resolves
-inline constexpr uint64_t kDead = 1ull << 33;        // stop-reference done: no new holders
+inline constexpr uint64_t kDead = 1ull << 33;        // stop-reference began: no new holders
 inline constexpr uint64_t kRevoked = 1ull << 34;     // went dead while held (a tombstone)
 inline constexpr uint64_t kDone = 1ull << 35;        // the lifecycle finished with it
 inline constexpr uint64_t kReferenced = 1ull << 36;  // hit since the CLOCK hand last passed
 inline constexpr uint64_t kWindow = 1ull << 37;      // a window (never cached, never indexed)
 inline constexpr int kGenShift = 40;
 
-inline uint32_t Holders(uint64_t s) { return static_cast<uint32_t>(s & kHolders); }
+// The shared part of the holder count. Signed: a hold taken in one thread's table and released
+// by another thread is +1 there and -1 here.
+inline int32_t SharedHolders(uint64_t s) { return static_cast<int32_t>(s & kShared); }
+inline uint64_t WithShared(uint64_t s, int32_t n) {
+  return (s & ~kShared) | static_cast<uint32_t>(n);
+}
 inline uint32_t Gen(uint64_t s) { return static_cast<uint32_t>(s >> kGenShift) & kGenMask; }
 // Published and not dead: a hit may hold it.
 inline bool Live(uint64_t s) { return (s & (kPublished | kDead)) == kPublished; }
+// Still the same publication, live: what a hit's recheck requires.
+inline bool SameLive(uint64_t before, uint64_t now) {
+  constexpr uint64_t kIdentity = ~uint64_t{0} << kGenShift | kPublished | kDead | kWindow;
+  return Live(now) && ((before ^ now) & kIdentity) == 0;
+}
 }  // namespace st
 
 // The half of a record that hits and releases touch. They read it without a lock, so its
@@ -97,6 +122,106 @@ struct Registration {
   bool is_window() const {
     return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0;
   }
+};
+
+// Test hooks: points in the lock-free protocol where a test stalls a thread to force an
+// interleaving the protocol must survive (cache/holds_test.cc). Compiled out under NDEBUG, so
+// release builds pay nothing; the dev, asan and tsan builds keep them.
+enum class HookPoint {
+  kHitRead,       // a hit read the state word (live), before its entry store
+  kReleaseStore,  // a local release stored its entry, before its state read
+  kStopMarked,    // a stop marked the record dead, before its fence and count
+};
+#ifndef NDEBUG
+extern std::atomic<void (*)(HookPoint)> test_hook;
+#define RC_CACHE_TEST_HOOK(point)                                                              \
+  do {                                                                                         \
+    if (auto* hook = ::cache::internal::test_hook.load(std::memory_order_acquire))             \
+      hook(::cache::internal::HookPoint::point);                                               \
+  } while (0)
+#else
+#define RC_CACHE_TEST_HOOK(point) \
+  do {                            \
+  } while (0)
+#endif
+
+// One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each
+// (slot 24 | generation 24 | count 16). Only the thread that owns the table (by its
+// base::ThreadIndex) writes it, with plain stores; stop-reference and Settle read it. An entry
+// with count 0 is free; an entry taken by another registration sends the hit to the shared
+// count. Tables live as long as their tenant, and pass with the thread index to the next
+// thread that gets it (counts stay meaningful across owners).
+struct alignas(64) HoldTable {
+  static constexpr uint32_t kEntries = 1024;
+  static constexpr uint64_t kCount = 0xffff;
+  static uint64_t KeyOf(uint32_t slot, uint32_t gen) {
+    return (uint64_t{slot} << 40) | (uint64_t{gen & kGenMask} << 16);
+  }
+  static uint64_t KeyOfEntry(uint64_t e) { return e & ~kCount; }
+  static uint32_t CountOf(uint64_t e) { return static_cast<uint32_t>(e & kCount); }
+  static uint32_t SlotOf(uint64_t e) { return static_cast<uint32_t>(e >> 40); }
+  static uint32_t GenOf(uint64_t e) { return static_cast<uint32_t>(e >> 16) & kGenMask; }
+
+  std::atomic<uint64_t>& At(uint32_t slot) { return entries[slot & (kEntries - 1)]; }
+  const std::atomic<uint64_t>& At(uint32_t slot) const { return entries[slot & (kEntries - 1)]; }
+
+  std::atomic<uint64_t> entries[kEntries] = {};
+};
+
+// Every thread's hold table for one tenant, indexed by base::ThreadIndex.
+class HoldTables {
+ public:
+  HoldTables() : tables_(new std::atomic<HoldTable*>[base::kMaxThreadIndices]) {
+    for (uint32_t i = 0; i < base::kMaxThreadIndices; ++i) tables_[i].store(nullptr);
+  }
+  HoldTables(const HoldTables&) = delete;
+  HoldTables& operator=(const HoldTables&) = delete;
+  ~HoldTables() {
+    for (uint32_t i = 0; i < base::kMaxThreadIndices; ++i) delete tables_[i].load();
+  }
+
+  // The calling thread's table, made on first use; nullptr if the thread has no index.
+  HoldTable* Mine() {
+    const uint32_t i = base::ThreadIndex();
+    if (i == base::kNoThreadIndex) [[unlikely]] return nullptr;
+    HoldTable* h = tables_[i].load(std::memory_order_relaxed);  // this thread wrote it, if any
+    if (h == nullptr) [[unlikely]] {
+      h = new HoldTable;
+      tables_[i].store(h, std::memory_order_release);
+    }
+    return h;
+  }
+  // The calling thread's table if it has one (release needs no new one).
+  HoldTable* MineIfAny() const {
+    const uint32_t i = base::ThreadIndex();
+    return i == base::kNoThreadIndex ? nullptr : tables_[i].load(std::memory_order_relaxed);
+  }
+  // Holds of (slot, gen) in all tables. Exact only when no hit can succeed and the caller
+  // fenced after making it so (see the protocol at the top); otherwise a snapshot.
+  int64_t Count(uint32_t slot, uint32_t gen) const {
+    const uint64_t key = HoldTable::KeyOf(slot, gen);
+    const uint32_t limit = base::ThreadIndexLimit();
+    int64_t n = 0;
+    for (uint32_t i = 0; i < limit; ++i) {
+      const HoldTable* h = tables_[i].load(std::memory_order_acquire);
+      if (h == nullptr) continue;
+      const uint64_t e = h->At(slot).load(std::memory_order_acquire);
+      if (HoldTable::KeyOfEntry(e) == key) n += HoldTable::CountOf(e);
+    }
+    return n;
+  }
+  // Bytes of tables made so far.
+  size_t bytes() const {
+    size_t n = 0;
+    const uint32_t limit = base::ThreadIndexLimit();
+    for (uint32_t i = 0; i < limit; ++i) {
+      if (tables_[i].load(std::memory_order_acquire) != nullptr) n += sizeof(HoldTable);
+    }
+    return n;
+  }
+
+ private:
+  std::unique_ptr<std::atomic<HoldTable*>[]> tables_;
 };
 
 // Records at stable addresses, in segments that double in size (64, 128, ... records), so a
