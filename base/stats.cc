@@ -44,7 +44,7 @@ thread_local ThreadBlockOwner tls_owner;
 
 }  // namespace
 
-thread_local std::atomic<uint64_t>* HotCounter::tls_block_ = nullptr;
+constinit thread_local std::atomic<uint64_t>* HotCounter::tls_block_ = nullptr;
 
 ThreadBlockOwner::~ThreadBlockOwner() {
   tls_exited = true;

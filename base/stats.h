@@ -90,7 +90,8 @@ class HotCounter {
 
  private:
 
-  static thread_local std::atomic<uint64_t>* tls_block_;
+  // constinit: other translation units read it directly, without a TLS wrapper call.
+  static constinit thread_local std::atomic<uint64_t>* tls_block_;
   int slot_ = -1;
   std::atomic<uint64_t> fallback_{0};
 };

@@ -9,7 +9,7 @@
 namespace base {
 namespace internal_thread_index {
 
-thread_local uint32_t tls_index = kUnassigned;
+constinit thread_local uint32_t tls_index = kUnassigned;
 
 namespace {
 

@@ -23,7 +23,8 @@ inline constexpr uint32_t kNoThreadIndex = UINT32_MAX;
 
 namespace internal_thread_index {
 inline constexpr uint32_t kUnassigned = UINT32_MAX - 1;
-extern thread_local uint32_t tls_index;  // kUnassigned until the first call
+// kUnassigned until the first call. constinit: read directly, without a TLS wrapper call.
+extern constinit thread_local uint32_t tls_index;
 uint32_t Assign();
 }  // namespace internal_thread_index
 

@@ -26,6 +26,15 @@
 
 namespace cache {
 
+namespace {
+// What NormalizeAccess accepts, without building a Status.
+bool AccessIsValid(hca::AccessFlags access) {
+  return (access & ~hca::kAllAccess) == 0 &&
+         ((access & (hca::kRemoteWrite | hca::kRemoteAtomic)) == 0 ||
+          (access & hca::kLocalWrite) != 0);
+}
+}  // namespace
+
 absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
   if ((access & ~hca::kAllAccess) != 0) {
     return absl::InvalidArgumentError(
@@ -594,6 +603,20 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, ui
   // straight into the caller's StatusOr (copying a grant built field by field costs the hit
   // path store-forwarding stalls).
   absl::StatusOr<KeyGrant> result(absl::in_place);
+  // The common case first, with no Status objects: an open tenant, a well-formed range, rights
+  // that need no normalising beyond local read. Anything else takes the checks below.
+  Tenant* fast = tenants_[tenant & (kMaxTenantSlots - 1)].load(std::memory_order_acquire);
+  if (fast != nullptr && fast->id == tenant && length != 0 && va + length >= va &&
+      AccessIsValid(access)) [[likely]] {
+    const hca::AccessFlags normal = access | hca::kLocalRead;
+    if (TryHit(fast, va, length, normal, *result)) [[likely]] {
+      stats_.register_hits.Inc();
+      return result;
+    }
+    result = Miss(fast, va, length, normal);
+    if (!result.ok()) stats_.register_errors.Inc();
+    return result;
+  }
   absl::StatusOr<Tenant*> t = Find(tenant);
   absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(access);
   if (!t.ok()) {
@@ -879,8 +902,12 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
 // Release / Invalidate / Query
 
 absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
-  ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  RETURN_IF_ERROR(CheckHandleTenant(t, handle));
+  Tenant* t = tenants_[tenant & (kMaxTenantSlots - 1)].load(std::memory_order_acquire);
+  if (t == nullptr || t->id != tenant || handle == 0 || HandleTenantSlot(handle) != t->slot)
+      [[unlikely]] {
+    ASSIGN_OR_RETURN(t, Find(tenant));  // the errors, in their order
+    RETURN_IF_ERROR(CheckHandleTenant(t, handle));
+  }
   const uint32_t slot = HandleSlot(handle);
   const uint32_t gen = HandleGen(handle);
   // A hold this thread took: give it back in its own table (the release half of the protocol).
