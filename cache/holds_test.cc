@@ -3,11 +3,14 @@
 // has entries, revocation of holds that live only in a thread's table, and hits racing
 // stop-reference. Also run with REGCACHE_NO_MEMBARRIER=1 (plain fences on both sides).
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cache/internal/index.h"
 #include "cache/reg_cache.h"
@@ -21,14 +24,38 @@ using ::cache::internal::HookPoint;
 using ::cache::testing::CacheTest;
 using ::cache::testing::Memory;
 
+// A one-shot event on std primitives: Debian's abseil is not built for ThreadSanitizer, which
+// therefore cannot see Event's ordering.
+class Event {
+ public:
+  void Notify() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = true;
+    cv_.notify_all();
+  }
+  void WaitForNotification() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return set_; });
+  }
+  bool WaitForNotificationWithTimeout(absl::Duration d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(d), [&] { return set_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
 // Stalls one chosen thread the first time it reaches one hook point, until the test lets it go:
 // forces the interleavings that chance would hit once in millions of runs.
 class Stall {
  public:
   explicit Stall(HookPoint point) {
     point_ = point;
-    reached_ = new absl::Notification;
-    resume_ = new absl::Notification;
+    reached_ = std::make_unique<Event>();
+    resume_ = std::make_unique<Event>();
 #ifndef NDEBUG
     internal::test_hook.store(&Hook);
 #endif
@@ -37,14 +64,12 @@ class Stall {
 #ifndef NDEBUG
     internal::test_hook.store(nullptr);
 #endif
-    if (!resume_->HasBeenNotified()) resume_->Notify();
+    Resume();
   }
   // Called on the thread to stall, before it runs into the point.
   void Arm() { who_.store(std::this_thread::get_id()); }
   bool WaitReached() { return reached_->WaitForNotificationWithTimeout(absl::Seconds(10)); }
-  void Resume() {
-    if (!resume_->HasBeenNotified()) resume_->Notify();
-  }
+  void Resume() { resume_->Notify(); }
 
   static bool Available() {
 #ifndef NDEBUG
@@ -61,11 +86,11 @@ class Stall {
     reached_->Notify();
     (void)resume_->WaitForNotificationWithTimeout(absl::Seconds(10));
   }
-  // One Stall at a time; leaked notifications are freed by the next test's process exit.
+  // One Stall at a time (its threads are joined before the next is made).
   static inline HookPoint point_;
   static inline std::atomic<std::thread::id> who_;
-  static inline absl::Notification* reached_ = nullptr;
-  static inline absl::Notification* resume_ = nullptr;
+  static inline std::unique_ptr<Event> reached_;
+  static inline std::unique_ptr<Event> resume_;
 };
 
 #define REQUIRE_HOOKS()                                                                   \
@@ -134,7 +159,7 @@ TEST_F(HoldsTest, RevokingAHoldKeptInAThreadsTableWaitsForItsRelease) {
   Memory mem(1 << 16);
   Attach(mem);
   Cache(mem.va(), 4096);
-  absl::Notification held, revoked, released;
+  Event held, revoked, released;
   KeyGrant g;
   std::thread holder([&] {
     auto hit = cache_->Register(tenant_, mem.va(), 4096, kRw);
@@ -316,7 +341,7 @@ TEST_F(HoldsTest, AReleaseRacingAStopSucceedsAndTheHandleGoes) {
   Cache(mem.va(), 4096);
   Stall stall(HookPoint::kReleaseStore);
   absl::Status released;
-  absl::Notification holding;
+  Event holding;
   Handle handle = 0;
   std::thread holder([&] {
     auto g = cache_->Register(tenant_, mem.va(), 4096, kRw);
