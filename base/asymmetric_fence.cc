@@ -15,13 +15,12 @@ namespace {
 long Membarrier(int cmd) { return ::syscall(__NR_membarrier, cmd, 0, 0); }
 
 bool Register() {
-  if (const char* off = std::getenv("REGCACHE_NO_MEMBARRIER"); off != nullptr && *off != '\0' &&
-                                                               *off != '0') {
-    return false;
-  }
+  const char* on = std::getenv("REGCACHE_MEMBARRIER");
+  if (on == nullptr || *on == '\0' || *on == '0') return false;  // symmetric: the default
   const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
   if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
-  return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  if (Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) return false;
+  return true;
 }
 
 }  // namespace

@@ -10,8 +10,8 @@ namespace base {
 namespace {
 
 TEST(AsymmetricFenceTest, ModeFollowsTheEnvironment) {
-  const char* off = std::getenv("REGCACHE_NO_MEMBARRIER");
-  if (off != nullptr && *off != '\0' && *off != '0') {
+  const char* on = std::getenv("REGCACHE_MEMBARRIER");
+  if (on == nullptr || *on == '\0' || *on == '0') {
     EXPECT_FALSE(AsymmetricFenceUsesMembarrier());
   }
   // Otherwise membarrier is used where the kernel has it; either mode must be correct.

@@ -1,7 +1,7 @@
 // The per-thread hold protocol (cache/internal/index.h): holds taken in one thread's table and
 // released from another, threads that exit while holding, more simultaneous holds than a table
 // has entries, revocation of holds that live only in a thread's table, and hits racing
-// stop-reference. Also run with REGCACHE_NO_MEMBARRIER=1 (plain fences on both sides).
+// stop-reference. Also run in the opt-in membarrier mode (REGCACHE_MEMBARRIER=1).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

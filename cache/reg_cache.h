@@ -48,8 +48,9 @@
 // table; the release gives it back there (cache/internal/index.h has the protocol). A handle
 // may be released from any thread; a release from another thread than the hit's, and hits
 // while such releases are outstanding, use one compare-and-swap on the registration's state
-// word instead. The price is paid on the rare side: every stop-reference (Invalidate,
-// eviction, RemoveBacking, CloseTenant) runs one membarrier(2), a few microseconds.
+// word instead. A hit and a release each run one store-load fence on the thread's own line;
+// with REGCACHE_MEMBARRIER=1 those fences move to the rare side, one membarrier(2) per
+// stop-reference (base/asymmetric_fence.h says when that pays).
 // CloseTenant must not race with other calls on the same tenant (the daemon closes a session
 // after its last request).
 //
