@@ -679,7 +679,7 @@ Registration* RegCacheImpl::PickVictim(Tenant* t) {
     if (t->clock_hand >= n) t->clock_hand = 0;
     Registration* r = t->slab.At(t->clock_hand++);
     uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    while (st::Live(s) && (s & st::kWindow) == 0 && Holders(t, r->slot, s) <= 0) {
+    while (st::Live(s) && (s & st::kWindow) == 0 && st::SharedHolders(s) <= 0) {
       if ((s & st::kReferenced) != 0) {  // second chance
         if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced, std::memory_order_acq_rel,
                                            std::memory_order_acquire)) {
@@ -687,8 +687,10 @@ Registration* RegCacheImpl::PickVictim(Tenant* t) {
         }
         continue;
       }
-      // Unheld and unreferenced. The stop counts the holders again after its fence and backs
-      // out if a hit got in first; then the hand moves on.
+      // Unreferenced and no shared holder: sum the threads' holds only now (it costs a load
+      // per thread). The stop counts again after its fence and backs out if a hit got in
+      // first; then the hand moves on.
+      if (Holders(t, r->slot, s) > 0) break;
       if (StopReference(t, r, /*only_unheld=*/true) != kNotStopped) return r;
       break;
     }

@@ -152,7 +152,7 @@ extern std::atomic<void (*)(HookPoint)> test_hook;
 // count. Tables live as long as their tenant, and pass with the thread index to the next
 // thread that gets it (counts stay meaningful across owners).
 struct alignas(64) HoldTable {
-  static constexpr uint32_t kEntries = 1024;
+  static constexpr uint32_t kEntries = 256;  // 2 KiB per thread per tenant
   static constexpr uint64_t kCount = 0xffff;
   static uint64_t KeyOf(uint32_t slot, uint32_t gen) {
     return (uint64_t{slot} << 40) | (uint64_t{gen & kGenMask} << 16);
