@@ -1290,9 +1290,18 @@ absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {
   u.pool_outstanding = t->pool->outstanding_keys();
   u.pool_total = t->pool->total_keys();
   base::MutexLock il(&t->index_mu);
+  // The threads' holds in one pass over their tables, not one pass per record.
+  absl::flat_hash_map<uint64_t, int64_t> local;
+  t->holds.ForEachHold([&](uint32_t slot, uint32_t gen, uint32_t count) {
+    local[HoldTable::KeyOf(slot, gen)] += count;
+  });
   for (uint32_t i = 0; i < t->slab.size(); ++i) {
     const uint64_t s = t->slab.Hot(i)->state.load(std::memory_order_acquire);
-    if (st::Live(s) && (s & st::kWindow) == 0 && Holders(t, i, s) <= 0) u.cached_unreferenced++;
+    int64_t held = st::SharedHolders(s);
+    if (auto it = local.find(HoldTable::KeyOf(i, st::Gen(s))); it != local.end()) {
+      held += it->second;
+    }
+    if (st::Live(s) && (s & st::kWindow) == 0 && held <= 0) u.cached_unreferenced++;
     if ((s & st::kPublished) != 0 && (s & st::kRevoked) != 0) u.revoked_held++;
   }
   return u;

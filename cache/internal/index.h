@@ -210,6 +210,22 @@ class HoldTables {
     }
     return n;
   }
+  // Calls f(slot, gen, count) for every entry that counts holds, in every table: one pass for
+  // callers that need the holders of many records (a snapshot, like Count).
+  template <typename F>
+  void ForEachHold(F&& f) const {
+    const uint32_t limit = base::ThreadIndexLimit();
+    for (uint32_t i = 0; i < limit; ++i) {
+      const HoldTable* h = tables_[i].load(std::memory_order_acquire);
+      if (h == nullptr) continue;
+      for (const auto& entry : h->entries) {
+        const uint64_t e = entry.load(std::memory_order_acquire);
+        if (HoldTable::CountOf(e) != 0) {
+          f(HoldTable::SlotOf(e), HoldTable::GenOf(e), HoldTable::CountOf(e));
+        }
+      }
+    }
+  }
   // Bytes of tables made so far.
   size_t bytes() const {
     size_t n = 0;
