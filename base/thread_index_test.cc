@@ -52,6 +52,28 @@ TEST(ThreadIndexTest, AnExitedThreadsNumberIsReusedLowestFirst) {
   EXPECT_EQ(ThreadIndexLimit(), limit);
 }
 
+// A thread-local destroyed after the thread gave its number back (constructed before the
+// first ThreadIndex call, so destroyed after it) sees none, and does not take a new one.
+struct AskAtExit {
+  uint32_t* seen = nullptr;
+  ~AskAtExit() {
+    if (seen != nullptr) *seen = ThreadIndex();
+  }
+};
+
+TEST(ThreadIndexTest, AnExitingThreadHasNone) {
+  uint32_t during = 0, at_exit = 0;
+  const uint32_t in_use = ThreadIndicesInUse();
+  std::thread([&] {
+    static thread_local AskAtExit ask;
+    ask.seen = &at_exit;
+    during = ThreadIndex();
+  }).join();
+  EXPECT_LT(during, kMaxThreadIndices);
+  EXPECT_EQ(at_exit, kNoThreadIndex);
+  EXPECT_EQ(ThreadIndicesInUse(), in_use);
+}
+
 TEST(ThreadIndexTest, ThreadsThatNeverAskTakeNone) {
   const uint32_t in_use = ThreadIndicesInUse();
   std::thread([] {}).join();

@@ -216,6 +216,40 @@ TEST_F(HoldsTest, AThreadThatExitsHoldingLeavesItsHoldCounted) {
   EXPECT_EQ(cache_->Query(tenant_, g.handle).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A thread without an index (here: exiting, in a thread_local destructor) holds and releases
+// through the shared count.
+struct ReleaseAtExit {
+  RegCache* cache = nullptr;
+  TenantId tenant = 0;
+  uint64_t va = 0;
+  absl::Status* result = nullptr;
+  ~ReleaseAtExit() {
+    if (cache == nullptr) return;
+    auto g = cache->Register(tenant, va, 4096, kRw);
+    *result = g.ok() ? cache->Release(tenant, g->handle) : g.status();
+  }
+};
+
+TEST_F(HoldsTest, AThreadWithoutAnIndexUsesTheSharedCount) {
+  Memory mem(1 << 16);
+  Attach(mem);
+  Cache(mem.va(), 4096);
+  absl::Status at_exit = absl::UnknownError("not run");
+  std::thread([&] {
+    static thread_local ReleaseAtExit r;  // constructed first, so destroyed after the index
+    r = ReleaseAtExit{cache_.get(), tenant_, mem.va(), &at_exit};
+    auto g = cache_->Register(tenant_, mem.va(), 4096, kRw);  // takes an index
+    ASSERT_TRUE(g.ok() && g->hit);
+    EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  }).join();
+  EXPECT_TRUE(at_exit.ok()) << at_exit;
+  auto g = cache_->Register(tenant_, mem.va(), 4096, kRw);
+  ASSERT_TRUE(g.ok() && g->hit);
+  EXPECT_EQ(Holders(g->handle), 1u);
+  EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  EXPECT_EQ(Holders(g->handle), 0u);
+}
+
 // More holds at once than a table has entries: the overflow goes to the shared count, and
 // every hold is counted wherever it went.
 TEST_F(HoldsTest, MoreHoldsThanTableEntriesAreAllCounted) {
