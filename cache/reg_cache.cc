@@ -283,6 +283,11 @@ class RegCacheImpl final : public RegCache {
   static int64_t Holders(const Tenant* t, uint32_t slot, uint64_t s) {
     return st::SharedHolders(s) + t->holds.Count(slot, st::Gen(s));
   }
+  // For callers that need the holders of many records: the threads' holds in one pass over
+  // their tables (Holders() costs a load per thread for each record), then per record.
+  static absl::flat_hash_map<uint64_t, int64_t> LocalHolds(const Tenant* t);
+  static int64_t HoldersFrom(const absl::flat_hash_map<uint64_t, int64_t>& local, uint32_t slot,
+                             uint64_t s);
   // Called by whoever drops a hold on a dead record (release, or a hit that lost its race):
   // once every holder is gone, unpublishes it, and recycles it if its lifecycle is done. Takes
   // index_mu, so it runs after any stop in progress.
@@ -309,7 +314,8 @@ class RegCacheImpl final : public RegCache {
   void RecycleLocked(Tenant* t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->index_mu);
   // `s`: its state word, read by the caller. REQUIRES: the tenant mutex (shared), so that the
   // record is not reallocated meanwhile.
-  RegistrationInfo InfoOf(Tenant* t, const Registration& r, uint64_t s)
+  // `holders`: all of them (Holders(), or a sum the caller made for many records at once).
+  RegistrationInfo InfoOf(Tenant* t, const Registration& r, uint64_t s, int64_t holders)
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void MaintenanceLoop();
   // Tell CacheOptions::backing_observer (if any) about a backing just attached, or about to be
@@ -1243,17 +1249,18 @@ absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle han
   if ((s & st::kPublished) == 0 || st::Gen(s) != HandleGen(handle)) {
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
-  return InfoOf(t, *r, s);
+  return InfoOf(t, *r, s, Holders(t, r->slot, s));
 }
 
-RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r, uint64_t s) {
+RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r, uint64_t s,
+                                      int64_t holders) {
   RegistrationInfo info;
   info.handle = r.handle;
   info.key = r.hot->key.load(std::memory_order_relaxed);
   info.va = r.hot->va.load(std::memory_order_relaxed);
   info.length = r.hot->length.load(std::memory_order_relaxed);
   info.access = r.hot->access.load(std::memory_order_relaxed);
-  info.holders = static_cast<uint32_t>(std::max<int64_t>(0, Holders(t, r.slot, s)));
+  info.holders = static_cast<uint32_t>(std::max<int64_t>(0, holders));
   info.revoked = (s & st::kRevoked) != 0;
   info.is_window = (s & st::kWindow) != 0;
   info.parent = r.parent != nullptr ? r.parent->handle : 0;
@@ -1264,15 +1271,33 @@ RegistrationInfo RegCacheImpl::InfoOf(Tenant* t, const Registration& r, uint64_t
   return info;
 }
 
+absl::flat_hash_map<uint64_t, int64_t> RegCacheImpl::LocalHolds(const Tenant* t) {
+  absl::flat_hash_map<uint64_t, int64_t> local;
+  t->holds.ForEachHold([&](uint32_t slot, uint32_t gen, uint32_t count) {
+    local[HoldTable::KeyOf(slot, gen)] += count;
+  });
+  return local;
+}
+
+int64_t RegCacheImpl::HoldersFrom(const absl::flat_hash_map<uint64_t, int64_t>& local,
+                                  uint32_t slot, uint64_t s) {
+  int64_t n = st::SharedHolders(s);
+  if (auto it = local.find(HoldTable::KeyOf(slot, st::Gen(s))); it != local.end()) {
+    n += it->second;
+  }
+  return n;
+}
+
 absl::StatusOr<std::vector<RegistrationInfo>> RegCacheImpl::List(TenantId tenant) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
   std::vector<RegistrationInfo> out;
   base::ReaderMutexLock lock(&t->mu);
   base::MutexLock il(&t->index_mu);
+  const auto local = LocalHolds(t);
   for (uint32_t i = 0; i < t->slab.size(); ++i) {
     const Registration* r = t->slab.At(i);
     const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    if ((s & st::kPublished) != 0) out.push_back(InfoOf(t, *r, s));
+    if ((s & st::kPublished) != 0) out.push_back(InfoOf(t, *r, s, HoldersFrom(local, i, s)));
   }
   return out;
 }
@@ -1290,18 +1315,12 @@ absl::StatusOr<TenantUsage> RegCacheImpl::Usage(TenantId tenant) {
   u.pool_outstanding = t->pool->outstanding_keys();
   u.pool_total = t->pool->total_keys();
   base::MutexLock il(&t->index_mu);
-  // The threads' holds in one pass over their tables, not one pass per record.
-  absl::flat_hash_map<uint64_t, int64_t> local;
-  t->holds.ForEachHold([&](uint32_t slot, uint32_t gen, uint32_t count) {
-    local[HoldTable::KeyOf(slot, gen)] += count;
-  });
+  const auto local = LocalHolds(t);
   for (uint32_t i = 0; i < t->slab.size(); ++i) {
     const uint64_t s = t->slab.Hot(i)->state.load(std::memory_order_acquire);
-    int64_t held = st::SharedHolders(s);
-    if (auto it = local.find(HoldTable::KeyOf(i, st::Gen(s))); it != local.end()) {
-      held += it->second;
+    if (st::Live(s) && (s & st::kWindow) == 0 && HoldersFrom(local, i, s) <= 0) {
+      u.cached_unreferenced++;
     }
-    if (st::Live(s) && (s & st::kWindow) == 0 && held <= 0) u.cached_unreferenced++;
     if ((s & st::kPublished) != 0 && (s & st::kRevoked) != 0) u.revoked_held++;
   }
   return u;
