@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/asymmetric_fence.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/spinlock.h"
@@ -655,7 +656,7 @@ absl::StatusOr<TakenKey> RegCacheImpl::ReserveKey(Tenant* t, int cls) {
     }
     const bool over_quota = t->options.max_keys != 0 && t->live >= t->options.max_keys;
     if (!over_quota) {
-      absl::StatusOr<TakenKey> taken = t->pool->Take(cls, absl::Now());
+      absl::StatusOr<TakenKey> taken = t->pool->Take(cls, base::MonotonicNow());
       if (taken.ok()) {
         t->live++;
         return taken;  // tenant mutex stays held
@@ -706,7 +707,7 @@ Registration* RegCacheImpl::PickVictim(Tenant* t) {
 
 absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t length,
                                             hca::AccessFlags access) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = base::MonotonicNow();
   std::vector<hca::KlmEntry> layout;
   std::vector<BackingId> used;
   int cls = 0;
@@ -722,7 +723,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   auto relaid = t->backings.Layout(va, length, access, &used);
   if (!relaid.ok() || relaid->size() > t->pool->capacity(cls)) {
     t->live--;
-    t->pool->Quarantine(taken.pooled, absl::Now());  // never mapped: still free on the device
+    t->pool->Quarantine(taken.pooled, base::MonotonicNow());  // never mapped: still free on the device
     t->mu.Unlock();
     return relaid.ok() ? absl::AbortedError("attached memory changed during register; retry")
                        : relaid.status();
@@ -731,7 +732,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   Registration* r = AllocateRecord(t);
   if (r == nullptr) {
     t->live--;
-    t->pool->Quarantine(taken.pooled, absl::Now());
+    t->pool->Quarantine(taken.pooled, base::MonotonicNow());
     t->mu.Unlock();
     return absl::ResourceExhaustedError(
         absl::StrFormat("tenant has %d registrations, the most one tenant may have",
@@ -784,7 +785,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Miss(Tenant* t, uint64_t va, uint64_t len
   stats_.register_misses.Inc();
   stats_.live_registrations.Add();
   stats_.miss_latency_ns.Record(
-      static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
   return grant;
 }
 
@@ -853,7 +854,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
   Registration* w = AllocateRecord(t);
   if (w == nullptr) {
     t->live--;
-    t->pool->Quarantine(taken->pooled, absl::Now());
+    t->pool->Quarantine(taken->pooled, base::MonotonicNow());
     t->mu.Unlock();
     drop_parent();
     stats_.register_errors.Inc();
@@ -1174,7 +1175,7 @@ void RegCacheImpl::RunLifecycle(Tenant* t, Registration* r) {
     if (r->life.state() == KeyState::kInvalidating) {
       r->life.Transition(KeyState::kUnmapped);
       r->life.Transition(KeyState::kQuarantined);
-      t->pool->Quarantine(r->pooled, absl::Now());
+      t->pool->Quarantine(r->pooled, base::MonotonicNow());
     }
     // Unmapped (or destroyed): only now do backing references and quota go.
     for (BackingId id : r->backings) {
@@ -1212,7 +1213,7 @@ void RegCacheImpl::RecoverKey(Tenant* t, Registration* r, hca::Key previous_key)
       base::MutexLock lock(&t->mu);
       r->life.Transition(KeyState::kUnmapped);
       r->life.Transition(KeyState::kQuarantined);
-      t->pool->Quarantine(PooledKey{k, r->pooled.cls}, absl::Now());
+      t->pool->Quarantine(PooledKey{k, r->pooled.cls}, base::MonotonicNow());
       return;
     }
     if (k == previous_key) break;
@@ -1335,7 +1336,7 @@ void RegCacheImpl::Maintain() {
     base::MutexLock lock(&tenants_mu_);
     for (auto& [id, t] : live_tenants_) tenants.push_back(t);
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = base::MonotonicNow();
   for (auto& t : tenants) {
     base::MutexLock lock(&t->mu);
     if (t->closing || t->pool == nullptr) continue;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
@@ -96,7 +97,7 @@ void UmrEngine::ResetQueue(QueueSlot& slot, const absl::Status& why) {
 
 void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
   if (ops.empty()) return;
-  const absl::Time start = absl::Now();
+  const absl::Time start = base::MonotonicNow();
   const absl::Time deadline = start + options_.completion_timeout;
   QueueSlot& slot = SlotForThisThread();
   // One flag per op; stable storage for the dispatcher.
@@ -118,7 +119,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       const uint64_t id = slot.next_id++;
       absl::Status s = PostOne(slot, op, id, /*signaled=*/last);
       // A full ring: retire what completed and try again, until the deadline.
-      while (absl::IsResourceExhausted(s) && absl::Now() < deadline) {
+      while (absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
         if (posted > 0) {
           s = slot.queue->Doorbell();
           if (!s.ok()) break;
@@ -178,7 +179,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       base::MutexLock lock(&slot.mu);
       if (slot.queue != nullptr) PollAndDispatch(slot);
       if (all_done()) break;
-      if (absl::Now() >= deadline) {
+      if (base::MonotonicNow() >= deadline) {
         // Abandon what is left: take it out of the pending list so no dispatcher touches it.
         for (auto it = slot.outstanding.begin(); it != slot.outstanding.end();) {
           bool mine = false;
@@ -204,7 +205,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
     }
   }
   stats_->umr_latency_ns.Record(
-      static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
 }
 
 }  // namespace cache
