@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/errno_status.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
@@ -332,7 +333,7 @@ absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
 }
 
 absl::Status DaemonImpl::CloseLocked(Session& s) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = base::MonotonicNow();
   s.closed = true;
   absl::Status first;
   {
@@ -352,7 +353,7 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
   stats_.sessions_closed.Inc();
   stats_.sessions_open.Sub();
   stats_.session_close_ns.Record(
-      static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
   return first;
 }
 
