@@ -108,6 +108,16 @@ class HoldsTest : public CacheTest {
     ASSERT_TRUE(g.ok()) << g.status();
     ASSERT_TRUE(cache_->Release(tenant_, g->handle).ok());
   }
+  // A hit on [va, +4096) taken on a thread that then exits without releasing it.
+  KeyGrant HitOnAnotherThread(uint64_t va) {
+    KeyGrant g;
+    std::thread([&] {
+      auto hit = cache_->Register(tenant_, va, 4096, kRw);
+      ASSERT_TRUE(hit.ok() && hit->hit);
+      g = *hit;
+    }).join();
+    return g;
+  }
   uint32_t Holders(Handle h) {
     auto info = cache_->Query(tenant_, h);
     EXPECT_TRUE(info.ok()) << info.status();
@@ -119,12 +129,7 @@ TEST_F(HoldsTest, AHoldTakenInOneThreadIsReleasedFromAnother) {
   Memory mem(1 << 16);
   Attach(mem);
   Cache(mem.va(), 4096);
-  KeyGrant g;
-  std::thread([&] {
-    auto hit = cache_->Register(tenant_, mem.va(), 4096, kRw);
-    ASSERT_TRUE(hit.ok() && hit->hit);
-    g = *hit;
-  }).join();
+  const KeyGrant g = HitOnAnotherThread(mem.va());
   EXPECT_EQ(Holders(g.handle), 1u);
   std::thread([&] { EXPECT_TRUE(cache_->Release(tenant_, g.handle).ok()); }).join();
   EXPECT_EQ(Holders(g.handle), 0u);
@@ -195,12 +200,7 @@ TEST_F(HoldsTest, AThreadThatExitsHoldingLeavesItsHoldCounted) {
   Memory mem(1 << 16);
   Attach(mem);
   Cache(mem.va(), 4096);
-  KeyGrant g;
-  std::thread([&] {
-    auto hit = cache_->Register(tenant_, mem.va(), 4096, kRw);
-    ASSERT_TRUE(hit.ok() && hit->hit);
-    g = *hit;
-  }).join();  // exits without releasing
+  const KeyGrant g = HitOnAnotherThread(mem.va());  // exits without releasing
   EXPECT_EQ(Holders(g.handle), 1u);
   // The next thread to get the exited one's index inherits its table; counts stay right.
   std::thread([&] {
