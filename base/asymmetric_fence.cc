@@ -19,8 +19,7 @@ bool Register() {
   if (on == nullptr || *on == '\0' || *on == '0') return false;  // symmetric: the default
   const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
   if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
-  if (Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0) return false;
-  return true;
+  return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 }
 
 }  // namespace

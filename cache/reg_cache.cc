@@ -18,7 +18,6 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
-#include "base/spinlock.h"
 #include "base/status_macros.h"
 #include "cache/backing_observer.h"
 #include "cache/internal/index.h"
@@ -37,17 +36,14 @@ bool AccessIsValid(hca::AccessFlags access) {
 }  // namespace
 
 absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
+  if (AccessIsValid(access)) return access | hca::kLocalRead;
   if ((access & ~hca::kAllAccess) != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("unknown access bits 0x%x", access & ~hca::kAllAccess));
   }
-  if ((access & (hca::kRemoteWrite | hca::kRemoteAtomic)) != 0 &&
-      (access & hca::kLocalWrite) == 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "access %s: remote write and remote atomic need local write",
-        hca::AccessToString(access)));
-  }
-  return access | hca::kLocalRead;
+  // Known bits, so the other rule failed.
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "access %s: remote write and remote atomic need local write", hca::AccessToString(access)));
 }
 
 namespace {
@@ -214,11 +210,14 @@ class RegCacheImpl final : public RegCache {
   hca::Device* device() const override { return device_; }
 
  private:
-  absl::StatusOr<Tenant*> Find(TenantId id) const {
+  // The open tenant `id`, or nullptr. Lock-free; the fast paths use it without a Status.
+  Tenant* Lookup(TenantId id) const {
     Tenant* t = tenants_[id & (kMaxTenantSlots - 1)].load(std::memory_order_acquire);
-    if (t == nullptr || t->id != id) {
-      return absl::NotFoundError(absl::StrFormat("no open tenant %d", id));
-    }
+    return t != nullptr && t->id == id ? t : nullptr;
+  }
+  absl::StatusOr<Tenant*> Find(TenantId id) const {
+    Tenant* t = Lookup(id);
+    if (t == nullptr) return absl::NotFoundError(absl::StrFormat("no open tenant %d", id));
     return t;
   }
   // kInvalidArgument for handle 0, kPermissionDenied for a handle of another tenant.
@@ -238,7 +237,7 @@ class RegCacheImpl final : public RegCache {
     // The hot half only: the cold one stays out of the cache on the release path.
     if (const HotRecord* h = t->slab.Hot(HandleSlot(handle))) {
       const uint64_t s = h->state.load(std::memory_order_acquire);
-      if ((s & st::kPublished) != 0 && st::Gen(s) == HandleGen(handle)) {
+      if (st::PublishedAs(s, HandleGen(handle))) {
         return t->slab.At(HandleSlot(handle));
       }
     }
@@ -541,7 +540,7 @@ uint64_t RegCacheImpl::TryHoldLocal(Tenant* t, HoldTable* mine, uint32_t slot, H
     // once the record is recycled nobody counts the entry again.
     const HotRecord* other = t->slab.Hot(HoldTable::SlotOf(e));
     const uint64_t os = other->state.load(std::memory_order_acquire);
-    if ((os & st::kPublished) != 0 && st::Gen(os) == HoldTable::GenOf(e)) {
+    if (st::PublishedAs(os, HoldTable::GenOf(e))) {
       busy = true;
       return 0;
     }
@@ -561,7 +560,7 @@ uint64_t RegCacheImpl::TryHoldLocal(Tenant* t, HoldTable* mine, uint32_t slot, H
   entry.store(held - 1, std::memory_order_release);
   base::LightFence();
   const uint64_t after = h->state.load(std::memory_order_acquire);
-  if ((after & st::kDead) != 0 && (after & st::kPublished) != 0 && st::Gen(after) == gen) {
+  if ((after & st::kDead) != 0 && st::PublishedAs(after, gen)) {
     Settle(t, slot, gen);
   }
   return 0;
@@ -612,9 +611,8 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, ui
   absl::StatusOr<KeyGrant> result(absl::in_place);
   // The common case first, with no Status objects: an open tenant, a well-formed range, rights
   // that need no normalising beyond local read. Anything else takes the checks below.
-  Tenant* fast = tenants_[tenant & (kMaxTenantSlots - 1)].load(std::memory_order_acquire);
-  if (fast != nullptr && fast->id == tenant && length != 0 && va + length >= va &&
-      AccessIsValid(access)) [[likely]] {
+  Tenant* fast = Lookup(tenant);
+  if (fast != nullptr && length != 0 && va + length >= va && AccessIsValid(access)) [[likely]] {
     const hca::AccessFlags normal = access | hca::kLocalRead;
     if (TryHit(fast, va, length, normal, *result)) [[likely]] {
       stats_.register_hits.Inc();
@@ -808,7 +806,7 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
   const uint32_t gen = HandleGen(parent);
   uint64_t ps = p->hot->state.load(std::memory_order_acquire);
   for (;;) {
-    if ((ps & st::kPublished) == 0 || st::Gen(ps) != gen) {
+    if (!st::PublishedAs(ps, gen)) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", parent));
     }
     if ((ps & st::kDead) != 0) {
@@ -911,9 +909,8 @@ absl::StatusOr<KeyGrant> RegCacheImpl::CreateWindow(TenantId tenant, Handle pare
 // Release / Invalidate / Query
 
 absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
-  Tenant* t = tenants_[tenant & (kMaxTenantSlots - 1)].load(std::memory_order_acquire);
-  if (t == nullptr || t->id != tenant || handle == 0 || HandleTenantSlot(handle) != t->slot)
-      [[unlikely]] {
+  Tenant* t = Lookup(tenant);
+  if (t == nullptr || handle == 0 || HandleTenantSlot(handle) != t->slot) [[unlikely]] {
     ASSIGN_OR_RETURN(t, Find(tenant));  // the errors, in their order
     RETURN_IF_ERROR(CheckHandleTenant(t, handle));
   }
@@ -926,7 +923,7 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
     if (HoldTable::KeyOfEntry(e) == HoldTable::KeyOf(slot, gen) && HoldTable::CountOf(e) > 0) {
       HotRecord* h = t->slab.Hot(slot);
       const uint64_t before = h->state.load(std::memory_order_acquire);
-      if ((before & st::kPublished) == 0 || st::Gen(before) != gen) [[unlikely]] {
+      if (!st::PublishedAs(before, gen)) [[unlikely]] {
         // The publication is over: this entry's holds were all released from other threads
         // (each +1 here was balanced by a -1 in the shared count). Nobody counts it any more.
         entry.store(0, std::memory_order_relaxed);
@@ -938,7 +935,7 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
       RC_CACHE_TEST_HOOK(kReleaseStore);
       base::LightFence();  // the entry, before the state read (pairs with a stop's HeavyFence)
       const uint64_t s = h->state.load(std::memory_order_acquire);
-      if (st::SharedHolders(s) < 0 && (s & st::kPublished) != 0 && st::Gen(s) == gen &&
+      if (st::SharedHolders(s) < 0 && st::PublishedAs(s, gen) &&
           Holders(t, slot, s) < 0) [[unlikely]] {
         // Released once more than held: this thread's hold was already released from another
         // thread. Put the count back and refuse, as the shared path does.
@@ -966,7 +963,7 @@ absl::Status RegCacheImpl::DropHold(Tenant* t, uint32_t slot, uint32_t gen, Hand
   uint64_t s = h->state.load(std::memory_order_acquire);
   uint64_t next;
   for (;;) {
-    if ((s & st::kPublished) == 0 || st::Gen(s) != gen) {
+    if (!st::PublishedAs(s, gen)) {
       return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
     }
     // Over-release: the shared count can be negative (holds released by another thread than
@@ -1010,8 +1007,7 @@ void RegCacheImpl::Settle(Tenant* t, uint32_t slot, uint32_t gen) {
   HotRecord* h = t->slab.Hot(slot);
   uint64_t s = h->state.load(std::memory_order_acquire);
   for (;;) {
-    const bool dead_here =
-        (s & st::kPublished) != 0 && st::Gen(s) == gen && (s & st::kDead) != 0;
+    const bool dead_here = st::PublishedAs(s, gen) && (s & st::kDead) != 0;
     // Not ours to settle (already unpublished, or a stop that undid its mark), or still held.
     if (!dead_here || Holders(t, slot, s) > 0) return;
     if (h->state.compare_exchange_weak(s, s & ~st::kPublished, std::memory_order_acq_rel,
@@ -1052,8 +1048,8 @@ uint64_t RegCacheImpl::MarkDead(Tenant* t, Registration* r, bool only_unheld, ui
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
   for (;;) {
     if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
-    // Cheap refusals first (the exact count comes after the fence).
-    if (only_unheld && Holders(t, r->slot, s) > 0) return 0;
+    // A cheap refusal (a shared holder); the threads' entries are summed after the fence.
+    if (only_unheld && st::SharedHolders(s) > 0) return 0;
     if (r->hot->state.compare_exchange_weak(s, s | st::kDead, std::memory_order_acq_rel,
                                             std::memory_order_acquire)) {
       return s;
@@ -1101,7 +1097,7 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
     const Stopped stopped = StopReference(t, r, /*only_unheld=*/false, HandleGen(handle));
     if (stopped == kNotStopped) {  // not live: revoked and still held, or gone since Resolve
       const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-      if ((s & st::kPublished) != 0 && st::Gen(s) == HandleGen(handle)) {
+      if (st::PublishedAs(s, HandleGen(handle))) {
         return absl::FailedPreconditionError(
             absl::StrFormat("handle 0x%x was already invalidated", handle));
       }
@@ -1247,7 +1243,7 @@ absl::StatusOr<RegistrationInfo> RegCacheImpl::Query(TenantId tenant, Handle han
   ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
   base::ReaderMutexLock lock(&t->mu);  // keeps the record from being reallocated
   const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-  if ((s & st::kPublished) == 0 || st::Gen(s) != HandleGen(handle)) {
+  if (!st::PublishedAs(s, HandleGen(handle))) {
     return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
   }
   return InfoOf(t, *r, s, Holders(t, r->slot, s));

@@ -85,6 +85,10 @@ inline uint64_t WithShared(uint64_t s, int32_t n) {
   return (s & ~kShared) | static_cast<uint32_t>(n);
 }
 inline uint32_t Gen(uint64_t s) { return static_cast<uint32_t>(s >> kGenShift) & kGenMask; }
+// Published with generation `gen`: the publication a handle names is still there.
+inline bool PublishedAs(uint64_t s, uint32_t gen) {
+  return (s & kPublished) != 0 && Gen(s) == gen;
+}
 // Published and not dead: a hit may hold it.
 inline bool Live(uint64_t s) { return (s & (kPublished | kDead)) == kPublished; }
 // Still the same publication, live: what a hit's recheck requires.
@@ -225,15 +229,6 @@ class HoldTables {
         }
       }
     }
-  }
-  // Bytes of tables made so far.
-  size_t bytes() const {
-    size_t n = 0;
-    const uint32_t limit = base::ThreadIndexLimit();
-    for (uint32_t i = 0; i < limit; ++i) {
-      if (tables_[i].load(std::memory_order_acquire) != nullptr) n += sizeof(HoldTable);
-    }
-    return n;
   }
 
  private:
