@@ -1,4 +1,4 @@
-// The per-thread hold protocol (cache/internal/index.h): holds taken in one thread's table and
+// The per-thread hold protocol (cache/internal/holds.h): holds taken in one thread's table and
 // released from another, threads that exit while holding, more simultaneous holds than a table
 // has entries, revocation of holds that live only in a thread's table, and hits racing
 // stop-reference. Also run in the opt-in membarrier mode (REGCACHE_MEMBARRIER=1).
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "cache/internal/index.h"
+#include "cache/internal/holds.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"

@@ -4,10 +4,6 @@
 
 namespace cache::internal {
 
-#ifndef NDEBUG
-std::atomic<void (*)(HookPoint)> test_hook{nullptr};
-#endif
-
 // --- Slab ---
 
 Slab::~Slab() {

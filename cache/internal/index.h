@@ -12,22 +12,9 @@
 //     one: it accepts a record only after checking its range and its state word.
 //   - Grown-out tables are kept until the tenant closes, because a reader may still be in one.
 //     Growth doubles, so they add at most the current table's size.
-//   - Holders are counted in two places: a signed count in the record's state word (the shared
-//     holds: misses, windows, cross-thread releases, and hits that found their thread's entry
-//     taken), and per-thread hold tables, each written by one thread only. A registration's
-//     holders are the shared count plus every thread's entry for it.
-//
-// The per-thread hold protocol (a Dekker pair over base/asymmetric_fence.h):
-//   hit:   read state (live, generation g) and range; entry[slot] += 1 (plain store);
-//          LightFence; read state again: still live with generation g → held. Else undo.
-//   stop:  CAS state → DEAD (no new hold can succeed from here); HeavyFence; sum the shared
-//          count and every thread's entry for (slot, g). Zero → unpublish; else → revoked.
-//   release (own entry): entry[slot] -= 1; LightFence; read state: DEAD → Settle (under the
-//          index mutex, after any stop in progress: sum again, unpublish at zero).
-// Either the hit's recheck sees DEAD or the stop's sum sees the hit; either the release sees
-// DEAD or the stop's sum sees the release. So a registration is never unpublished (and its key
-// never evicted or recycled) while someone holds it, and the last release of a revoked one
-// always finds out that it was the last.
+//   - Holders are counted in the state word (shared) and in per-thread hold tables; how a hit,
+//     a release and a stop use them without losing a hold is the hold protocol
+//     (cache/internal/holds.h).
 #ifndef REGCACHE_CACHE_INTERNAL_INDEX_H_
 #define REGCACHE_CACHE_INTERNAL_INDEX_H_
 
@@ -127,27 +114,6 @@ struct Registration {
     return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0;
   }
 };
-
-// Test hooks: points in the lock-free protocol where a test stalls a thread to force an
-// interleaving the protocol must survive (cache/holds_test.cc). Compiled out under NDEBUG, so
-// release builds pay nothing; the dev, asan and tsan builds keep them.
-enum class HookPoint {
-  kHitRead,       // a hit read the state word (live), before its entry store
-  kReleaseStore,  // a local release stored its entry, before its state read
-  kStopMarked,    // a stop marked the record dead, before its fence and count
-};
-#ifndef NDEBUG
-extern std::atomic<void (*)(HookPoint)> test_hook;
-#define RC_CACHE_TEST_HOOK(point)                                                              \
-  do {                                                                                         \
-    if (auto* hook = ::cache::internal::test_hook.load(std::memory_order_acquire))             \
-      hook(::cache::internal::HookPoint::point);                                               \
-  } while (0)
-#else
-#define RC_CACHE_TEST_HOOK(point) \
-  do {                            \
-  } while (0)
-#endif
 
 // One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each
 // (slot 24 | generation 24 | count 16). Only the thread that owns the table (by its

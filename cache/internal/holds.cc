@@ -1,0 +1,215 @@
+#include "cache/internal/holds.h"
+
+#include <atomic>
+
+#include "base/log.h"
+#include "cache/internal/lifecycle.h"
+
+namespace cache::internal {
+
+#ifndef NDEBUG
+std::atomic<void (*)(HookPoint)> test_hook{nullptr};
+#endif
+
+// --- Records ----------------------------------------------------------------------------------
+
+Registration* AllocateRecord(Tenant& t) {
+  base::MutexLock il(&t.index_mu);
+  Registration* r = t.slab.Allocate();
+  if (r == nullptr) return nullptr;
+  r->klm_entries = 0;
+  r->handle = 0;
+  r->pooled = PooledKey{};
+  r->parent = nullptr;
+  r->life = KeyLifecycle();
+  r->windows.clear();
+  r->backings.clear();
+  // A stale lock-free reader may still look at this record. The fence orders the state it had
+  // (not published) before the new range written next, so such a reader's CAS fails.
+  std::atomic_thread_fence(std::memory_order_release);
+  return r;
+}
+
+void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access,
+              hca::Key key) {
+  r->hot->va.store(va, std::memory_order_relaxed);
+  r->hot->length.store(length, std::memory_order_relaxed);
+  r->hot->access.store(access, std::memory_order_relaxed);
+  r->hot->key.store(key, std::memory_order_relaxed);
+}
+
+void Publish(Tenant& t, Registration* r, bool window) {
+  const uint32_t gen = (st::Gen(r->hot->state.load(std::memory_order_relaxed)) + 1) & kGenMask;
+  r->handle = MakeHandle(t.slot, gen, r->slot);
+  const uint64_t flags = st::kPublished | (window ? st::kWindow : 0);
+  r->hot->state.store((uint64_t{gen} << st::kGenShift) | flags | 1, std::memory_order_release);
+}
+
+void Recycle(Tenant& t, Registration* r) {
+  const uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  RC_DCHECK((s & st::kPublished) == 0);
+  // Keeps the generation (the next publication bumps it) and drops every flag.
+  r->hot->state.store(uint64_t{st::Gen(s)} << st::kGenShift, std::memory_order_release);
+  t.slab.Free(r);
+}
+
+// --- Counting holders --------------------------------------------------------------------------
+
+LocalHoldCounts CountLocalHolds(const Tenant& t) {
+  LocalHoldCounts local;
+  t.holds.ForEachHold([&](uint32_t slot, uint32_t gen, uint32_t count) {
+    local[HoldTable::KeyOf(slot, gen)] += count;
+  });
+  return local;
+}
+
+int64_t HoldersFrom(const LocalHoldCounts& local, uint32_t slot, uint64_t s) {
+  int64_t n = st::SharedHolders(s);
+  if (auto it = local.find(HoldTable::KeyOf(slot, st::Gen(s))); it != local.end()) {
+    n += it->second;
+  }
+  return n;
+}
+
+// --- Release and unpublish ----------------------------------------------------------------------
+
+void Unpublish(Tenant& t, uint32_t slot, uint32_t gen) {
+  base::MutexLock il(&t.index_mu);
+  HotRecord* h = t.slab.Hot(slot);
+  uint64_t s = h->state.load(std::memory_order_acquire);
+  for (;;) {
+    const bool dead_here = st::PublishedAs(s, gen) && (s & st::kDead) != 0;
+    // Not ours to unpublish (already unpublished, or a stop that undid its mark), or held.
+    if (!dead_here || Holders(t, slot, s) > 0) return;
+    if (h->state.compare_exchange_weak(s, s & ~st::kPublished, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      break;
+    }
+  }
+  // The lifecycle is done with it: recycle it here (else the lifecycle will when it ends).
+  if ((s & st::kDone) != 0) Recycle(t, t.slab.At(slot));
+}
+
+absl::Status DropHold(Tenant& t, uint32_t slot, uint32_t gen, Handle handle, bool user_release) {
+  HotRecord* h = t.slab.Hot(slot);
+  if (h == nullptr) return NoSuchHandle(handle);
+  uint64_t s = h->state.load(std::memory_order_acquire);
+  uint64_t next;
+  for (;;) {
+    if (!st::PublishedAs(s, gen)) return NoSuchHandle(handle);
+    // Over-release: the shared count can be negative (holds released by another thread than
+    // the one that took them), so look at every holder. A snapshot: exact unless a hit on the
+    // same registration races this release.
+    if (st::SharedHolders(s) <= 0 && Holders(t, slot, s) <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("handle 0x%x has no holders left to release", handle));
+    }
+    if (st::SharedHolders(s) == INT32_MIN) {
+      return absl::ResourceExhaustedError("the registration has the most releases it can count");
+    }
+    next = st::WithShared(s, st::SharedHolders(s) - 1);
+    if (h->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if (user_release) {
+    t.stats().releases.Inc();
+    if ((s & st::kRevoked) != 0) t.stats().releases_after_revoke.Inc();
+  }
+  if ((s & st::kDead) != 0) {
+    // Dead: the last holder unpublishes it, and recycles it if the lifecycle is done with it.
+    Unpublish(t, slot, gen);
+  } else if ((s & st::kWindow) != 0 && st::SharedHolders(next) == 0) {
+    // Windows are not cached (and all their holds are shared): the last release retires one.
+    Stopped stopped;
+    {
+      base::MutexLock il(&t.index_mu);
+      stopped = StopReference(t, t.slab.At(slot), /*only_unheld=*/true, gen);
+    }
+    if (stopped != Stopped::kNo) Retire(t, t.slab.At(slot));
+  }
+  // Otherwise the registration stays cached, for the CLOCK to find if nobody hits it again.
+  return absl::OkStatus();
+}
+
+// --- Stop-reference ----------------------------------------------------------------------------
+
+namespace {
+
+// The stop's first half, before the HeavyFence: marks the record DEAD. Returns the state word
+// before the mark, or 0 if it did not mark it.
+uint64_t MarkDead(Registration* r, bool only_unheld, uint32_t gen) {
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
+    // A cheap refusal (a shared holder); the threads' entries are summed after the fence.
+    if (only_unheld && st::SharedHolders(s) > 0) return 0;
+    if (r->hot->state.compare_exchange_weak(s, s | st::kDead, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      return s;
+    }
+  }
+}
+
+// The stop's second half, after the HeavyFence: counts the holders and unpublishes, revokes or
+// (if `only_unheld` and held) takes the mark back. `before`: MarkDead's answer.
+Stopped CountAndSettle(Tenant& t, Registration* r, uint64_t before, bool only_unheld)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
+  // Dead now, so only releases (and hits undoing themselves) change the count: each of those
+  // that this sum misses sees DEAD and calls Unpublish, which runs after this (index_mu).
+  Stopped result;
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    RC_DCHECK((s & st::kDead) != 0 && st::Gen(s) == st::Gen(before));
+    uint64_t next;
+    if (Holders(t, r->slot, s) <= 0) {
+      next = s & ~st::kPublished;  // unheld: the handle goes now
+      result = Stopped::kUnheld;
+    } else if (only_unheld) {
+      next = s & ~st::kDead;  // a hit got in before the mark: not a victim after all
+      result = Stopped::kNo;
+    } else {
+      next = s | st::kRevoked;  // the handle stays for Release/Query until the last holder
+      result = Stopped::kRevoked;
+    }
+    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      break;
+    }
+  }
+  if (result != Stopped::kNo && (before & st::kWindow) == 0) {
+    t.index.Erase(RangeIndex::Hash(r->hot->va.load(std::memory_order_relaxed),
+                                   r->hot->length.load(std::memory_order_relaxed)),
+                  r->slot);
+  }
+  return result;
+}
+
+}  // namespace
+
+Stopped StopReference(Tenant& t, Registration* r, bool only_unheld, uint32_t gen) {
+  const uint64_t before = MarkDead(r, only_unheld, gen);
+  if (before == 0) return Stopped::kNo;
+  RC_CACHE_TEST_HOOK(kStopMarked);
+  base::HeavyFence();  // every hit that will succeed has its hold visible from here on
+  return CountAndSettle(t, r, before, only_unheld);
+}
+
+void StopReferences(Tenant& t, std::vector<Registration*>& rs) {
+  std::vector<uint64_t> before;
+  before.reserve(rs.size());
+  size_t marked = 0;
+  for (Registration* r : rs) {
+    const uint64_t s = MarkDead(r, /*only_unheld=*/false, kAnyGen);
+    if (s == 0) continue;
+    rs[marked++] = r;
+    before.push_back(s);
+  }
+  rs.resize(marked);
+  if (rs.empty()) return;
+  base::HeavyFence();  // one for all of them
+  for (size_t i = 0; i < rs.size(); ++i) (void)CountAndSettle(t, rs[i], before[i], false);
+}
+
+}  // namespace cache::internal

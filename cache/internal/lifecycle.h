@@ -1,0 +1,34 @@
+// Running a key's lifecycle (cache/lifecycle.h has its states): what happens to a registration
+// after its references were stopped (cache/internal/holds.h, StopReference), and to a key whose
+// UMR failed. Internal to cache/.
+//
+//   Retire   kDraining → kFencing → kInvalidating → kUnmapped → kQuarantined: windows first,
+//            then one invalidate WQE with the fence bit, then (its completion seen) the backing
+//            references and the quota slot go and the key enters the pool's quarantine.
+//   Recover  kRecovery: a UMR on the key failed, so its device state is unknown. Invalidate
+//            it again (as its old and its new variant); if that fails too, destroy it.
+//
+// Neither holds a lock across a UMR.
+#ifndef REGCACHE_CACHE_INTERNAL_LIFECYCLE_H_
+#define REGCACHE_CACHE_INTERNAL_LIFECYCLE_H_
+
+#include "cache/internal/index.h"
+#include "cache/internal/tenant.h"
+#include "hca/device.h"
+
+namespace cache::internal {
+
+// Runs the lifecycle of `r`, whose references were stopped, to its end (quarantined, or
+// destroyed in recovery), then hands the record back: to the slab now if it is unpublished,
+// else at its last release. A window drops its hold on its parent.
+void Retire(Tenant& t, Registration* r);
+
+// A key whose UMR failed or timed out: invalidates it again, trying the key value the record
+// has and `previous_key` (how far the failed UMR got decides which the device knows), else
+// destroys it. Returns with the key quarantined (kQuarantined) or destroyed (kDestroyed, and
+// forgotten by the pool).
+void Recover(Tenant& t, Registration* r, hca::Key previous_key);
+
+}  // namespace cache::internal
+
+#endif  // REGCACHE_CACHE_INTERNAL_LIFECYCLE_H_

@@ -1,0 +1,287 @@
+#include "cache/internal/mapper.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/clock.h"
+#include "base/status_macros.h"
+#include "cache/internal/holds.h"
+#include "cache/internal/lifecycle.h"
+#include "cache/umr_engine.h"
+
+namespace cache::internal {
+
+namespace {
+
+constexpr int kEvictionAttempts = 8;
+
+// What a miss or a window plans before it reserves a key (step 1).
+struct Mapping {
+  uint64_t va = 0;
+  uint64_t length = 0;
+  hca::AccessFlags access = 0;        // normalized
+  std::vector<hca::KlmEntry> layout;
+  std::vector<BackingId> backings;    // a registration: the memory its layout uses
+  Registration* parent = nullptr;     // a window: its parent, held by the caller
+  int cls = 0;
+
+  bool window() const { return parent != nullptr; }
+};
+
+// A quota slot and a key of `cls`, under the tenant mutex, without evicting. `quota_refused`
+// tells the caller which of the two ran out.
+absl::StatusOr<TakenKey> TryReserve(Tenant& t, int cls, bool& quota_refused)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  if (t.closing) return absl::NotFoundError("tenant is closing");
+  if (t.options.max_keys != 0 && t.live >= t.options.max_keys) {
+    quota_refused = true;
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("key quota: %d keys live, limit %d", t.live, t.options.max_keys));
+  }
+  quota_refused = false;
+  ASSIGN_OR_RETURN(TakenKey taken, t.pool->Take(cls, base::MonotonicNow()));
+  t.live++;
+  return taken;
+}
+
+// Gives back a reservation whose key was never mapped (still free on the device).
+void Unreserve(Tenant& t, const TakenKey& taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  t.live--;
+  t.pool->Quarantine(taken.pooled, base::MonotonicNow());
+}
+
+// Step 3, under the tenant mutex: a record for the reserved key, bound to what it maps.
+absl::StatusOr<Registration*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  absl::Cleanup unreserve = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) { Unreserve(t, taken); };
+  if (!m.window()) {
+    // The tenant's memory may have changed while the mutex was released: lay out again under
+    // the lock that pins it.
+    ASSIGN_OR_RETURN(std::vector<hca::KlmEntry> relaid,
+                     t.backings.Layout(m.va, m.length, m.access, &m.backings));
+    if (relaid.size() > t.pool->capacity(m.cls)) {
+      return absl::AbortedError("attached memory changed during register; retry");
+    }
+    m.layout = std::move(relaid);
+  }
+  Registration* r = AllocateRecord(t);
+  if (r == nullptr) return TooManyRecords();
+  std::move(unreserve).Cancel();
+  SetRange(r, m.va, m.length, m.access, taken.mapped_key());
+  r->klm_entries = static_cast<uint32_t>(m.layout.size());
+  r->pooled = PooledKey{taken.mapped_key(), m.cls};
+  if (m.window()) {
+    r->parent = m.parent;
+    m.parent->windows.push_back(r);
+  } else {
+    r->backings.assign(m.backings.begin(), m.backings.end());
+    for (BackingId id : m.backings) t.backings.Find(id)->users++;
+  }
+  r->life.Transition(KeyState::kMapping);
+  return r;
+}
+
+// Undoes Bind for a record whose map failed (its key already went to recovery).
+void Unbind(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  if (r->parent != nullptr) {
+    std::erase(r->parent->windows, r);
+  } else {
+    for (BackingId id : r->backings) {
+      if (BackingRecord* b = t.backings.Find(id)) b->users--;
+    }
+  }
+  t.live--;
+}
+
+// Steps 2 and 3: reserve (evicting unheld registrations while the quota or the pool is
+// exhausted) and bind. On success the record is in kMapping and `taken` says what to map.
+absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
+  absl::Status last;
+  bool quota_refused = false;
+  for (int attempt = 0;; ++attempt) {
+    {
+      base::MutexLock lock(&t.mu);
+      absl::StatusOr<TakenKey> reserved = TryReserve(t, m.cls, quota_refused);
+      if (reserved.ok()) {
+        taken = *reserved;
+        return Bind(t, m, taken);
+      }
+      last = reserved.status();
+    }
+    Registration* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
+    if (victim == nullptr) break;
+    t.stats().evictions.Inc();
+    Retire(t, victim);
+  }
+  if (quota_refused) t.stats().quota_refusals.Inc();
+  return last;
+}
+
+// The shared path: steps 2 to 5.
+absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
+  TakenKey taken;
+  ASSIGN_OR_RETURN(Registration * r, ReserveAndBind(t, m, taken));
+
+  UmrOp op;
+  op.kind = UmrOp::Kind::kMap;
+  op.klm = std::move(m.layout);
+  op.map.key = taken.pooled.key;
+  op.map.new_variant = taken.new_variant;
+  op.map.layout = hca::Layout::kKlm;
+  op.map.access = m.access;
+  op.map.start_addr = m.va;
+  op.map.length = m.length;
+  op.map.require_free = !m.window();
+  UmrOp* ops[] = {&op};
+  t.engine->Execute(ops);
+
+  if (!op.result.ok()) {
+    Recover(t, r, taken.pooled.key);
+    {
+      base::MutexLock lock(&t.mu);
+      Unbind(t, r);
+    }
+    base::MutexLock il(&t.index_mu);
+    Recycle(t, r);
+    return op.result;
+  }
+  KeyGrant grant;
+  {
+    base::MutexLock lock(&t.mu);
+    r->life.Transition(KeyState::kActive);
+    if (!m.window()) {
+      t.cover.emplace(m.va, r);
+      t.max_length = std::max(t.max_length, m.length);
+    }
+    base::MutexLock il(&t.index_mu);
+    Publish(t, r, m.window());
+    if (!m.window()) t.index.Insert(RangeIndex::Hash(m.va, m.length), r->slot);
+    FillGrant(grant, *r->hot, r->handle, /*hit=*/false);
+  }
+  t.stats().live_registrations.Add();
+  return grant;
+}
+
+// Takes one shared hold on the registration `handle` names, for a window on it: the parent's
+// range and rights are fixed while it is held.
+absl::StatusOr<Registration*> HoldParent(Tenant& t, Handle handle) {
+  ASSIGN_OR_RETURN(Registration * p, Resolve(t, handle));
+  const uint32_t gen = HandleGen(handle);
+  uint64_t ps = p->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    if (!st::PublishedAs(ps, gen)) return NoSuchHandle(handle);
+    if ((ps & st::kDead) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("registration 0x%x was invalidated", handle));
+    }
+    if ((ps & st::kWindow) != 0) {
+      return absl::InvalidArgumentError("a window cannot be the parent of a window");
+    }
+    if (st::SharedHolders(ps) == INT32_MAX) {
+      return absl::ResourceExhaustedError("the parent has the most holders it can count");
+    }
+    if (p->hot->state.compare_exchange_weak(ps, st::WithShared(ps, st::SharedHolders(ps) + 1),
+                                            std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      return p;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length,
+                                         hca::AccessFlags access) {
+  const absl::Time start = base::MonotonicNow();
+  Mapping m;
+  m.va = va;
+  m.length = length;
+  m.access = access;
+  {
+    base::ReaderMutexLock lock(&t.mu);
+    ASSIGN_OR_RETURN(m.layout, t.backings.Layout(va, length, access, &m.backings));
+    ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
+  }
+  ASSIGN_OR_RETURN(KeyGrant grant, MapNew(t, m));
+  t.stats().register_misses.Inc();
+  t.stats().miss_latency_ns.Record(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
+  return grant;
+}
+
+absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, uint64_t length,
+                                   hca::AccessFlags access) {
+  RETURN_IF_ERROR(Resolve(t, parent).status());
+  ASSIGN_OR_RETURN(hca::AccessFlags normalized, NormalizeAccess(access));
+  if (length == 0) return absl::InvalidArgumentError("window length 0");
+  Mapping m;
+  {
+    base::ReaderMutexLock lock(&t.mu);
+    ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(1));
+  }
+  // The hold first, then the checks against the parent it pins.
+  ASSIGN_OR_RETURN(Registration * p, HoldParent(t, parent));
+  absl::Cleanup drop_parent = [&] {
+    (void)DropHold(t, p->slot, HandleGen(parent), parent, /*user_release=*/false);
+  };
+  const uint64_t parent_va = p->hot->va.load(std::memory_order_relaxed);
+  const uint64_t parent_length = p->hot->length.load(std::memory_order_relaxed);
+  const hca::AccessFlags parent_access = p->hot->access.load(std::memory_order_relaxed);
+  if (offset >= parent_length || length > parent_length - offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window [+0x%x, +0x%x) is outside its parent of 0x%x bytes", offset, length,
+        parent_length));
+  }
+  if ((normalized & ~parent_access) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "window access %s is not narrower than its parent's %s", hca::AccessToString(normalized),
+        hca::AccessToString(parent_access)));
+  }
+  m.va = parent_va + offset;
+  m.length = length;
+  m.access = normalized;
+  m.parent = p;
+  m.layout = {hca::KlmEntry{p->hot->key.load(std::memory_order_relaxed), m.va, length}};
+  absl::StatusOr<KeyGrant> grant = MapNew(t, m);
+  if (!grant.ok()) {
+    t.stats().register_errors.Inc();
+    return grant.status();
+  }
+  std::move(drop_parent).Cancel();  // the window keeps it until it is retired
+  t.stats().windows_created.Inc();
+  return grant;
+}
+
+Registration* PickVictim(Tenant& t) {
+  // Two turns of the hand at most: the first may only clear referenced bits.
+  base::MutexLock lock(&t.index_mu);
+  const uint32_t n = t.slab.size();
+  for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
+    if (t.clock_hand >= n) t.clock_hand = 0;
+    Registration* r = t.slab.At(t.clock_hand++);
+    uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    while (st::Live(s) && (s & st::kWindow) == 0 && st::SharedHolders(s) <= 0) {
+      if ((s & st::kReferenced) != 0) {  // second chance
+        if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced,
+                                                std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
+          break;
+        }
+        continue;
+      }
+      // Unreferenced and no shared holder: sum the threads' holds only now (it costs a load
+      // per thread). The stop counts again after its fence and backs out if a hit got in
+      // first; then the hand moves on.
+      if (Holders(t, r->slot, s) > 0) break;
+      if (StopReference(t, r, /*only_unheld=*/true) != Stopped::kNo) return r;
+      break;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace cache::internal

@@ -1,0 +1,167 @@
+#include "cache/internal/tenant.h"
+
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "cache/backing_observer.h"
+#include "cache/internal/holds.h"
+#include "cache/internal/lifecycle.h"
+
+namespace cache::internal {
+
+namespace {
+
+constexpr int kDetachAttempts = 8;
+
+// Tells CacheOptions::backing_observer (if any) about memory just attached, or about to be
+// deregistered (cache/backing_observer.h).
+void NotifyAdded(const Tenant& t, const BackingRecord& b) {
+  if (BackingObserver* o = t.ctx->options.backing_observer) {
+    o->OnBackingAdded(BackingEvent{t.id, b.id, b.va, b.device, b.access});
+  }
+}
+void NotifyRemoving(const Tenant& t, const BackingRecord& b) {
+  if (BackingObserver* o = t.ctx->options.backing_observer) {
+    o->OnBackingRemoving(BackingEvent{t.id, b.id, b.va, b.device, b.access});
+  }
+}
+
+}  // namespace
+
+absl::Status NoSuchHandle(Handle handle) {
+  return absl::NotFoundError(absl::StrFormat("no registration with handle 0x%x", handle));
+}
+
+absl::Status TooManyRecords() {
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "tenant has %d registrations, the most one tenant may have", Slab::kMaxSlots));
+}
+
+absl::Status CheckHandleTenant(const Tenant& t, Handle handle) {
+  if (handle == 0) return absl::InvalidArgumentError("handle 0 is never valid");
+  if (HandleTenantSlot(handle) != t.slot) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("handle 0x%x belongs to another tenant", handle));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Registration*> Resolve(const Tenant& t, Handle handle) {
+  RETURN_IF_ERROR(CheckHandleTenant(t, handle));
+  // The hot half only: the cold one stays out of the cache on the release path.
+  if (const HotRecord* h = t.slab.Hot(HandleSlot(handle))) {
+    const uint64_t s = h->state.load(std::memory_order_acquire);
+    if (st::PublishedAs(s, HandleGen(handle))) return t.slab.At(HandleSlot(handle));
+  }
+  return NoSuchHandle(handle);
+}
+
+absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
+  if (spec.length == 0) return absl::InvalidArgumentError("memory length 0");
+  if (spec.va + spec.length < spec.va) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "memory [0x%x, +0x%x) wraps around the address space", spec.va, spec.length));
+  }
+  if (spec.local_addr == nullptr) return absl::InvalidArgumentError("memory not mapped here");
+  ASSIGN_OR_RETURN(hca::AccessFlags access, NormalizeAccess(spec.access));
+  base::MutexLock lock(&t.mu);
+  if (t.options.max_backed_bytes != 0 &&
+      t.backings.total_bytes() + spec.length > t.options.max_backed_bytes) {
+    t.stats().quota_refusals.Inc();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("memory quota: %d bytes attached + %d > limit %d",
+                        t.backings.total_bytes(), spec.length, t.options.max_backed_bytes));
+  }
+  BackingRecord rec;
+  rec.id = t.next_backing++;
+  rec.va = spec.va;
+  rec.length = spec.length;
+  rec.device_addr = reinterpret_cast<uint64_t>(spec.local_addr);
+  rec.access = access;
+  RETURN_IF_ERROR(t.backings.CheckFree(spec.va, spec.length));  // before touching the device
+  hca::BackingOptions bo;
+  bo.on_demand = spec.on_demand;
+  ASSIGN_OR_RETURN(rec.device,
+                   t.device()->RegisterBacking(t.pd, rec.device_addr, spec.length, access, bo));
+  absl::Status added = t.backings.Add(rec);
+  if (!added.ok()) {
+    (void)t.device()->DestroyKey(rec.device.key);
+    return added;
+  }
+  t.stats().bytes_backed.Add(static_cast<int64_t>(spec.length));
+  NotifyAdded(t, rec);
+  return rec.id;
+}
+
+absl::Status DetachMemory(Tenant& t, BackingId backing) {
+  for (int attempt = 0; attempt < kDetachAttempts; ++attempt) {
+    std::vector<Registration*> victims;
+    {
+      base::MutexLock lock(&t.mu);
+      BackingRecord* b = t.backings.Find(backing);
+      if (b == nullptr) {
+        return absl::NotFoundError(absl::StrFormat("no attached memory with id %d", backing));
+      }
+      b->removing = true;  // new layouts refuse it from now on
+      if (b->users == 0) {
+        auto rec = t.backings.Remove(backing);
+        t.stats().bytes_backed.Sub(static_cast<int64_t>(rec->length));
+        NotifyRemoving(t, *rec);
+        return t.device()->DestroyKey(rec->device.key);
+      }
+      // Registrations over it: those whose range intersects it.
+      const uint64_t lo = b->va > t.max_length ? b->va - t.max_length : 0;
+      for (auto it = t.cover.lower_bound(lo);
+           it != t.cover.end() && it->first < b->va + b->length; ++it) {
+        Registration* r = it->second;
+        if (r->hot->va + r->hot->length <= b->va) continue;
+        victims.push_back(r);
+      }
+      base::MutexLock il(&t.index_mu);
+      StopReferences(t, victims);
+    }
+    for (Registration* r : victims) Retire(t, r);
+    if (victims.empty()) absl::SleepFor(absl::Microseconds(100));  // a map in flight
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "attached memory %d is still in use by registrations being mapped", backing));
+}
+
+absl::Status CloseTenant(Tenant& t) {
+  // Every registration through the lifecycle: windows first (a parent waits for its windows).
+  std::vector<Registration*> windows, parents;
+  {
+    base::MutexLock lock(&t.index_mu);
+    std::vector<Registration*> all;
+    for (uint32_t i = 0; i < t.slab.size(); ++i) all.push_back(t.slab.At(i));
+    StopReferences(t, all);
+    for (Registration* r : all) (r->is_window() ? windows : parents).push_back(r);
+  }
+  for (Registration* r : windows) Retire(t, r);
+  for (Registration* r : parents) Retire(t, r);
+
+  absl::Status first;
+  {
+    base::MutexLock lock(&t.mu);
+    t.closing = true;
+    std::vector<BackingId> ids;
+    for (auto& [va, b] : t.backings.by_va()) ids.push_back(b.id);
+    for (BackingId id : ids) {
+      auto b = t.backings.Remove(id);
+      NotifyRemoving(t, *b);
+      absl::Status s = t.device()->DestroyKey(b->device.key);
+      if (!s.ok() && first.ok()) first = s;
+      t.stats().bytes_backed.Sub(static_cast<int64_t>(b->length));
+    }
+    t.pool.reset();  // destroys free and quarantined keys
+  }
+  // Records still held (revoked) die with the tenant's slab: their handles go with it.
+  t.engine.reset();
+  absl::Status s = t.device()->DeallocPd(t.pd);
+  if (!s.ok() && first.ok()) first = s;
+  return first;
+}
+
+}  // namespace cache::internal
