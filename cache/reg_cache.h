@@ -30,33 +30,15 @@
 // is CLOCK over the tenant's registrations: the first one found unheld and not hit since the
 // hand last passed it. A window whose last holder released is invalidated (windows are not cached).
 //
-// Errors (all leave every counter balanced):
-//   kInvalidArgument     zero length, va + length overflow, unknown access bits, remote write or
-//                        atomic without local write, a window outside or wider than its parent,
-//                        a window with rights its parent lacks, a layout larger than any key;
-//   kOutOfRange          the range is not covered by the tenant's attached memory;
-//   kNotFound            unknown tenant, handle or backing;
-//   kPermissionDenied    a handle of another tenant; attached memory lacking the rights asked;
-//   kFailedPrecondition  invalidate of a revoked handle; a window on a revoked parent;
-//   kResourceExhausted   pool exhausted, or a tenant quota exceeded (after evicting what could
-//                        be evicted);
-//   device errors        a failed UMR (the hca::DeviceError status); the key goes to recovery.
+// Every error leaves every counter balanced and loses nothing: a failed call changes no
+// registration, key or quota. Each method below lists its own error codes; a device error is
+// the hca::DeviceError status of the failed UMR (the key goes to recovery, never back to use).
 //
-// Thread safety: all methods may be called concurrently from any threads. A hit and a release
-// take no lock and, when the same thread does both, write no shared cache line: the hit probes
-// the tenant's range index without a lock and counts its hold in the calling thread's own hold
-// table; the release gives it back there (cache/internal/index.h has the protocol). A handle
-// may be released from any thread; a release from another thread than the hit's, and hits
-// while such releases are outstanding, use one compare-and-swap on the registration's state
-// word instead. A hit and a release each run one store-load fence on the thread's own line;
-// with REGCACHE_MEMBARRIER=1 those fences move to the rare side, one membarrier(2) per
-// stop-reference (base/asymmetric_fence.h says when that pays).
+// Thread safety: every method may be called concurrently from any threads, except that
 // CloseTenant must not race with other calls on the same tenant (the daemon closes a session
-// after its last request).
-//
-// Double release: a release with no holder left is refused (kFailedPrecondition). As with any
-// reference count, a handle released twice while another holder exists cannot be told apart
-// from a release by that holder.
+// after its last request). A hit and a release take no lock and, when one thread does both,
+// write no shared cache line (the hold protocol: cache/internal/holds.h). A handle may be
+// released from any thread.
 //
 // Handles: a handle names one publication of a registration; once that registration is gone
 // the handle resolves to nothing (kNotFound), even after its record is reused, until the same
@@ -134,39 +116,106 @@ struct BackingSpec {
 
 class RegCache {
  public:
-  // `device` must outlive the cache. Registers its stats with `registry` (if given) as "cache".
+  // A cache over `device`, which must outlive it. Registers its counters with `registry` (if
+  // given) under "cache". Starts the maintenance thread if options.background_maintenance.
+  // Errors: kInvalidArgument (no device; capacity classes empty, not ascending, above the
+  // device's max_klm_entries or above what one map carries inline; high watermark below low),
+  // kUnimplemented (the device can neither UMR nor bind memory windows).
   static absl::StatusOr<std::unique_ptr<RegCache>> Create(
       hca::Device* device, const CacheOptions& options,
       base::stats::Registry* registry = nullptr);
+  // Stops the maintenance thread, then closes every open tenant (CloseTenant).
   virtual ~RegCache() = default;
 
-  // A new tenant with its own PD, pool and queues. kResourceExhausted past 65535 tenants.
+  // --- Tenants ---------------------------------------------------------------------------------
+
+  // A new tenant with its own PD, key pool and UMR queues, and the limits in `options`.
+  // Errors: kResourceExhausted (65535 tenants open), or the device's error allocating the PD
+  // or creating the queues (nothing is left allocated).
   virtual absl::StatusOr<TenantId> OpenTenant(const TenantOptions& options) = 0;
-  // Runs every key of the tenant through the lifecycle, deregisters its memory, destroys its
-  // pool, queues and PD. Holders' handles become invalid.
+
+  // Runs every registration and window of the tenant through the lifecycle (holders are
+  // revoked: their keys stop working at once), deregisters its memory, destroys its pool,
+  // queues and PD. Every handle of the tenant becomes invalid; the id is never valid again.
+  // REQUIRES: no other call on this tenant is running or will start.
+  // Errors: kNotFound (no open tenant `tenant`); the first device error met while destroying
+  // (the tenant is closed all the same).
   virtual absl::Status CloseTenant(TenantId tenant) = 0;
 
-  // Attaches memory (one device registration). kInvalidArgument for zero length, overflow,
-  // null local_addr; kAlreadyExists for overlap; kResourceExhausted past max_backed_bytes.
+  // --- Memory ----------------------------------------------------------------------------------
+
+  // Attaches memory the tenant's registrations may cover: one device registration (pinned, or
+  // on demand with spec.on_demand), with at most spec.access rights.
+  // Errors: kNotFound (tenant), kInvalidArgument (length 0, a range that wraps, no local
+  // address, invalid access bits as NormalizeAccess), kAlreadyExists (overlaps attached
+  // memory), kResourceExhausted (max_backed_bytes), the device's error (kUnimplemented for
+  // on_demand without ODP; kResourceExhausted when its key table is full).
   virtual absl::StatusOr<BackingId> AddBacking(TenantId tenant, const BackingSpec& spec) = 0;
-  // Invalidates every registration and window that uses the backing, then deregisters it.
+
+  // Invalidates every registration and window that uses the memory (holders are revoked),
+  // then deregisters it. Registers over it fail from the first moment of the call.
+  // Errors: kNotFound (tenant, or no such memory), kUnavailable (registrations over it were
+  // still being mapped after several attempts: call again), the device's error deregistering.
   virtual absl::Status RemoveBacking(TenantId tenant, BackingId backing) = 0;
 
+  // --- Keys ------------------------------------------------------------------------------------
+
+  // A key for [va, +length) with at least `access` (local read is always added), and one
+  // hold on it. A hit returns a live registration of the tenant that covers the range with at
+  // least those rights (KeyGrant::va/length are then its range, possibly wider); a miss lays
+  // the range out over the attached memory, takes a pooled key of the smallest class that holds
+  // the layout (evicting unheld registrations under pool or quota pressure) and maps it with
+  // one UMR; the key is returned only after the device completed it.
+  // Errors: kNotFound (tenant), kInvalidArgument (length 0, a range that wraps, access bits as
+  // NormalizeAccess, a layout of more KLM entries than the largest key class), kOutOfRange
+  // (part of the range is not attached), kPermissionDenied (attached memory lacks the rights),
+  // kResourceExhausted (key quota or pool exhausted after eviction; 2^24 records),
+  // kAborted (the memory changed while the key was reserved: retry), a device error.
   virtual absl::StatusOr<KeyGrant> Register(TenantId tenant, uint64_t va, uint64_t length,
                                             hca::AccessFlags access) = 0;
-  // A window [parent.va + offset, +length) with `access` ⊆ the parent's rights.
+
+  // A window [parent.va + offset, +length): a key of its own over part of the registration
+  // `parent`, with `access` ⊆ the parent's rights, and one hold on it. The window holds its
+  // parent until it is retired; it is retired at its last release (windows are not cached) or
+  // when its parent is invalidated.
+  // Errors: kNotFound (tenant, or no registration `parent`), kInvalidArgument (handle 0, length
+  // 0, access bits, a window as the parent, outside the parent, rights the parent lacks),
+  // kPermissionDenied (a handle of another tenant), kFailedPrecondition (the parent was
+  // invalidated), kResourceExhausted (as Register), a device error.
   virtual absl::StatusOr<KeyGrant> CreateWindow(TenantId tenant, Handle parent, uint64_t offset,
                                                 uint64_t length, hca::AccessFlags access) = 0;
+
+  // Gives back one hold. A registration whose last holder released stays mapped and cached;
+  // a revoked one's handle goes; a window is retired. As with any reference count, a handle
+  // released twice while another holder exists cannot be told apart from a release by that
+  // holder; a release with no holder left at all is refused.
+  // Errors: kNotFound (tenant, or no such handle), kInvalidArgument (handle 0),
+  // kPermissionDenied (another tenant's handle), kFailedPrecondition (no holder left).
   virtual absl::Status Release(TenantId tenant, Handle handle) = 0;
+
+  // Runs the registration (or window; a registration's windows first) through the lifecycle
+  // without waiting for its holders: when this returns the device refuses the key, and its
+  // handle stays valid for Release and Query (revoked) until the last holder releases.
+  // Errors: kNotFound, kInvalidArgument, kPermissionDenied (as Release), kFailedPrecondition
+  // (already invalidated). A device error in the lifecycle is not returned: the key goes to
+  // recovery, which invalidates or destroys it before this returns.
   virtual absl::Status Invalidate(TenantId tenant, Handle handle) = 0;
+
+  // --- Introspection (snapshots: holder counts race with hits and releases) --------------------
+
+  // Errors: kNotFound, kInvalidArgument, kPermissionDenied (as Release).
   virtual absl::StatusOr<RegistrationInfo> Query(TenantId tenant, Handle handle) = 0;
+  // Errors: kNotFound (tenant).
   virtual absl::StatusOr<TenantUsage> Usage(TenantId tenant) = 0;
-  // Every registration and window of the tenant that has a handle (live, cached or revoked and
-  // still held), in no particular order.
+  // Every registration and window of the tenant that has a handle (live, cached, or revoked
+  // and still held), in no particular order. Errors: kNotFound (tenant).
   virtual absl::StatusOr<std::vector<RegistrationInfo>> List(TenantId tenant) = 0;
 
-  // One maintenance pass: quarantine releases and pool refills for every tenant. The background
-  // thread (CacheOptions::background_maintenance) calls it periodically.
+  // --- Maintenance -----------------------------------------------------------------------------
+
+  // One pass over every tenant: quarantined keys whose quarantine is over go back to the free
+  // lists, and pools below their low watermark are refilled. The background thread calls it
+  // every maintenance_period; without it, the owner does. Device errors are logged.
   virtual void Maintain() = 0;
 
   virtual const CacheStats& stats() const = 0;

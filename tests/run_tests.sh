@@ -2,12 +2,14 @@
 # The test command behind `make test`: builds and runs every ctest label this machine can run,
 # says what it skipped and why, and exits non-zero on any failure.
 #
-#   unit, integration   always, in the dev build, then again under asan+ubsan
+#   unit, integration   in the dev build; again under asan+ubsan, and under tsan
+#   unit                in the clang build (-Werror=thread-safety: the build is the lock check)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (qemu, a Debian kernel package)
 #
-# Environment: REGCACHE_SKIP_ASAN=1 skips the sanitizer pass (for quick local iterations only;
-# CI never sets it). JOBS overrides the build/test parallelism (default: nproc).
+# Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
+# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_CLANG=1 skip those passes. JOBS overrides the build/test
+# parallelism (default: nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,14 @@ passed=0
 failed=0
 skipped=0
 notes=()
+timings=()
+started=$SECONDS
+phase_start=$SECONDS
+
+phase_done() {  # phase_done <title>: records how long the phase since the last call took
+  timings+=("$1: $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
 
 build() {  # build <preset>
   cmake --preset "$1" >/dev/null || return 1
@@ -76,21 +86,41 @@ else
   run_label dev '^vm$' "vm (Soft-RoCE guest)"
 fi
 
-if [ "${REGCACHE_SKIP_ASAN:-0}" = "1" ]; then
-  notes+=("asan: skipped because REGCACHE_SKIP_ASAN=1")
-else
-  echo "=== build (asan+ubsan)"
-  if build asan; then
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      run_label asan '^(unit|integration)$' "unit+integration under asan+ubsan"
+phase_done "dev build + unit, integration, hw, vm"
+
+# preset_pass <preset> <skip-var> <title> <label-regex> [env...]: builds the preset and runs
+# the labels in it, unless the skip variable is 1.
+preset_pass() {
+  local preset=$1 skip=$2 title=$3 labels=$4
+  shift 4
+  if [ "${!skip:-0}" = "1" ]; then
+    notes+=("$preset: skipped because $skip=1")
+    return 0
+  fi
+  echo "=== build ($preset)"
+  if build "$preset"; then
+    local kv
+    for kv in "$@"; do export "${kv?}"; done
+    run_label "$preset" "$labels" "$title"
+    for kv in "$@"; do unset "${kv%%=*}"; done
   else
     failed=$((failed + 1))
-    notes+=("asan: build failed")
+    notes+=("$preset: build failed")
   fi
-fi
+  phase_done "$preset build + $title"
+}
+
+preset_pass asan REGCACHE_SKIP_ASAN "unit+integration under asan+ubsan" '^(unit|integration)$' \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+# tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
+preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
+preset_pass clang REGCACHE_SKIP_CLANG "unit in the clang -Werror=thread-safety build" \
+  '^unit$'
 
 echo
 echo "=== what ran and what did not"
 for n in "${notes[@]}"; do echo "- $n"; done
+echo "=== time taken ($((SECONDS - started)) s in all)"
+for t in "${timings[@]}"; do echo "- $t"; done
 echo "summary: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
