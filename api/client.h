@@ -10,8 +10,9 @@
 // credentials and opens its session; the session lives exactly as long as this connection) and
 // a gRPC channel over <socket_dir>/grpc.sock; every call carries the session token.
 // Memory is shareable memory: AllocateMemory receives the daemon's memfd over the control
-// socket, maps it MAP_SHARED here and attaches it at that address; AttachFd sends a memfd or
-// hugetlbfs fd of the caller's. Registrations use this process's own virtual addresses.
+// socket, maps it MAP_SHARED here and attaches it at that address; AttachFd sends a memfd of the
+// caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; hugetlbfs files
+// cannot be sealed and are refused). Registrations use this process's own virtual addresses.
 //
 // Errors are the daemon's canonical codes (see service/daemon.h, cache/reg_cache.h). Every call
 // has a deadline (ClientOptions::call_timeout).

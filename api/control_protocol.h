@@ -30,8 +30,9 @@
 //   client -> Hello     optional: the daemon answers with the Welcome again.
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
 //                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
-//   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (memfd,
-//                       hugetlbfs). daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
+//   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (a sealable
+//                       memfd; hugetlbfs files cannot be sealed and are refused).
+//                       daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
 //   EOF (either side)   the session ends: Daemon::CloseSession runs every key through the
 //                       lifecycle and unmaps the memory.
 // The daemon sends with MSG_DONTWAIT and drops a client whose receive queue is full.

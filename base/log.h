@@ -7,7 +7,7 @@
 //   - severity, UTC timestamp with microseconds, thread id, file:line;
 //   - a minimum severity set at start-up (regcached --log_level), and a sink that tests replace;
 //   - RC_CHECK for broken internal invariants (logs and aborts); bad input and device errors
-//     are Status values, never CHECKs (see STYLE.md).
+//     are Status values, never CHECKs.
 // stderr is the destination: under systemd it lands in the journal with no extra code.
 //
 //   RC_LOG(INFO) << "pool refilled class=" << cls << " keys=" << n;

@@ -13,9 +13,9 @@
 //   spacing_kib:4     the regions are adjacent: ucs_rcache's best case (its page table is
 //                     dense), and the layout of the figures reported before
 //   spacing_kib:1024  one region per MiB, 100k buffers over 100 GiB of address space: buffers
-//                     scattered over a large heap, closer to where anchors.md measured UCX
-//                     (~440 ns at 100k). Our index does not depend on the spacing; UCX's
-//                     page-table walk does.
+//                     scattered over a large heap, closer to where UCX's reference figure was
+//                     measured (~440 ns at 100k; docs/benchmarks.md, Reference figures). Our index
+//                     does not depend on the spacing; UCX's page-table walk does.
 // At the end a summary prints the hit ratio against ucs_rcache for both (aim: >= 3x at 100k)
 // and the 2-thread / 1-thread hit throughput (aim: >= 1.5x), plus cache bytes per live
 // registration at 100k (aim: <= 256).
@@ -360,10 +360,11 @@ void PrintSummary(const SummaryReporter& r) {
       }
     }
   }
-  std::printf("anchors.md measured ucs_rcache here at ~40 ns per hit at 1k regions and ~440 ns "
-              "at 100k (one thread); compare the ns per hit above to see which layout it was\n");
+  std::printf("reference figure (docs/benchmarks.md): ucs_rcache measured at ~40 ns per hit at "
+              "1k regions and ~440 ns at 100k (one thread); compare the ns per hit above to see "
+              "which layout it was\n");
   std::printf("published references (not measurable without a NIC): ibv_reg_mr of 4 MB 456-486 "
-              "us, MW bind 1.33 us, inline fast registration up to ~5 M/s (anchors.md)\n");
+              "us, MW bind 1.33 us, inline fast registration up to ~5 M/s (docs/benchmarks.md)\n");
   if (r.bytes_per_registration() > 0) {
     std::printf("memory: %.0f bytes of cache memory per live registration at 100k "
                 "(aim <= 256; malloc delta over the inserts, pool pre-filled)\n",

@@ -14,7 +14,7 @@
 // gRPC server on unix sockets in a temp dir, and an api::Client over them — the same code
 // paths as regcached and its clients, minus process boundaries for the server.
 // Aim: Register / EmptyUnary <= 1.5. Anchor: gRPC C++ unary ≈20 µs over a unix socket (2016
-// figure, ../shared/reference/anchors.md).
+// figure; docs/benchmarks.md, Reference figures).
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -13,9 +13,9 @@
 //                               MADV_DONTNEED. prefetch:1 first prefetches the range (sync,
 //                               for write) in one pass; prefetch:0 faults its way through.
 //
-// The summary prints the fault service time next to the published ODP minor-fault cost on
-// ConnectX (anchors.md: ≈220 µs for 4 KB, Lesokhin et al., ASPLOS'17, second-hand; not measured
-// here) and the cold-write ratio without/with prefetch.
+// The summary prints the fault service time next to the published ODP minor-fault cost on ConnectX
+// (docs/benchmarks.md, Reference figures: ≈220 µs for 4 KB, Lesokhin et al., ASPLOS'17,
+// second-hand; not measured here) and the cold-write ratio without/with prefetch.
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   Collector collector;
   benchmark::RunSpecifiedBenchmarks(&collector);
-  constexpr double kPublishedOdpFaultUs = 220;  // anchors.md: ODP minor fault, 4 KB, ConnectX
+  constexpr double kPublishedOdpFaultUs = 220;  // docs/benchmarks.md: ODP minor fault, 4 KB
   std::printf("\n== odp_bench summary (sim device, served by odp/) ==\n");
   if (const auto* f = collector.Find("BM_FaultService")) {
     const double p50 = f->counters.count("p50_ns") ? f->counters.at("p50_ns") / 1e3 : 0;

@@ -7,10 +7,10 @@
 //                      levels, every level checked). Same anchor.
 //   BM_ExecuteUmr      one 4-KLM map posted into the ring (umr/ builder), doorbell, executed
 //                      inline (gather, decode, check, commit), CQE polled every 16.
-//                      Anchors: measured in-run, BM_WqeCopyAnchor copies the 192-byte WQE
-//                      (what a UMR costs at least: moving its bytes); published, "fast
-//                      registration per I/O up to ~5M/s inline" (Linux commit 064e5262,
-//                      ../shared/reference/anchors.md), a hardware figure not measurable here.
+//                      Anchors: measured in-run, BM_WqeCopyAnchor copies the 192-byte WQE (what a
+//                      UMR costs at least: moving its bytes); published, "fast registration per I/O
+//                      up to ~5M/s inline" (Linux commit 064e5262; docs/benchmarks.md, Reference
+//                      figures), a hardware figure not measurable here.
 // A summary with the ratios is printed at the end.
 #include <cstring>
 #include <map>
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   const double memcpy_rate = get("BM_MemcpyAnchor"), mtt = get("BM_TranslateMtt"),
                klm2 = get("BM_TranslateKlm2"), wqe = get("BM_WqeCopyAnchor"),
                umr = get("BM_ExecuteUmr");
-  constexpr double kPublishedInlineUmr = 5e6;  // anchors.md: fast registration, inline KLMs
+  constexpr double kPublishedInlineUmr = 5e6;  // docs/benchmarks.md: inline fast registration
   std::printf("\n== sim_bench summary (items/s; ratio = measured / anchor) ==\n");
   if (memcpy_rate > 0) {
     std::printf("TranslateMtt   %12.0f/s  vs memcpy(64 B) %12.0f/s  ratio %.3f\n", mtt,

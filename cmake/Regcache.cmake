@@ -1,5 +1,5 @@
 # Helpers every folder uses. One library per folder; the dependency table below is the single
-# place where the direction of ARCHITECTURE.md is written down for the build. The include
+# place where the direction of docs/architecture.md is written down for the build. The include
 # checker (tests/layering/check_layering.py) enforces the same table on #include lines.
 
 # Folder -> folders it may depend on (besides itself).

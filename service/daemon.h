@@ -18,9 +18,12 @@
 //   - AllocateMemory: the daemon creates a memfd (optionally hugetlb), seals it against
 //     shrinking and growing, maps it, and hands the transport an fd to pass to the client;
 //     the client maps it and says where (AttachMemory);
-//   - ImportMemory: the client passed an fd (memfd, hugetlbfs file). The daemon requires it to
-//     be sealed against shrinking — or seals it itself — because a file that shrinks under a
-//     mapping turns every later device access into SIGBUS; then maps it; AttachMemory follows.
+//   - ImportMemory: the client passed an fd. The daemon requires it to be sealed against
+//     shrinking — or seals it itself — because a file that shrinks under a mapping turns every
+//     later device access into SIGBUS; then maps it; AttachMemory follows. So the fd must be a
+//     memfd created with MFD_ALLOW_SEALING (or already sealed); a file that cannot be sealed is
+//     refused with kFailedPrecondition, and that includes a file opened on a hugetlbfs mount.
+//     Huge pages come from AllocateMemory(hugetlb) instead.
 //   AttachMemory registers the daemon's mapping with the device once (one backing) at the
 //   client's address; DetachMemory invalidates every key over it, deregisters and unmaps.
 //
@@ -156,8 +159,8 @@ class Daemon {
   virtual absl::StatusOr<AllocatedMemory> AllocateMemory(SessionId session, uint64_t length,
                                                          bool hugetlb) = 0;
   // Takes ownership of `fd` (closed on error too). `length` bytes from `offset` (page aligned)
-  // must lie within the file. kInvalidArgument for a non-regular file, out-of-file ranges, or a
-  // file that cannot be sealed against shrinking.
+  // must lie within the file. kInvalidArgument for a non-regular file or out-of-file ranges;
+  // kFailedPrecondition for a file that cannot be sealed against shrinking (hugetlbfs files).
   virtual absl::StatusOr<MemoryId> ImportMemory(SessionId session, int fd, uint64_t offset,
                                                 uint64_t length) = 0;
   // Registers the memory with the device at the client's address. kInvalidArgument for a

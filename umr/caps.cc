@@ -8,7 +8,7 @@
 namespace umr {
 namespace {
 
-// name, PRM bit offset inside cmd_hca_cap, width (facts §9).
+// name, PRM bit offset inside cmd_hca_cap, width (docs/prm.md, HCA capabilities).
 #define RC_HCA_CAP_FIELDS(X)                      \
   X(relaxed_ordering_write_umr, 0xd0, 1)          \
   X(relaxed_ordering_read_umr, 0xd1, 1)           \
@@ -40,7 +40,7 @@ namespace {
   X(crypto, 0x469, 1)
 
 constexpr size_t kCapStart = 16;
-// odp_cap_bits (facts §8.5): sig at bit 0x40, per-transport dwords from byte 16.
+// odp_cap_bits (docs/prm.md, HCA capabilities): sig at bit 0x40, per-transport dwords from byte 16.
 constexpr unsigned kOdpSigBit = 0x40;
 constexpr unsigned kOdpTransportBase[5] = {0x80, 0xa0, 0xc0, 0xe0, 0x100};  // rc uc ud xrc dc
 

@@ -1,7 +1,8 @@
-// QUERY_HCA_CAP (facts §5.6, §8.5, §9): the capability fields the project needs, with an encoder
-// (the software HCA answers capability queries in PRM bytes) and a decoder (the real backend reads
-// the firmware's answer). Offsets are PRM bit offsets inside the 4 KiB capability union, which
-// starts at byte 16 of the command output.
+// QUERY_HCA_CAP (docs/prm.md, HCA capabilities): the capability fields the project needs, with a
+// decoder (for the mlx5 backend, which will read the firmware's answer through DevX) and an encoder
+// (so a device model or a test can answer in PRM bytes; the sim does not issue QUERY_HCA_CAP today,
+// it fills hca::Capabilities directly). Offsets are PRM bit offsets inside the 4 KiB capability
+// union, which starts at byte 16 of the command output.
 //
 // Thread safety: pure functions.
 #ifndef REGCACHE_UMR_CAPS_H_

@@ -1,7 +1,7 @@
-// Command mailboxes of the mkey path (facts §5): CREATE_MKEY, QUERY_MKEY, DESTROY_MKEY and
-// PAGE_FAULT_RESUME, each input and output with an encoder and a decoder. The real backend sends
-// the encoded inputs through DevX and decodes the outputs; the software HCA decodes the inputs
-// and encodes the outputs, so both sides speak the same PRM bytes.
+// Command mailboxes of the mkey path (docs/prm.md, Command mailboxes): CREATE_MKEY, QUERY_MKEY,
+// DESTROY_MKEY and PAGE_FAULT_RESUME, each input and output with an encoder and a decoder. The real
+// backend sends the encoded inputs through DevX and decodes the outputs; the software HCA decodes
+// the inputs and encodes the outputs, so both sides speak the same PRM bytes.
 //
 // Encoders validate field widths (kOutOfRange) and consistency (kInvalidArgument) and zero all
 // reserved bytes. Decoders fail with kInvalidArgument for a short buffer or a wrong opcode and

@@ -5,7 +5,7 @@
 namespace umr {
 namespace {
 
-// Facts §5.2 / §10.2: the pool's KLM key as rdma-core's mlx5dv_create_mkey writes it.
+// docs/prm.md, Command mailboxes: the pool's KLM key as rdma-core's mlx5dv_create_mkey writes it.
 TEST(CreateMkeyTest, FreeKlmKeyGoldenBytes) {
   FreeMkeyParams p;
   p.mode = AccessMode::kKlm;

@@ -1,6 +1,7 @@
-// Memory-key encoding: a 32-bit lkey/rkey is index<<8 | variant (facts §1). The index (24 bits)
-// names the mkey object in CREATE/QUERY/DESTROY_MKEY; the variant (8 bits) must equal the
-// context's mkey_7_0 for an access to be accepted, and is bumped on every reuse of an index.
+// Memory-key encoding: a 32-bit lkey/rkey is index<<8 | variant (docs/prm.md, Memory keys). The
+// index (24 bits) names the mkey object in CREATE/QUERY/DESTROY_MKEY; the variant (8 bits) must
+// equal the context's mkey_7_0 for an access to be accepted, and is bumped on every reuse of an
+// index.
 //
 // Thread safety: pure functions.
 #ifndef REGCACHE_UMR_MKEY_H_
@@ -11,7 +12,7 @@
 namespace umr {
 
 inline constexpr uint32_t kMaxMkeyIndex = 0xffffff;
-// MLX5_INVALID_LKEY: never a valid key (facts §1).
+// MLX5_INVALID_LKEY: never a valid key (docs/prm.md, Memory keys).
 inline constexpr uint32_t kInvalidLkey = 0x100;
 
 // REQUIRES: index <= kMaxMkeyIndex (higher bits are dropped).

@@ -1,5 +1,5 @@
-// ODP page-fault event queue entry (facts §8.1) and the PAGE_FAULT_RESUME that answers it
-// (facts §5.7). The software HCA encodes an EQE when an access meets an absent MTT entry; the
+// ODP page-fault event queue entry and the PAGE_FAULT_RESUME that answers it (docs/prm.md, Page
+// faults (ODP)). The software HCA encodes an EQE when an access meets an absent MTT entry; the
 // fault servicer (odp/) decodes it and resumes with ResumeFor.
 //
 // Thread safety: pure functions.
@@ -18,7 +18,7 @@ namespace umr {
 
 enum class PageFaultSubtype : uint8_t { kWqe = 0, kRdma = 1 };
 
-// Flag view of the 3-bit fault type (facts §8.1).
+// Flag view of the 3-bit fault type (docs/prm.md, Page faults (ODP)).
 inline constexpr uint8_t kPageFaultRequestor = 1 << 0;
 inline constexpr uint8_t kPageFaultWrite = 1 << 1;
 inline constexpr uint8_t kPageFaultRdma = 1 << 2;

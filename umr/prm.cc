@@ -4,7 +4,8 @@
 
 namespace umr {
 
-// The field occupies bits [31 - off%32 .. 32 - off%32 - width] of dword off/32 (facts §0).
+// The field occupies bits [31 - off%32 .. 32 - off%32 - width] of dword off/32 (docs/prm.md,
+// Conventions).
 uint32_t PrmGet(const uint8_t* bytes, unsigned bit_off, unsigned width) {
   be32 dw;
   std::memcpy(&dw, bytes + (bit_off / 32) * 4, 4);

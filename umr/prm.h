@@ -1,11 +1,17 @@
-// PRM layouts: the byte-exact structures the daemon exchanges with a ConnectX HCA on the memory-key
-// path (mkey context, translation entries, WQE segments, command mailboxes, EQE, CQE).
+// umr/ holds all the PRM codecs of the project: the WQEs (wqe_builder.h, wqe_decoder.h,
+// segments.h, sq.h), the command mailboxes (mailbox.h), the CQEs (cqe.h), the EQEs and page-fault
+// resume (odp_event.h) and the capabilities (caps.h), with the key encoding in mkey.h. It is pure
+// code: no device, no ibverbs, no allocation on the posting path. Everything that crosses to a
+// ConnectX HCA, or to the software HCA that stands in for one, is encoded and decoded here.
+//
+// This header: the PRM layouts, the byte-exact structures exchanged with the HCA on the
+// memory-key path (mkey context, translation entries, WQE segments, command mailboxes, EQE, CQE).
 //
 // Every layout here is a plain, trivially copyable struct whose members sit at the PRM byte
 // offsets; multi-byte fields are base::be16/be32/be64, so a missing byte swap does not compile.
 // Sub-dword fields are reached with GetBits/SetBits using the PRM bit numbering (bit 31 = MSB of a
 // dword); the `k...Bit`/`k...Hi/Lo` constants below name those positions. Sizes and offsets are
-// static_asserted against ../shared/reference/mlx5-prm-facts.md (sections cited per struct).
+// static_asserted against the PRM offsets in docs/prm.md (sections cited per struct).
 // Nothing here validates values: the builders (segments.h, wqe_builder.h, mailbox.h ...) do.
 //
 // Thread safety: constants and types only.
@@ -25,7 +31,7 @@ using base::be32;
 using base::be64;
 
 // ---------------------------------------------------------------------------------------------
-// Units (facts §6.1, §11).
+// Units (docs/prm.md, UMR WQE; WQEBBs and the send queue).
 inline constexpr size_t kOctoword = 16;         // one DS unit, one KLM/KSM entry, two MTTs
 inline constexpr size_t kWqebb = 64;            // send WQE basic block
 inline constexpr unsigned kWqebbShift = 6;
@@ -34,7 +40,7 @@ inline constexpr size_t kTranslationAlign = 64;  // inline / offset granularity 
 inline constexpr unsigned kMaxWqebbsPerWqe = 16;  // ceil(63/4)
 
 // ---------------------------------------------------------------------------------------------
-// Send opcodes (facts §6.2).
+// Send opcodes (docs/prm.md, UMR WQE; Invalidation).
 inline constexpr uint8_t kOpcodeNop = 0x00;
 inline constexpr uint8_t kOpcodeSendInval = 0x01;
 inline constexpr uint8_t kOpcodeRdmaWrite = 0x08;
@@ -46,21 +52,21 @@ inline constexpr uint8_t kOpcodeAtomicCs = 0x11;
 inline constexpr uint8_t kOpcodeAtomicFa = 0x12;
 inline constexpr uint8_t kOpcodeUmr = 0x25;
 
-// fm_ce_se byte of the control segment (facts §6.1).
+// fm_ce_se byte of the control segment (docs/prm.md, UMR WQE; Fence modes).
 inline constexpr uint8_t kFmShift = 5;  // [7:5] fence mode
 inline constexpr uint8_t kCeShift = 2;  // [3:2] completion mode
 inline constexpr uint8_t kCeCqUpdate = 2;           // signalled: CQE on success
 inline constexpr uint8_t kCeCqUpdateAndEqe = 3;
 inline constexpr uint8_t kSeSolicited = 1 << 1;
 
-// UMR control segment flags byte (facts §6.3.1).
+// UMR control segment flags byte (docs/prm.md, UMR WQE).
 inline constexpr uint8_t kUmrFlagInline = 1 << 7;
 inline constexpr unsigned kUmrCheckFreeShift = 5;  // bits 6:5, 2-bit value
 inline constexpr uint8_t kUmrCheckFreeMask = 3 << 5;
 inline constexpr uint8_t kUmrFlagTranslationOffset = 1 << 4;
 inline constexpr uint8_t kUmrFlagCheckQpn = 1 << 3;
 
-// mkey_mask bits (facts §6.3.2): bit n is 1<<n of the BE64 mask.
+// mkey_mask bits (docs/prm.md, UMR WQE): bit n is 1<<n of the BE64 mask.
 inline constexpr uint64_t kMaskLen = 1ull << 0;
 inline constexpr uint64_t kMaskPageSize = 1ull << 1;
 inline constexpr uint64_t kMaskStartAddr = 1ull << 6;
@@ -70,8 +76,8 @@ inline constexpr uint64_t kMaskEnSigerr = 1ull << 9;
 inline constexpr uint64_t kMaskBsfEn = 1ull << 12;
 inline constexpr uint64_t kMaskKey = 1ull << 13;
 inline constexpr uint64_t kMaskQpn = 1ull << 14;
-// Bit 16 selects access_mode according to the PRM-derived seed text (seeds/000 §5.2); absent from
-// the kernel and rdma-core lists. The builders never set it; the decoder accepts it.
+// Bit 16 selects access_mode in PRM-derived descriptions of the UMR (docs/prm.md, UMR WQE); absent
+// from the kernel and rdma-core lists. The builders never set it; the decoder accepts it.
 inline constexpr uint64_t kMaskAccessMode = 1ull << 16;
 inline constexpr uint64_t kMaskLr = 1ull << 17;
 inline constexpr uint64_t kMaskLw = 1ull << 18;
@@ -90,10 +96,11 @@ inline constexpr uint64_t kMaskKnown = kMaskLen | kMaskPageSize | kMaskStartAddr
                                        kMaskRelaxedOrderingWrite | kMaskFree |
                                        kMaskRelaxedOrderingRead;
 
-// Inline data segment marker (facts §4.5).
+// Inline data segment marker (docs/prm.md, UMR WQE).
 inline constexpr uint32_t kInlineSegBit = 0x80000000u;
 
-// Access modes (facts §3): 5-bit value split into access_mode_4_2 : access_mode_1_0.
+// Access modes (docs/prm.md, Access modes): 5-bit value split into access_mode_4_2 :
+// access_mode_1_0.
 inline constexpr uint8_t kAccessModePa = 0x0;
 inline constexpr uint8_t kAccessModeMtt = 0x1;
 inline constexpr uint8_t kAccessModeKlm = 0x2;
@@ -102,11 +109,11 @@ inline constexpr uint8_t kAccessModeSwIcm = 0x4;
 inline constexpr uint8_t kAccessModeMemic = 0x5;
 inline constexpr uint8_t kAccessModeCrossing = 0x6;
 
-// Unbound QP number in mkc.qpn (facts §2).
+// Unbound QP number in mkc.qpn (docs/prm.md, Mkey context (MKC)).
 inline constexpr uint32_t kQpnUnbound = 0xffffff;
 
 // ---------------------------------------------------------------------------------------------
-// Mkey context (facts §2), 64 B. Bit positions are within the named dword.
+// Mkey context (docs/prm.md, Mkey context (MKC)), 64 B. Bit positions are within the named dword.
 struct MkeyContext {
   be32 dw0;                  // 0: free, access_mode_4_2, RO-write, small fence, umr_en, a/rw/rr/lw/lr, am_1_0, ma_tm
   be32 qpn_mkey;             // 4: qpn[31:8], mkey_7_0[7:0]
@@ -162,7 +169,7 @@ static_assert(offsetof(MkeyContext, dw14) == 56);
 static_assert(offsetof(MkeyContext, dw15) == 60);
 
 // ---------------------------------------------------------------------------------------------
-// Translation entries (facts §4).
+// Translation entries (docs/prm.md, Translation entries).
 struct MttEntryLayout {  // 8 B: address[63:8] | wr_en[1] | rd_en[0]
   be64 ptag_flags;
 };
@@ -187,7 +194,7 @@ struct KsmEntryLayout {  // 16 B, no byte count
 static_assert(sizeof(KsmEntryLayout) == 16 && offsetof(KsmEntryLayout, key) == 4 &&
               offsetof(KsmEntryLayout, va) == 8);
 
-// Repeated ("interleaved") block (facts §4.4).
+// Repeated ("interleaved") block (docs/prm.md, Translation entries).
 struct RepeatBlockHeaderLayout {
   be32 byte_count;    // per repetition
   be32 op;            // kRepeatBlockOp
@@ -209,7 +216,7 @@ static_assert(sizeof(RepeatEntryLayout) == 16 && offsetof(RepeatEntryLayout, byt
               offsetof(RepeatEntryLayout, memkey) == 4 && offsetof(RepeatEntryLayout, va) == 8);
 
 // ---------------------------------------------------------------------------------------------
-// WQE segments (facts §6).
+// WQE segments (docs/prm.md, UMR WQE).
 struct CtrlSegLayout {             // 16 B
   be32 opmod_idx_opcode;           // [31:24] opmod, [23:8] wqe index, [7:0] opcode
   be32 qpn_ds;                     // [31:8] qpn, [5:0] ds
@@ -244,8 +251,8 @@ struct DataSegLayout {  // 16 B
 static_assert(sizeof(DataSegLayout) == 16);
 
 // ---------------------------------------------------------------------------------------------
-// Command mailboxes (facts §5). Common: in DW0 opcode[31:16] uid[15:0], DW1 op_mod[15:0];
-// out DW0 status[31:24], DW1 syndrome.
+// Command mailboxes (docs/prm.md, Command mailboxes). Common: in DW0 opcode[31:16] uid[15:0], DW1
+// op_mod[15:0]; out DW0 status[31:24], DW1 syndrome.
 inline constexpr uint16_t kCmdQueryHcaCap = 0x100;
 inline constexpr uint16_t kCmdCreateMkey = 0x200;
 inline constexpr uint16_t kCmdQueryMkey = 0x201;
@@ -318,7 +325,7 @@ inline constexpr uint16_t kCapTypeGeneral = 0x0;
 inline constexpr uint16_t kCapTypeOdp = 0x2;
 
 // ---------------------------------------------------------------------------------------------
-// Event queue entry (facts §8.1), 64 B.
+// Event queue entry (docs/prm.md, Page faults (ODP)), 64 B.
 struct EqeLayout {
   uint8_t reserved0;
   uint8_t type;       // 1
@@ -387,9 +394,10 @@ static_assert(std::is_trivially_copyable_v<MkeyContext> &&
               std::is_trivially_copyable_v<CqeLayout>);
 
 // ---------------------------------------------------------------------------------------------
-// Generic PRM field access on a byte image made of big-endian dwords (the DEVX_GET/SET rule of
-// facts §0), for the large capability structures that are not declared member by member.
-// REQUIRES: 0 < width <= 32, the field does not straddle a dword, bytes has (bit_off/32+1)*4 bytes.
+// Generic PRM field access on a byte image made of big-endian dwords (the DEVX_GET/SET rule,
+// docs/prm.md, Conventions), for the large capability structures that are not declared member by
+// member. REQUIRES: 0 < width <= 32, the field does not straddle a dword, bytes has
+// (bit_off/32+1)*4 bytes.
 uint32_t PrmGet(const uint8_t* bytes, unsigned bit_off, unsigned width);
 void PrmSet(uint8_t* bytes, unsigned bit_off, unsigned width, uint32_t value);
 

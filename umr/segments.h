@@ -25,9 +25,10 @@
 namespace umr {
 
 // ---------------------------------------------------------------------------------------------
-// Mkey context (facts §2, §3).
+// Mkey context (docs/prm.md, Mkey context (MKC); Access modes).
 
-// Access mode values (facts §3); the PRM field is 5 bits, so MkeyContextDesc keeps a raw byte.
+// Access mode values (docs/prm.md, Access modes); the PRM field is 5 bits, so MkeyContextDesc keeps
+// a raw byte.
 enum class AccessMode : uint8_t {
   kPa = kAccessModePa,
   kMtt = kAccessModeMtt,
@@ -72,7 +73,7 @@ struct MkeyContextDesc {
   uint16_t crossing_target_vhca_id = 0;
   uint32_t translations_octword_size = 0;
   bool relaxed_ordering_read = false;
-  uint8_t log_entity_size = 0;  // 5 bits (facts §12.3: older layout)
+  uint8_t log_entity_size = 0;  // 5 bits (kernel / rdma-core 44 layout)
   uint8_t crypto_en = 0;        // 2 bits
   friend bool operator==(const MkeyContextDesc&, const MkeyContextDesc&) = default;
 };
@@ -84,7 +85,7 @@ absl::Status EncodeMkeyContext(const MkeyContextDesc& d, MkeyContext* out);
 MkeyContextDesc DecodeMkeyContext(const MkeyContext& mkc);
 
 // ---------------------------------------------------------------------------------------------
-// Send control segment (facts §6.1).
+// Send control segment (docs/prm.md, UMR WQE).
 
 enum class FenceMode : uint8_t {
   kNone = 0,
@@ -116,9 +117,9 @@ absl::Status EncodeCtrlSeg(const CtrlSegDesc& d, CtrlSegLayout* out);
 absl::StatusOr<CtrlSegDesc> DecodeCtrlSeg(const CtrlSegLayout& seg);
 
 // ---------------------------------------------------------------------------------------------
-// UMR control segment (facts §6.3).
+// UMR control segment (docs/prm.md, UMR WQE).
 
-// The 2-bit free-check condition, by value (facts §6.3.1 / §12.1: the kernel's and rdma-core's
+// The 2-bit free-check condition, by value (docs/prm.md, UMR WQE: the kernel's and rdma-core's
 // names for value 1 look opposite; both mean "must be free").
 enum class FreeCheck : uint8_t { kNone = 0, kMustBeFree = 1, kMustNotBeFree = 2 };
 
@@ -143,7 +144,7 @@ absl::Status EncodeUmrCtrlSeg(const UmrCtrlSegDesc& d, UmrCtrlSegLayout* out);
 absl::StatusOr<UmrCtrlSegDesc> DecodeUmrCtrlSeg(const UmrCtrlSegLayout& seg);
 
 // ---------------------------------------------------------------------------------------------
-// Data (pointer) segment (facts §4.5).
+// Data (pointer) segment (docs/prm.md, UMR WQE).
 
 struct DataSegDesc {
   uint32_t byte_count = 0;  // 0 means 2 GiB to the device; bit 31 must be clear (inline marker)
@@ -157,7 +158,8 @@ absl::Status EncodeDataSeg(const DataSegDesc& d, DataSegLayout* out);
 absl::StatusOr<DataSegDesc> DecodeDataSeg(const DataSegLayout& seg);
 
 // ---------------------------------------------------------------------------------------------
-// Translation entries (facts §4). Lists are padded to 64 B on the wire (kTranslationAlign).
+// Translation entries (docs/prm.md, Translation entries). Lists are padded to 64 B on the wire
+// (kTranslationAlign).
 
 struct MttEntry {
   uint64_t addr = 0;  // DMA address of the page; bits 7:0 must be 0

@@ -15,7 +15,7 @@ std::vector<uint8_t> Bytes(const T& v) {
   return b;
 }
 
-// Facts §2 / §2.1: byte-level view of the mkey context.
+// docs/prm.md, Mkey context (MKC): byte-level view of the mkey context.
 TEST(MkeyContextTest, GoldenBytesFromFactsTable) {
   MkeyContextDesc d;
   d.free = true;                        // byte 0 0x40
@@ -56,7 +56,7 @@ TEST(MkeyContextTest, GoldenBytesFromFactsTable) {
 }
 
 TEST(MkeyContextTest, AccessModeSplitAcrossBytes) {
-  // Facts §3: SW_ICM -> 4_2 = 1, 1_0 = 0; MEMIC -> 1, 1; CROSSING -> 1, 2.
+  // docs/prm.md, Access modes: SW_ICM -> 4_2 = 1, 1_0 = 0; MEMIC -> 1, 1; CROSSING -> 1, 2.
   for (auto [mode, b0, b2] : {std::tuple{kAccessModeSwIcm, 0x04, 0x00},
                               std::tuple{kAccessModeMemic, 0x04, 0x01},
                               std::tuple{kAccessModeCrossing, 0x04, 0x02},
@@ -156,7 +156,7 @@ TEST(CtrlSegTest, GoldenBytes) {
 }
 
 TEST(UmrCtrlSegTest, GoldenFlagsAndOffsetSplit) {
-  // Facts §6.3: 48-bit offset, low 16 bits at bytes 6-7, high 32 at 16-19.
+  // docs/prm.md, UMR WQE: 48-bit offset, low 16 bits at bytes 6-7, high 32 at 16-19.
   UmrCtrlSegDesc d;
   d.inline_translation = true;
   d.check_free = FreeCheck::kMustBeFree;

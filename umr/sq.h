@@ -1,4 +1,5 @@
-// Send-queue ring arithmetic for posting WQEs built by wqe_builder.h (facts §6.1, §6.6).
+// Send-queue ring arithmetic for posting WQEs built by wqe_builder.h (docs/prm.md, WQEBBs and the
+// send queue; Fence modes).
 //
 // Geometry: the ring is N WQEBBs of 64 B, N a power of two. The producer counter counts WQEBBs
 // (free-running uint32); a WQE's slot is counter mod N and the control segment's WQE index is

@@ -11,7 +11,7 @@ namespace {
 // ctrl (16) + UMR ctrl (48) + mkey context (64), in DS.
 constexpr unsigned kUmrHeadDs = 8;
 constexpr size_t kUmrHeadBytes = kUmrHeadDs * kOctoword;
-constexpr uint32_t kMaxKlmByteCount = 0x80000000u;  // 2 GiB (facts §11)
+constexpr uint32_t kMaxKlmByteCount = 0x80000000u;  // 2 GiB (docs/prm.md, Translation entries)
 
 template <typename T>
 void Store(const T& v, uint8_t* p) {

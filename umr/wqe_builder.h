@@ -1,6 +1,6 @@
 // WQE builders: descriptors -> the exact bytes a ConnectX send queue executes.
 //
-// A UMR WQE (opcode 0x25) as built here (facts §6.4), DS counted in 16-byte units:
+// A UMR WQE (opcode 0x25) as built here (docs/prm.md, UMR WQE), DS counted in 16-byte units:
 //
 //   byte 0   +--------------------------------------------------------------+ -.
 //            | ctrl seg (16 B)  opmod|wqe_index|0x25  qpn|ds  sig fm_ce_se  |  |

@@ -35,7 +35,7 @@ MapKeyRequest Klm4() {
   return r;
 }
 
-// Facts §6.4 / §6.5: a 4-KLM map is DS 12 = 3 WQEBBs.
+// docs/prm.md, UMR WQE: a 4-KLM map is DS 12 = 3 WQEBBs.
 TEST(BuildMapKeyTest, GoldenKlm4) {
   Buf b;
   b.fill(0xee);

@@ -103,13 +103,13 @@ static_assert(MLX5_OPCODE_UMR == umr::kOpcodeUmr && MLX5_OPCODE_SEND_INVAL == um
               MLX5_OPCODE_RDMA_READ == umr::kOpcodeRdmaRead);
 static_assert(MLX5_WQE_CTRL_CQ_UPDATE == umr::kCeCqUpdate << umr::kCeShift);
 static_assert(MLX5_WQE_CTRL_SOLICITED == umr::kSeSolicited);
-// rdma-core's "FENCE" is the kernel's SMALL_AND_FENCE (facts §12.2).
+// rdma-core's "FENCE" is the kernel's SMALL_AND_FENCE (docs/prm.md, Fence modes).
 static_assert(MLX5_WQE_CTRL_FENCE ==
               static_cast<int>(umr::FenceMode::kSmallAndFence) << umr::kFmShift);
 static_assert(MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE ==
               static_cast<int>(umr::FenceMode::kInitiatorSmall) << umr::kFmShift);
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_INLINE == umr::kUmrFlagInline);
-// rdma-core's CHECK_FREE is value 1 ("must be free") of the 2-bit field (facts §12.1).
+// rdma-core's CHECK_FREE is value 1 ("must be free") of the 2-bit field (docs/prm.md, UMR WQE).
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE ==
               static_cast<int>(umr::FreeCheck::kMustBeFree) << umr::kUmrCheckFreeShift);
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET == umr::kUmrFlagTranslationOffset);

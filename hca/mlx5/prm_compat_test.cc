@@ -85,7 +85,7 @@ TEST(PrmCompatTest, MapKlmBothWaysRandomized) {
     mkc->len = htobe64(r.length);
     auto* klm = reinterpret_cast<mlx5_wqe_umr_klm_seg*>(mkc + 1);
     for (const umr::KlmEntry& e : r.klm) {
-      // rdma-core writes mr_list KLMs with mlx5dv_set_data_seg (facts §4.2).
+      // rdma-core writes mr_list KLMs with mlx5dv_set_data_seg (docs/prm.md, Translation entries).
       mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(klm++), e.byte_count, e.mkey,
                           e.address);
     }
@@ -93,8 +93,8 @@ TEST(PrmCompatTest, MapKlmBothWaysRandomized) {
   }
 }
 
-// rdma-core's LOCAL_INV exactly (facts §6.5): umr/'s generic encoder reproduces it, and the
-// decoder reads it back as a UMR that sets free.
+// rdma-core's LOCAL_INV exactly (docs/prm.md, UMR WQE): umr/'s generic encoder reproduces it, and
+// the decoder reads it back as a UMR that sets free.
 TEST(PrmCompatTest, RdmaCoreLocalInvalidateBothWays) {
   Buf theirs{};
   const uint32_t key = 0x00123456;

@@ -125,7 +125,7 @@ absl::Status CommandProcessor::QueryMkey(absl::Span<const uint8_t> in, std::vect
     }
     o.mkc = ToMkc(slot->state);
     // The whole table (capacity entries: whole octowords), as the kernel sizes its outbox to
-    // read every entry (facts §5.5).
+    // read every entry (docs/prm.md, Command mailboxes).
     if (slot->state.access_mode == umr::kAccessModeMtt) {
       std::vector<umr::MttEntry> e(slot->mtt.size());
       for (size_t i = 0; i < e.size(); ++i) {

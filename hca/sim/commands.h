@@ -1,12 +1,12 @@
-// The sim's firmware command interface: CREATE_MKEY, QUERY_MKEY, DESTROY_MKEY and
-// PAGE_FAULT_RESUME executed from PRM mailbox bytes (facts §5), against the key table and the
+// The sim's firmware command interface: CREATE_MKEY, QUERY_MKEY, DESTROY_MKEY and PAGE_FAULT_RESUME
+// executed from PRM mailbox bytes (docs/prm.md, Command mailboxes), against the key table and the
 // device's parked ODP accesses.
 //
 // Inputs are decoded and outputs encoded with umr/mailbox.h, the same code a DevX backend uses
 // on the other side (mlx5dv_devx_obj_create / _query / _destroy, mlx5dv_devx_general_cmd), so
 // the device executes the very bytes that backend posts. A command that fails writes a status
 // and a syndrome into a 16-byte output header and returns the same failure as a Status, as DevX
-// reports EREMOTEIO with the outbox filled (facts §5):
+// reports EREMOTEIO with the outbox filled:
 //   0x03 BAD_PARAM      malformed mailbox, unmodelled opcode / access mode / UMEM, translation
 //                       larger than the key, a resume that does not match its fault
 //                                                                      -> kInvalidArgument

@@ -152,7 +152,7 @@ uint32_t FaultQueue::Decode(FaultEvent* ev, umr::PageFaultEvent* raw) {
     token = e->wq_number;
     *ev = FaultEvent{token, e->rkey, e->rdma_va, e->rdma_op_len, false};
   } else {
-    // Read the faulting WQE back by its index, as the kernel does (facts §8.2).
+    // Read the faulting WQE back by its index, as the kernel does (docs/prm.md, Page faults (ODP)).
     token = e->token & (kTokenLimit - 1);
     const Wqebb& w = requester_wqes_[e->wqe_index & kMask];
     umr::DataSegLayout d;

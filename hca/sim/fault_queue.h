@@ -1,5 +1,6 @@
-// ODP page faults in the sim as PRM bytes: the page-fault EQEs the device raises (facts §8.1)
-// and the PAGE_FAULT_RESUME that answers them (facts §5.7), both through umr/odp_event.h.
+// ODP page faults in the sim as PRM bytes: the page-fault EQEs the device raises and the
+// PAGE_FAULT_RESUME that answers them (docs/prm.md, Page faults (ODP)), both through
+// umr/odp_event.h.
 //
 // Device side. An access that meets an absent MTT entry of an on-demand key parks (Park). The
 // device writes a 64-byte page-fault EQE (umr::EncodePageFaultEqe) into its event ring, with an
@@ -14,7 +15,7 @@
 //     reads it back, as the kernel copies the WQE from the user SQ; type REQUESTOR (| WRITE when
 //     the access writes local memory).
 // The key and address reported are those of the level that faulted (the backing's MTT key and
-// the address in its space): what the kernel finds after walking an indirect chain (§8.2).
+// the address in its space): what the kernel finds after walking an indirect chain.
 // Lengths above 2^31 - 1 are reported as 2^31 - 1 (a data segment's limit); the access faults
 // again for the rest. Tokens are 24 bits, unique among parked accesses.
 // A parked access waits for a PAGE_FAULT_RESUME naming its token (Resume, executed by the

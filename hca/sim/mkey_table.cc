@@ -14,7 +14,8 @@ void MkeySlot::RecomputeKlmEnds() {
 }
 
 uint32_t MkeySlot::CapacityEntries(const MkeyState& s) {
-  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (facts §2, §11).
+  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (docs/prm.md, Mkey context
+  // (MKC)).
   return s.access_mode == 1 ? s.translations_octword_size * 2 : s.translations_octword_size;
 }
 

@@ -1,13 +1,18 @@
 // The sim's key table: the memory protection table of a ConnectX, indexed by the 24-bit mkey
 // index, each slot holding the decoded (host-order) mkey context and its translation table.
 //
-// What is stored is exactly what CREATE_MKEY / UMR bytes set: the executor (umr_executor.h) and
-// the command path (commands.h) decode PRM bytes with umr/ and write MkeyState; the translator
-// (translator.h) reads it. Nothing else changes a slot.
+// Who writes a slot. The command path (commands.h: CREATE_MKEY fills it, DESTROY_MKEY clears it)
+// and the UMR executor (umr_executor.h) decode PRM bytes with umr/ and write MkeyState and the
+// translation table. Two device-side paths in sim_device.cc write a slot directly, as the HCA or
+// the kernel would: a SEND with invalidate sets the target key's `free` on the responder, and
+// Device::Prefetch writes the MTT entries of an on-demand backing (the sim's stand-in for the
+// kernel's ibv_advise_mr; odp/ on the sim makes pages present with UMRs instead). The translator
+// (translator.h) and QUERY_MKEY only read. The cache never touches the table: it changes keys
+// only through queue requests (UMRs) and commands.
 //
 // Thread safety: the table is safe for concurrent use. Each slot has its own reader/writer lock:
-// translations take it shared for a few loads (no global lock on the access path), UMRs and
-// commands take it exclusively for the whole check-and-commit of one WQE, so a failing WQE leaves
+// translations take it shared for a few loads (no global lock on the access path), every writer
+// takes it exclusively (a UMR or a command for the whole check-and-commit of one WQE), so a failing WQE leaves
 // the slot unchanged and a reader never sees half an update. Slot allocation uses one table lock.
 #ifndef REGCACHE_HCA_SIM_MKEY_TABLE_H_
 #define REGCACHE_HCA_SIM_MKEY_TABLE_H_
@@ -23,7 +28,7 @@
 
 namespace hca::sim {
 
-// The decoded mkey context fields the model uses (PRM names; facts §2).
+// The decoded mkey context fields the model uses (PRM names; docs/prm.md, Mkey context (MKC)).
 struct MkeyState {
   bool free = true;
   bool umr_en = false;
@@ -51,7 +56,7 @@ struct MkeySlot {
   mutable base::Mutex mu;
   bool exists ABSL_GUARDED_BY(mu) = false;
   // Set by RegisterBacking(on_demand): an absent MTT entry faults instead of failing. Like
-  // hardware, this is not an MKC bit (the seed, §3.5).
+  // hardware, this is not an MKC bit (docs/prm.md, Page faults (ODP)).
   bool on_demand ABSL_GUARDED_BY(mu) = false;
   MkeyState state ABSL_GUARDED_BY(mu);
   // MTT keys: one BE-decoded entry per page (address | wr_en<<1 | rd_en); capacity entries.

@@ -1,6 +1,6 @@
-// hca/sim — the software HCA: a model of the ConnectX memory-key path (the seed document and
-// ../shared/reference/mlx5-prm-facts.md) that executes the PRM bytes umr/ builds. It is the
-// embedded default device of regcached and the device every unit test runs against.
+// hca/sim — the software HCA: a model of the ConnectX memory-key path (docs/prm.md) that executes
+// the PRM bytes umr/ builds. It is the embedded default device of regcached and the device every
+// unit test runs against.
 //
 // What it models (see translator.h for the access checks, umr_executor.h for UMR semantics):
 //   - a key table of mkey contexts indexed by the 24-bit index; CREATE / QUERY / DESTROY_MKEY
@@ -20,7 +20,8 @@
 //     path executes: error 0 retries the access, error 1 fails it with vendor syndrome 0x93;
 //   - fault injection and counters.
 //
-// Syndromes the sim chooses where the PRM sources read do not say (facts §13):
+// Syndromes the sim chooses where the PRM sources read do not say (docs/prm.md, Open points
+// and the sim's choices):
 //   access through a bad rkey (any check)      REMOTE_ACCESS 0x13   kPermissionDenied
 //   access through a bad lkey                  LOCAL_PROT 0x04      kPermissionDenied
 //   UMR on a key whose state refuses it        MW_BIND 0x06         kFailedPrecondition
@@ -31,7 +32,8 @@
 //     of a key without en_rinval (or free, other PD, wrong variant)
 //   ODP fault resumed with error               REMOTE_ACCESS / LOCAL_PROT + vendor 0x93
 //                                                                   kUnavailable
-// UMRs locate their target by index only (the variant in ctrl.imm is not compared; facts §13).
+// UMRs locate their target by index only (the variant in ctrl.imm is not compared; docs/prm.md,
+// Open points and the sim's choices).
 // After an error completion the queue keeps executing (the sim does not model the QP error
 // state; the device.h contract lets a real backend flush and recover instead).
 //

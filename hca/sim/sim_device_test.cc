@@ -1,5 +1,5 @@
-// The Proof list of issue 4, against the sim through hca::Device: every key check and example of
-// the seed, and every umr/ builder's WQE executed from the ring.
+// The Proof list of issue 4, against the sim through hca::Device: every key check of the
+// memory-key path (docs/prm.md), and every umr/ builder's WQE executed from the ring.
 #include <atomic>
 #include <cstring>
 #include <thread>

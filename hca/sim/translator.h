@@ -1,6 +1,6 @@
-// The sim's address translation: from (PD, key, address, length, kind of access) to the host
-// memory the access touches, following the ConnectX memory-key path of the seed document and
-// facts §2–§4.
+// The sim's address translation: from (PD, key, address, length, kind of access) to the host memory
+// the access touches, following the ConnectX memory-key path (docs/prm.md, Mkey context (MKC),
+// Access modes, Translation entries).
 //
 // For the requested key and again for every key reached through a KLM/KSM entry, the checks run
 // in this order (the first that fails decides the error):

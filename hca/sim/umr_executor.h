@@ -1,7 +1,7 @@
 // Executes one decoded UMR WQE against the key table — the device side of umr/wqe_builder.h.
 //
-// Semantics (facts §6.3, §7; seed §5.2): the target is found by the INDEX in ctrl.imm. Under the
-// target slot's exclusive lock, in this order:
+// Semantics (docs/prm.md, UMR WQE; Invalidation): the target is found by the INDEX in ctrl.imm.
+// Under the target slot's exclusive lock, in this order:
 //   the index is a created key; umr_en = 1; the key's PD equals the posting queue's PD; the
 //   free-check condition of the UMR control segment (1: must be free, 2: must not be free); no
 //   PD change (mask bit 7 is for REG_UMR queues only); only modelled mask bits; the translation

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the #include graph of the source tree against the layering of ARCHITECTURE.md.
+"""Checks the #include graph of the source tree against the layering of docs/architecture.md.
 
 The allowed dependencies are read from cmake/Regcache.cmake (the REGCACHE_ALLOWED_<folder>
 lines), so the build and this check share one table. Rules:
