@@ -54,6 +54,10 @@ SessionUsage FromProto(const pb::Usage& u) {
   return o;
 }
 
+// The values are the wire's (api/wire_values.cc); unknown ones pass through for the daemon to
+// refuse.
+pb::Prefetch ToProto(PrefetchMode m) { return static_cast<pb::Prefetch>(m); }
+
 Key FromProto(const pb::KeyGrant& g) {
   return Key{g.handle(), g.lkey(), g.rkey(), g.va(), g.length(), g.access(), g.hit()};
 }
@@ -134,23 +138,24 @@ class ClientImpl final : public Client {
   }
 
   absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
-                               int prefetch) override {
+                               PrefetchMode prefetch) override {
     pb::RegisterRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
     req.set_access(access);
-    req.set_prefetch(static_cast<pb::Prefetch>(prefetch));
+    req.set_prefetch(ToProto(prefetch));
     pb::KeyGrant resp;
     RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Register, req, &resp));
     return FromProto(resp);
   }
 
-  absl::Status Prefetch(const void* addr, uint64_t length, bool write, bool sync) override {
+  absl::Status Prefetch(const void* addr, uint64_t length, bool write,
+                        PrefetchMode mode) override {
     pb::PrefetchRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
     req.set_write(write);
-    req.set_mode(sync ? pb::PREFETCH_SYNC : pb::PREFETCH_ASYNC);
+    req.set_mode(ToProto(mode));
     pb::PrefetchResponse resp;
     return Call(&pb::RegCache::Stub::Prefetch, req, &resp);
   }

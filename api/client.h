@@ -33,13 +33,22 @@
 
 namespace api {
 
-// The access bits (same values as hca::AccessBits and regcache.v1.Access).
-enum AccessBit : uint32_t {
+// The access bits (same values as hca::AccessBits and regcache.v1.Access; api/wire_values.cc
+// ties them).
+enum AccessBits : uint32_t {
   kLocalRead = 1u << 0,
   kLocalWrite = 1u << 1,
   kRemoteRead = 1u << 2,
   kRemoteWrite = 1u << 3,
   kRemoteAtomic = 1u << 4,
+};
+
+// Prefetch of on-demand memory: none, before the call returns, or queued to the daemon's fault
+// servicer (same values as regcache.v1.Prefetch; api/wire_values.cc ties them).
+enum class PrefetchMode : uint32_t {
+  kNone = 0,
+  kSync = 1,
+  kAsync = 2,
 };
 
 struct ClientOptions {
@@ -149,11 +158,12 @@ class Client {
   virtual absl::Status DetachMemory(const Memory& memory) = 0;
 
   // --- Keys ---
-  // `prefetch` (on-demand memory only): 0 none, 1 before the call returns, 2 queued.
+  // `prefetch` applies to on-demand memory only.
   virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
-                                       int prefetch = 0) = 0;
-  // Makes the translations of on-demand memory present (sync: before returning).
-  virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write, bool sync) = 0;
+                                       PrefetchMode prefetch = PrefetchMode::kNone) = 0;
+  // Makes the translations of on-demand memory present (writable too when `write`).
+  virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write,
+                                PrefetchMode mode) = 0;
   virtual absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
                                      uint32_t access) = 0;
   virtual absl::Status Release(uint64_t handle) = 0;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,11 +38,12 @@ absl::Status CheckDeadline(grpc::ServerContext* ctx) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<service::PrefetchMode> PrefetchFromProto(int mode) {
+// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_NONE.
+absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode) {
   switch (mode) {
-    case pb::PREFETCH_NONE: return service::PrefetchMode::kNone;
-    case pb::PREFETCH_SYNC: return service::PrefetchMode::kSync;
-    case pb::PREFETCH_ASYNC: return service::PrefetchMode::kAsync;
+    case pb::PREFETCH_NONE: return std::nullopt;
+    case pb::PREFETCH_SYNC: return odp::PrefetchMode::kSync;
+    case pb::PREFETCH_ASYNC: return odp::PrefetchMode::kAsync;
   }
   return absl::InvalidArgumentError(absl::StrFormat("unknown prefetch mode %d", mode));
 }
@@ -145,7 +147,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
                         pb::KeyGrant* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(service::PrefetchMode prefetch, PrefetchFromProto(req->prefetch()));
+      ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch,
+                       PrefetchFromProto(req->prefetch()));
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Register(s, req->va(), req->length(),
                                                             req->access(), prefetch));
       ToProto(g, resp);
@@ -156,7 +159,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Prefetch(grpc::ServerContext* ctx, const pb::PrefetchRequest* req,
                         pb::PrefetchResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(service::PrefetchMode mode, PrefetchFromProto(req->mode()));
+      ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> mode, PrefetchFromProto(req->mode()));
       return daemon_->Prefetch(s, req->va(), req->length(), req->write(), mode);
     });
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "umr/mkey.h"
 #include "umr/sq.h"
 #include "umr/wqe_builder.h"
 
@@ -37,7 +38,7 @@ void BM_EncodeMapKlm4(benchmark::State& state) {
   auto sq = umr::SqRing::Create(absl::MakeSpan(ring), {});
   umr::MapKeyRequest r = Klm4();
   for (auto _ : state) {
-    r.key = (r.key & 0xffffff00) | ((r.key + 1) & 0xff);  // a new variant each time
+    r.key = umr::NextVariant(r.key);  // a new variant each time
     const umr::WqeHeader h = sq->NextHeader(true, false, false);
     auto buf = sq->Begin(sq->producer(), 3);  // the engine's consumer keeps up
     auto size = umr::BuildMapKey(h, r, 4, *buf);

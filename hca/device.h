@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hca/status.h"
+#include "umr/mkey.h"
 
 namespace hca {
 
@@ -52,10 +53,12 @@ namespace hca {
 
 using Key = uint32_t;
 
-constexpr uint32_t KeyIndex(Key key) { return key >> 8; }
-constexpr uint8_t KeyVariant(Key key) { return static_cast<uint8_t>(key & 0xff); }
-// REQUIRES: index < 2^24.
-constexpr Key MakeKey(uint32_t index, uint8_t variant) { return (index << 8) | variant; }
+// The key helpers are the PRM codec's (umr/mkey.h), re-exported so callers of the device say
+// hca::MakeKey, hca::KeyIndex, hca::KeyVariant, hca::NextVariant.
+using umr::KeyIndex;
+using umr::KeyVariant;
+using umr::MakeKey;
+using umr::NextVariant;
 
 // Access rights of a key (the MKC's lr/lw/rr/rw/a bits). Local read is implied on every key the
 // device creates or maps: the hardware requires it for any access.

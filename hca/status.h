@@ -22,26 +22,35 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "umr/prm.h"
 
 namespace hca {
 
-// Error-CQE syndromes (mlx5 CQE byte 55). Only those the project raises or interprets.
+// Error-CQE syndromes (mlx5 CQE byte 55). Only those the project raises or interprets; the
+// values are the PRM codec's (umr/prm.h), named here for the device's callers.
 enum class Syndrome : uint8_t {
   kNone = 0x00,
-  kLocalLength = 0x01,     // local length error (e.g. access longer than the key allows locally)
-  kLocalQpOp = 0x02,       // malformed WQE (bad opcode, DS, octoword count)
-  kLocalProt = 0x04,       // local protection: an lkey access failed a key check
-  kWrFlush = 0x05,         // flushed: the queue was in error when the WQE was executed
-  kMwBind = 0x06,          // UMR / bind refused: target key state (free check, umr_en, PD, capacity)
-  kBadResp = 0x10,
-  kLocalAccess = 0x11,
-  kRemoteInvalReq = 0x12,  // remote invalid request (misaligned atomic, invalidate refused)
-  kRemoteAccess = 0x13,    // remote access: an rkey access failed a key check
-  kRemoteOp = 0x14,
+  // Local length error (e.g. access longer than the key allows locally).
+  kLocalLength = umr::kCqeSyndLocalLength,
+  // Malformed WQE (bad opcode, DS, octoword count).
+  kLocalQpOp = umr::kCqeSyndLocalQpOp,
+  // Local protection: an lkey access failed a key check.
+  kLocalProt = umr::kCqeSyndLocalProt,
+  // Flushed: the queue was in error when the WQE was executed.
+  kWrFlush = umr::kCqeSyndWrFlush,
+  // UMR / bind refused: target key state (free check, umr_en, PD, capacity).
+  kMwBind = umr::kCqeSyndMwBind,
+  kBadResp = umr::kCqeSyndBadResp,
+  kLocalAccess = umr::kCqeSyndLocalAccess,
+  // Remote invalid request (misaligned atomic, invalidate refused).
+  kRemoteInvalReq = umr::kCqeSyndRemoteInvalReq,
+  // Remote access: an rkey access failed a key check.
+  kRemoteAccess = umr::kCqeSyndRemoteAccess,
+  kRemoteOp = umr::kCqeSyndRemoteOp,
 };
 
-// Vendor syndromes (mlx5 error CQE byte 54).
-inline constexpr uint8_t kVendorSyndromeOdpFault = 0x93;  // ODP page fault could not be resolved
+// Vendor syndromes (mlx5 error CQE byte 54): an ODP page fault could not be resolved.
+inline constexpr uint8_t kVendorSyndromeOdpFault = umr::kCqeVendorSyndOdpPfault;
 
 // The name used in messages ("REMOTE_ACCESS"); "SYNDROME_0x.." for values not listed above.
 absl::string_view SyndromeName(Syndrome s);

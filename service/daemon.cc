@@ -141,28 +141,26 @@ class DaemonImpl final : public Daemon {
 
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
                                            hca::AccessFlags access,
-                                           PrefetchMode prefetch) override {
+                                           std::optional<odp::PrefetchMode> prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
-    if (prefetch == PrefetchMode::kNone) return cache_->Register(s.tenant, va, length, access);
+    if (!prefetch.has_value()) return cache_->Register(s.tenant, va, length, access);
     if (servicer_ == nullptr) return NoOdp();
     odp::RegisterOptions o;
-    o.mode = prefetch == PrefetchMode::kSync ? odp::PrefetchMode::kSync : odp::PrefetchMode::kAsync;
+    o.mode = *prefetch;
     return odp::RegisterWithPrefetch(cache_.get(), servicer_.get(), s.tenant, va, length, access,
                                      o);
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
-                        PrefetchMode mode) override {
+                        std::optional<odp::PrefetchMode> mode) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
     if (servicer_ == nullptr) return NoOdp();
     if (length == 0 || va + length < va) {
       return absl::InvalidArgumentError("prefetch range is empty or wraps");
     }
-    if (mode == PrefetchMode::kNone) return absl::OkStatus();
-    return servicer_->PrefetchTenantRange(
-        s.tenant, va, length, write,
-        mode == PrefetchMode::kSync ? odp::PrefetchMode::kSync : odp::PrefetchMode::kAsync);
+    if (!mode.has_value()) return absl::OkStatus();
+    return servicer_->PrefetchTenantRange(s.tenant, va, length, write, *mode);
   }
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,

@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@
 #include "cache/options.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
+#include "odp/servicer.h"
 
 namespace service {
 
@@ -123,9 +125,6 @@ struct MemoryInfo {
   bool hugetlb = false;
 };
 
-// Prefetch on register: none, before Register returns, or queued to the fault servicer.
-enum class PrefetchMode { kNone, kSync, kAsync };
-
 struct DaemonStatus {
   std::string device;       // backend name and device name
   hca::Capabilities capabilities;
@@ -173,17 +172,19 @@ class Daemon {
   virtual absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) = 0;
 
   // --- Keys (see cache/reg_cache.h for the semantics and error codes) ---
-  // With a prefetch mode other than kNone, the range's on-demand pages are made present too
-  // (for write when `access` has local or remote write); pinned memory needs nothing. A sync
-  // prefetch that fails releases the grant and returns the error.
-  virtual absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va,
-                                                   uint64_t length, hca::AccessFlags access,
-                                                   PrefetchMode prefetch = PrefetchMode::kNone) = 0;
+  // With a prefetch mode (odp::PrefetchMode: before Register returns, or queued to the fault
+  // servicer), the range's on-demand pages are made present too (for write when `access` has
+  // local or remote write); pinned memory needs nothing. A sync prefetch that fails releases the
+  // grant and returns the error. nullopt: no prefetch.
+  virtual absl::StatusOr<cache::KeyGrant> Register(
+      SessionId session, uint64_t va, uint64_t length, hca::AccessFlags access,
+      std::optional<odp::PrefetchMode> prefetch = std::nullopt) = 0;
   // Makes the translations of [va, va + length) of the session's attached memory present
   // (for write too when `write`). kOutOfRange if the range is not attached memory;
-  // kUnimplemented without ODP; kResourceExhausted when the async queue is full.
+  // kUnimplemented without ODP; kResourceExhausted when the async queue is full. With `mode`
+  // nullopt it only checks the request (session, ODP, range) and makes nothing present.
   virtual absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
-                                PrefetchMode mode) = 0;
+                                std::optional<odp::PrefetchMode> mode) = 0;
   virtual absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                        uint64_t offset, uint64_t length,
                                                        hca::AccessFlags access) = 0;

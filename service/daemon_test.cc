@@ -252,16 +252,16 @@ TEST_F(DaemonTest, OnDemandMemoryIsServedAndPrefetched) {
   EXPECT_GE(Stat("odp", "faults"), 1);
   // Prefetch on register: no fault at all for the next range.
   const int64_t faults = Stat("odp", "faults");
-  auto warm = daemon_->Register(s.id, va + 65536, 65536, kRw, PrefetchMode::kSync);
+  auto warm = daemon_->Register(s.id, va + 65536, 65536, kRw, odp::PrefetchMode::kSync);
   ASSERT_TRUE(warm.ok()) << warm.status();
   ASSERT_TRUE(
       daemon_->PeerWrite(s.id, warm->rkey, va + 65536 + 5, absl::MakeConstSpan(&byte, 1)).ok());
   EXPECT_EQ(Stat("odp", "faults"), faults);
   // An explicit prefetch, and its errors.
-  EXPECT_TRUE(daemon_->Prefetch(s.id, va + 131072, 4096, true, PrefetchMode::kSync).ok());
-  EXPECT_EQ(daemon_->Prefetch(s.id, va + (1 << 20), 4096, true, PrefetchMode::kSync).code(),
+  EXPECT_TRUE(daemon_->Prefetch(s.id, va + 131072, 4096, true, odp::PrefetchMode::kSync).ok());
+  EXPECT_EQ(daemon_->Prefetch(s.id, va + (1 << 20), 4096, true, odp::PrefetchMode::kSync).code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(daemon_->Prefetch(s.id, va, 0, true, PrefetchMode::kSync).code(),
+  EXPECT_EQ(daemon_->Prefetch(s.id, va, 0, true, odp::PrefetchMode::kSync).code(),
             absl::StatusCode::kInvalidArgument);
   // Detaching zaps before the memory goes: the keys die, the daemon keeps running.
   ASSERT_TRUE(daemon_->DetachMemory(s.id, m->id).ok());

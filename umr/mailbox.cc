@@ -173,7 +173,8 @@ absl::StatusOr<CreateMkeyIn> BuildCreateFreeMkey(const FreeMkeyParams& p) {
     return absl::OutOfRangeError(
         absl::StrCat("access mode ", static_cast<int>(p.mode), " does not fit 5 bits"));
   }
-  if (paged && (p.log_entity_size < 12 || p.log_entity_size > 31)) {
+  if (paged &&
+      (p.log_entity_size < kMinLogEntitySize || p.log_entity_size > kMaxLogEntitySize)) {
     return absl::OutOfRangeError(
         absl::StrCat("log_entity_size=", p.log_entity_size, " outside 12..31"));
   }

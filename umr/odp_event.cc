@@ -10,7 +10,7 @@ absl::StatusOr<Eqe> EncodePageFaultEqe(const PageFaultEvent& e) {
   if (e.type > 7) {
     return absl::OutOfRangeError(absl::StrCat("page fault type=", e.type, " does not fit 3 bits"));
   }
-  if (e.wq_number > 0xffffff) {
+  if (e.wq_number > kMaxPageFaultToken) {
     return absl::OutOfRangeError(absl::StrCat("wq_number=", e.wq_number, " does not fit 24 bits"));
   }
   const bool wqe = e.subtype == PageFaultSubtype::kWqe;
@@ -76,7 +76,7 @@ PageFaultResumeIn ResumeFor(const PageFaultEvent& e, bool error) {
   r.error = error;
   r.page_fault_type = e.type;
   r.wq_number = e.wq_number;
-  r.token = e.subtype == PageFaultSubtype::kWqe ? (e.token & 0xffffff) : e.wq_number;
+  r.token = e.subtype == PageFaultSubtype::kWqe ? (e.token & kMaxPageFaultToken) : e.wq_number;
   return r;
 }
 

@@ -22,6 +22,8 @@ enum class PageFaultSubtype : uint8_t { kWqe = 0, kRdma = 1 };
 inline constexpr uint8_t kPageFaultRequestor = 1 << 0;
 inline constexpr uint8_t kPageFaultWrite = 1 << 1;
 inline constexpr uint8_t kPageFaultRdma = 1 << 2;
+// wq_number and the resume token are 24-bit fields.
+inline constexpr uint32_t kMaxPageFaultToken = 0xffffff;
 
 struct PageFaultEvent {
   PageFaultSubtype subtype = PageFaultSubtype::kRdma;

@@ -112,6 +112,10 @@ inline constexpr uint8_t kAccessModeCrossing = 0x6;
 // Unbound QP number in mkc.qpn (docs/prm.md, Mkey context (MKC)).
 inline constexpr uint32_t kQpnUnbound = 0xffffff;
 
+// Page / entity sizes of MTT and KSM keys: log_entity_size 12..31 (4 KiB .. 2 GiB).
+inline constexpr unsigned kMinLogEntitySize = 12;
+inline constexpr unsigned kMaxLogEntitySize = 31;
+
 // ---------------------------------------------------------------------------------------------
 // Mkey context (docs/prm.md, Mkey context (MKC)), 64 B. Bit positions are within the named dword.
 struct MkeyContext {
@@ -185,6 +189,8 @@ struct KlmEntryLayout {  // 16 B, same bytes as a data segment
 };
 static_assert(sizeof(KlmEntryLayout) == 16 && offsetof(KlmEntryLayout, mkey) == 4 &&
               offsetof(KlmEntryLayout, address) == 8);
+// Largest byte_count of one KLM entry: 2 GiB (docs/prm.md, Translation entries).
+inline constexpr uint32_t kMaxKlmByteCount = 0x80000000u;
 
 struct KsmEntryLayout {  // 16 B, no byte count
   be32 reserved;
@@ -259,6 +265,11 @@ inline constexpr uint16_t kCmdQueryMkey = 0x201;
 inline constexpr uint16_t kCmdDestroyMkey = 0x202;
 inline constexpr uint16_t kCmdQuerySpecialContexts = 0x203;
 inline constexpr uint16_t kCmdPageFaultResume = 0x204;
+// Output status byte (rdma-core MLX5_CMD_STAT_*): only those the project raises or interprets.
+inline constexpr uint8_t kCmdStatusOk = 0x00;
+inline constexpr uint8_t kCmdStatusBadParam = 0x03;     // malformed or unsupported input
+inline constexpr uint8_t kCmdStatusBadResource = 0x05;  // no such object
+inline constexpr uint8_t kCmdStatusLimit = 0x08;        // a table or quota is full
 
 struct CmdInHeaderLayout {  // first 8 B of every command input
   be32 opcode_uid;
@@ -376,6 +387,7 @@ inline constexpr uint8_t kCqeOpReq = 0x0;
 inline constexpr uint8_t kCqeOpRespSendInv = 0x4;
 inline constexpr uint8_t kCqeOpReqErr = 0xd;
 inline constexpr uint8_t kCqeOpRespErr = 0xe;
+inline constexpr uint8_t kCqeOpInvalid = 0xf;  // MLX5_CQE_INVALID: a slot not yet written
 inline constexpr uint8_t kCqeSyndLocalLength = 0x01;
 inline constexpr uint8_t kCqeSyndLocalQpOp = 0x02;
 inline constexpr uint8_t kCqeSyndLocalProt = 0x04;

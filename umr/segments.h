@@ -199,6 +199,10 @@ constexpr size_t EntriesPer64B(AccessMode mode) { return mode == AccessMode::kMt
 constexpr size_t EntryBytes(AccessMode mode) {
   return mode == AccessMode::kMtt ? kMttEntryBytes : kKlmEntryBytes;
 }
+// Entries of `mode` per octoword (the unit of translations_octword_size): MTT 2, KLM/KSM 1.
+constexpr size_t EntriesPerOctoword(AccessMode mode) { return kOctoword / EntryBytes(mode); }
+// Octowords per 64-byte translation block (the alignment of UMR translation lengths/offsets).
+inline constexpr size_t kOctowordsPer64B = kTranslationAlign / kOctoword;
 // Bytes of `n` entries padded to 64 B.
 constexpr size_t PaddedTranslationBytes(AccessMode mode, size_t n) {
   return (n * EntryBytes(mode) + kTranslationAlign - 1) / kTranslationAlign * kTranslationAlign;

@@ -4,14 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "umr/mkey.h"
 
 namespace umr {
 namespace {
 
-// ctrl (16) + UMR ctrl (48) + mkey context (64), in DS.
-constexpr unsigned kUmrHeadDs = 8;
 constexpr size_t kUmrHeadBytes = kUmrHeadDs * kOctoword;
-constexpr uint32_t kMaxKlmByteCount = 0x80000000u;  // 2 GiB (docs/prm.md, Translation entries)
 
 template <typename T>
 void Store(const T& v, uint8_t* p) {
@@ -227,7 +225,7 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
     RETURN_IF_ERROR(CheckKlmByteCounts(r.klm, /*allow_zero=*/false));
     for (const KlmEntry& e : r.klm) covered += e.byte_count;
   } else {
-    if (r.log_entity_size < 12 || r.log_entity_size > 31) {
+    if (r.log_entity_size < kMinLogEntitySize || r.log_entity_size > kMaxLogEntitySize) {
       return absl::OutOfRangeError(absl::StrCat("log_entity_size=", r.log_entity_size,
                                                 " outside 12..31"));
     }
@@ -266,7 +264,7 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
                           (uint32_t{r.access.local_write} << kMkcLwBit) |
                           (uint32_t{r.access.local_read} << kMkcLrBit) |
                           (uint32_t(am >> 2) << kMkcAm42Lo) | (uint32_t(am & 3) << kMkcAm10Lo));
-  m->qpn_mkey = be32::FromHost((kQpnUnbound << 8) | (r.key & 0xff));
+  m->qpn_mkey = be32::FromHost((kQpnUnbound << 8) | KeyVariant(r.key));
   m->flags_pd = be32::FromHost((uint32_t{r.length64} << kMkcLength64Bit) |
                                (uint32_t{r.en_rinval} << kMkcEnRinvalBit));
   m->start_addr = be64::FromHost(r.start_addr);

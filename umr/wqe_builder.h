@@ -58,6 +58,12 @@ struct WqeSize {
 };
 constexpr uint8_t WqebbsForDs(unsigned ds) { return static_cast<uint8_t>((ds + 3) / 4); }
 
+// Every UMR WQE starts with ctrl (16 B) + UMR ctrl (48 B) + mkey context (64 B): 8 DS, two
+// WQEBBs. An inline translation follows, padded to 64 B (PaddedTranslationBytes).
+inline constexpr unsigned kUmrHeadDs = 8;
+inline constexpr unsigned kUmrHeadWqebbs = kUmrHeadDs * kOctoword / kWqebb;
+static_assert(kUmrHeadWqebbs == 2);
+
 // Per-post control-segment fields, chosen by the queue (umr/sq.h) rather than by the operation.
 struct WqeHeader {
   uint16_t wqe_index = 0;  // producer counter in WQEBBs, mod 2^16

@@ -8,7 +8,6 @@
 namespace umr {
 namespace {
 
-constexpr unsigned kUmrHeadDs = 8;
 constexpr size_t kUmrHeadBytes = kUmrHeadDs * kOctoword;
 
 template <typename T>

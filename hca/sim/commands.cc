@@ -12,6 +12,10 @@
 namespace hca::sim {
 namespace {
 
+using umr::kCmdStatusBadParam;
+using umr::kCmdStatusBadResource;
+using umr::kCmdStatusLimit;
+
 absl::Status Fail(std::vector<uint8_t>* out, uint8_t status, uint32_t syndrome,
                   absl::string_view why) {
   const umr::Mailbox16 m = umr::EncodeCmdStatusOut(umr::CmdStatus{status, syndrome});
@@ -91,16 +95,10 @@ absl::Status CommandProcessor::CreateMkey(absl::Span<const uint8_t> in, std::vec
     slot->state = st;
     const uint32_t cap = MkeySlot::CapacityEntries(st);
     slot->mtt.assign(mode == umr::AccessMode::kMtt ? cap : 0, 0);
-    slot->klm.assign(mode == umr::AccessMode::kMtt ? 0 : cap, IndirectEntry{});
-    for (size_t i = 0; i < t->mtt.size(); ++i) {
-      slot->mtt[i] = t->mtt[i].addr | (t->mtt[i].read ? 1 : 0) | (t->mtt[i].write ? 2 : 0);
-    }
-    for (size_t i = 0; i < t->klm.size(); ++i) {
-      slot->klm[i] = IndirectEntry{t->klm[i].byte_count, t->klm[i].mkey, t->klm[i].address};
-    }
-    for (size_t i = 0; i < t->ksm.size(); ++i) {
-      slot->klm[i] = IndirectEntry{0, t->ksm[i].mkey, t->ksm[i].va};
-    }
+    slot->klm.assign(mode == umr::AccessMode::kMtt ? 0 : cap, umr::KlmEntry{});
+    for (size_t i = 0; i < t->mtt.size(); ++i) slot->mtt[i] = StoredMtt(t->mtt[i]);
+    std::copy(t->klm.begin(), t->klm.end(), slot->klm.begin());
+    for (size_t i = 0; i < t->ksm.size(); ++i) slot->klm[i] = StoredKsm(t->ksm[i]);
     slot->RecomputeKlmEnds();
   }
   // The index came from a table of at most 2^24 slots: it fits.
@@ -128,10 +126,7 @@ absl::Status CommandProcessor::QueryMkey(absl::Span<const uint8_t> in, std::vect
     // read every entry (docs/prm.md, Command mailboxes).
     if (slot->state.access_mode == umr::kAccessModeMtt) {
       std::vector<umr::MttEntry> e(slot->mtt.size());
-      for (size_t i = 0; i < e.size(); ++i) {
-        e[i] = umr::MttEntry{slot->mtt[i] & umr::kMttAddrMask, (slot->mtt[i] & 1) != 0,
-                             (slot->mtt[i] & 2) != 0};
-      }
+      for (size_t i = 0; i < e.size(); ++i) e[i] = LoadedMtt(slot->mtt[i]);
       o.translation.resize(e.size() * umr::kMttEntryBytes);
       if (absl::Status s = umr::EncodeMttEntries(e, o.translation.data()); !s.ok()) return s;
     } else if (slot->state.access_mode == umr::kAccessModeKsm) {
@@ -142,12 +137,8 @@ absl::Status CommandProcessor::QueryMkey(absl::Span<const uint8_t> in, std::vect
       o.translation.resize(e.size() * umr::kKlmEntryBytes);
       umr::EncodeKsmEntries(e, o.translation.data());
     } else {
-      std::vector<umr::KlmEntry> e(slot->klm.size());
-      for (size_t i = 0; i < e.size(); ++i) {
-        e[i] = umr::KlmEntry{slot->klm[i].byte_count, slot->klm[i].mkey, slot->klm[i].address};
-      }
-      o.translation.resize(e.size() * umr::kKlmEntryBytes);
-      umr::EncodeKlmEntries(e, o.translation.data());
+      o.translation.resize(slot->klm.size() * umr::kKlmEntryBytes);
+      umr::EncodeKlmEntries(slot->klm, o.translation.data());
     }
   }
   // Stored state always fits its PRM widths; a failure here is a sim bug, reported as such.

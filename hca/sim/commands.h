@@ -29,10 +29,6 @@
 
 namespace hca::sim {
 
-inline constexpr uint8_t kCmdStatusBadParam = 0x03;
-inline constexpr uint8_t kCmdStatusBadResource = 0x05;
-inline constexpr uint8_t kCmdStatusLimit = 0x08;
-
 class CommandProcessor {
  public:
   // Executes a decoded PAGE_FAULT_RESUME against the parked accesses: OK, kNotFound for a token

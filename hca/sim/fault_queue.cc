@@ -15,7 +15,7 @@ namespace hca::sim {
 namespace {
 
 constexpr uint32_t kMask = FaultQueue::kDepth - 1;
-constexpr uint32_t kTokenLimit = 1u << 24;
+constexpr uint32_t kTokenLimit = umr::kMaxPageFaultToken + 1;
 
 bool PassParity(uint32_t counter) { return ((counter / FaultQueue::kDepth) & 1) != 0; }
 
@@ -61,7 +61,7 @@ uint32_t FaultQueue::Raise(const FaultNeed& need, AccessKind kind, uint32_t qpn)
     ctrl.opcode = umr::kOpcodeSend;
     ctrl.wqe_index = static_cast<uint16_t>(n);
     ctrl.qpn = qpn;
-    ctrl.ds = 2;
+    ctrl.ds = (sizeof(umr::CtrlSegLayout) + sizeof(umr::DataSegLayout)) / umr::kOctoword;
     umr::CtrlSegLayout c{};
     umr::DataSegLayout d{};
     absl::Status s = umr::EncodeCtrlSeg(ctrl, &c);

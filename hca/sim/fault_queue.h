@@ -45,13 +45,15 @@
 #include "hca/sim/sim_device.h"
 #include "hca/sim/translator.h"
 #include "umr/odp_event.h"
+#include "umr/prm.h"
 
 namespace hca::sim {
 
 class FaultQueue {
  public:
   static constexpr uint32_t kDepth = 1024;  // EQEs (and requester WQEBBs); a power of two
-  static constexpr uint32_t kMaxFaultLength = 0x7fffffff;
+  // The longest fault reported: a data segment's byte_count (bit 31 is the inline marker).
+  static constexpr uint32_t kMaxFaultLength = umr::kInlineSegBit - 1;
 
   // `stats` must outlive this.
   FaultQueue(SimStats* stats, absl::Duration timeout);
@@ -81,7 +83,7 @@ class FaultQueue {
   std::vector<uint8_t> EventRingForTest();
 
  private:
-  using Wqebb = std::array<uint8_t, 64>;
+  using Wqebb = std::array<uint8_t, umr::kWqebb>;
   struct Parked {
     uint32_t eqe_counter = 0;  // which EQE announced it (older EQEs with its token are stale)
     uint8_t type = 0;

@@ -58,4 +58,14 @@ umr::MkeyContextDesc ToMkc(const MkeyState& s) {
   return d;
 }
 
+umr::KlmEntry ToUmrKlm(const KlmEntry& e) {
+  return umr::KlmEntry{static_cast<uint32_t>(e.length), e.key, e.addr};
+}
+umr::KsmEntry ToUmrKsm(const KlmEntry& e) { return umr::KsmEntry{e.key, e.addr}; }
+umr::MttEntry ToUmrMtt(const MttEntry& e) { return umr::MttEntry{e.dma_addr, e.read, e.write}; }
+
+KlmEntry FromUmrKlm(const umr::KlmEntry& e) { return KlmEntry{e.mkey, e.address, e.byte_count}; }
+KlmEntry FromUmrKsm(const umr::KsmEntry& e) { return KlmEntry{e.mkey, e.va, 0}; }
+MttEntry FromUmrMtt(const umr::MttEntry& e) { return MttEntry{e.addr, e.read, e.write}; }
+
 }  // namespace hca::sim

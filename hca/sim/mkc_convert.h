@@ -1,5 +1,8 @@
 // Conversion between umr's decoded mkey context (umr::MkeyContextDesc) and the sim's stored
-// MkeyState, plus the access-bit mapping between umr::MkeyAccess and hca::AccessFlags.
+// MkeyState, the access-bit mapping between umr::MkeyAccess and hca::AccessFlags, and the
+// translation entries between hca's (hca::KlmEntry, hca::MttEntry: what callers pass) and umr's
+// codec descriptors (umr::KlmEntry, umr::KsmEntry, umr::MttEntry: what the WQE bytes hold). The
+// sim converts here and nowhere else.
 //
 // Thread safety: pure functions.
 #ifndef REGCACHE_HCA_SIM_MKC_CONVERT_H_
@@ -16,6 +19,15 @@ umr::MkeyAccess ToMkeyAccess(AccessFlags access);
 
 MkeyState FromMkc(const umr::MkeyContextDesc& d);
 umr::MkeyContextDesc ToMkc(const MkeyState& s);
+
+// REQUIRES (KLM): e.length <= umr::kMaxKlmByteCount (the caller checks; higher bits are dropped).
+umr::KlmEntry ToUmrKlm(const KlmEntry& e);
+umr::KsmEntry ToUmrKsm(const KlmEntry& e);
+umr::MttEntry ToUmrMtt(const MttEntry& e);
+// KSM entries come back with length 0 (KeyInfo::klm's convention).
+KlmEntry FromUmrKlm(const umr::KlmEntry& e);
+KlmEntry FromUmrKsm(const umr::KsmEntry& e);
+MttEntry FromUmrMtt(const umr::MttEntry& e);
 
 }  // namespace hca::sim
 

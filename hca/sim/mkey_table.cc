@@ -14,9 +14,9 @@ void MkeySlot::RecomputeKlmEnds() {
 }
 
 uint32_t MkeySlot::CapacityEntries(const MkeyState& s) {
-  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (docs/prm.md, Mkey context
-  // (MKC)).
-  return s.access_mode == 1 ? s.translations_octword_size * 2 : s.translations_octword_size;
+  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (docs/prm.md, Mkey context (MKC)).
+  const auto mode = static_cast<umr::AccessMode>(s.access_mode);
+  return s.translations_octword_size * static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
 }
 
 MkeyTable::MkeyTable(uint32_t size) : size_(size), slots_(new MkeySlot[size]) {}

@@ -25,6 +25,9 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "hca/device.h"
+#include "umr/mkey.h"
+#include "umr/prm.h"
+#include "umr/segments.h"
 
 namespace hca::sim {
 
@@ -32,10 +35,10 @@ namespace hca::sim {
 struct MkeyState {
   bool free = true;
   bool umr_en = false;
-  uint8_t access_mode = 0;    // 1 MTT, 2 KLM, 3 KSM
+  uint8_t access_mode = 0;    // umr::kAccessModeMtt, kAccessModeKlm or kAccessModeKsm
   AccessFlags access = 0;     // lr/lw/rr/rw/a as hca::AccessBits
   uint8_t variant = 0;        // mkey_7_0
-  uint32_t qpn = 0xffffff;
+  uint32_t qpn = umr::kQpnUnbound;
   uint32_t pd = 0;
   bool length64 = false;
   bool en_rinval = false;
@@ -45,12 +48,17 @@ struct MkeyState {
   uint8_t log_entity_size = 0;
 };
 
-// One KLM/KSM entry, host order (KSM ignores byte_count).
-struct IndirectEntry {
-  uint32_t byte_count = 0;
-  uint32_t mkey = 0;
-  uint64_t address = 0;
-};
+// The stored form of one MTT entry: the page address with umr::kMttRead / kMttWrite in its low
+// bits (the entry's 8 bytes read big-endian).
+inline uint64_t StoredMtt(const umr::MttEntry& e) {
+  return e.addr | (e.read ? umr::kMttRead : 0) | (e.write ? umr::kMttWrite : 0);
+}
+inline umr::MttEntry LoadedMtt(uint64_t stored) {
+  return umr::MttEntry{stored & umr::kMttAddrMask, (stored & umr::kMttRead) != 0,
+                       (stored & umr::kMttWrite) != 0};
+}
+// A KSM entry as the slot's KLM table holds it (byte_count 0: the entity size applies).
+inline umr::KlmEntry StoredKsm(const umr::KsmEntry& e) { return umr::KlmEntry{0, e.mkey, e.va}; }
 
 struct MkeySlot {
   mutable base::Mutex mu;
@@ -59,10 +67,12 @@ struct MkeySlot {
   // hardware, this is not an MKC bit (docs/prm.md, Page faults (ODP)).
   bool on_demand ABSL_GUARDED_BY(mu) = false;
   MkeyState state ABSL_GUARDED_BY(mu);
-  // MTT keys: one BE-decoded entry per page (address | wr_en<<1 | rd_en); capacity entries.
+  // MTT keys: one BE-decoded entry per page (address | umr::kMttWrite | umr::kMttRead);
+  // capacity entries.
   std::vector<uint64_t> mtt ABSL_GUARDED_BY(mu);
-  // KLM/KSM keys: capacity entries; klm_end[j] = T[j] + n[j] (KLM prefix sums).
-  std::vector<IndirectEntry> klm ABSL_GUARDED_BY(mu);
+  // KLM/KSM keys: capacity entries, host order (KSM entries have byte_count 0);
+  // klm_end[j] = T[j] + n[j] (KLM prefix sums).
+  std::vector<umr::KlmEntry> klm ABSL_GUARDED_BY(mu);
   std::vector<uint64_t> klm_end ABSL_GUARDED_BY(mu);
 
   // Recomputes klm_end after the KLM entries changed.
@@ -97,7 +107,7 @@ class MkeyTable {
   mutable base::Mutex mu_;
   std::vector<uint32_t> freed_ ABSL_GUARDED_BY(mu_);  // FIFO (front = oldest)
   size_t freed_head_ ABSL_GUARDED_BY(mu_) = 0;
-  uint32_t next_unused_ ABSL_GUARDED_BY(mu_) = 2;
+  uint32_t next_unused_ ABSL_GUARDED_BY(mu_) = umr::KeyIndex(umr::kInvalidLkey) + 1;
   uint32_t live_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "hca/sim/sim_queue.h"
 #include "hca/sim/translator.h"
 #include "umr/mailbox.h"
+#include "umr/mkey.h"
 #include "umr/prm.h"
 #include "umr/segments.h"
 #include "umr/wqe_builder.h"
@@ -62,7 +63,9 @@ class SimDeviceImpl final : public SimDevice {
     caps_.max_klm_entries = 1u << o.log_max_klm_list_size;
     caps_.max_inline_klm = umr::kMaxInlineKlms;
     caps_.max_indirection = o.max_indirection;
-    for (unsigned n = 12; n <= 31; ++n) caps_.page_size_mask |= uint64_t{1} << n;
+    for (unsigned n = umr::kMinLogEntitySize; n <= umr::kMaxLogEntitySize; ++n) {
+      caps_.page_size_mask |= uint64_t{1} << n;
+    }
     caps_.max_key_length = 0;
     caps_.max_queue_depth = o.max_queue_depth;
     caps_.max_keys = o.max_keys;
@@ -95,14 +98,17 @@ class SimDeviceImpl final : public SimDevice {
                                           const BackingOptions& options) override {
     RETURN_IF_ERROR(CheckPd(pd));
     if (length == 0) return absl::InvalidArgumentError("backing of length 0");
-    if (options.log_page_size < 12 || options.log_page_size > 31) {
+    if (options.log_page_size < umr::kMinLogEntitySize ||
+        options.log_page_size > umr::kMaxLogEntitySize) {
       return absl::InvalidArgumentError(absl::StrCat("page size 2^", options.log_page_size,
                                                      " unsupported (12..31)"));
     }
     if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
     const uint64_t page = uint64_t{1} << options.log_page_size;
     const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
-    const uint64_t cap = (pages + 7) / 8 * 8;
+    // Capacity in whole 64-byte blocks of entries, as a UMR rewrites them.
+    constexpr uint64_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
+    const uint64_t cap = (pages + kBlock - 1) / kBlock * kBlock;
     if (cap > (uint64_t{1} << 31)) return absl::InvalidArgumentError("backing too large");
     MkeyState st;
     st.free = false;
@@ -112,7 +118,8 @@ class SimDeviceImpl final : public SimDevice {
     st.pd = pd.pdn;
     st.start_addr = addr;
     st.len = length;
-    st.translations_octword_size = static_cast<uint32_t>(cap / 2);
+    st.translations_octword_size =
+        static_cast<uint32_t>(cap / umr::EntriesPerOctoword(umr::AccessMode::kMtt));
     st.log_entity_size = static_cast<uint8_t>(options.log_page_size);
     // A live MTT key with its translation inline, as a pinned MR's CREATE_MKEY carries it; an
     // on-demand one supplies none (every entry absent). pg_access: rd_en/wr_en per entry count.
@@ -124,7 +131,9 @@ class SimDeviceImpl final : public SimDevice {
       std::vector<umr::MttEntry> mtt(pages);
       const uint64_t base = addr & ~(page - 1);
       for (uint64_t i = 0; i < pages; ++i) mtt[i] = umr::MttEntry{base + i * page, true, wr};
-      in.translation.assign((pages + 1) / 2 * umr::kOctoword, 0);  // whole octowords
+      constexpr uint64_t kPerOctoword = umr::EntriesPerOctoword(umr::AccessMode::kMtt);
+      in.translation.assign((pages + kPerOctoword - 1) / kPerOctoword * umr::kOctoword,
+                            0);  // whole octowords
       RETURN_IF_ERROR(umr::EncodeMttEntries(mtt, in.translation.data()));
     }
     ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, umr::EncodeCreateMkeyIn(in));
@@ -180,7 +189,9 @@ class SimDeviceImpl final : public SimDevice {
     absl::Status s = RunCommand(in, &out, false);
     if (!s.ok()) return absl::NotFoundError(s.message());
     ASSIGN_OR_RETURN(const umr::CmdStatus st, umr::DecodeCmdStatusOut(out));
-    if (st.status != 0) return absl::InternalError("DESTROY_MKEY succeeded with a failed outbox");
+    if (st.status != umr::kCmdStatusOk) {
+      return absl::InternalError("DESTROY_MKEY succeeded with a failed outbox");
+    }
     stats_.live_keys.Sub();
     return s;
   }
@@ -209,16 +220,15 @@ class SimDeviceImpl final : public SimDevice {
     info.length64 = mkc.length64;
     info.remote_invalidate = mkc.en_rinval;
     info.log_entity_size = mkc.log_entity_size;
-    const bool mtt = mkc.access_mode == umr::kAccessModeMtt;
-    info.capacity_entries = mtt ? mkc.translations_octword_size * 2 : mkc.translations_octword_size;
-    const size_t entry_bytes = mtt ? 8 : 16;
+    const auto mode = static_cast<umr::AccessMode>(mkc.access_mode);
+    info.capacity_entries = mkc.translations_octword_size *
+                            static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
     const absl::Span<const uint8_t> xlt = absl::MakeConstSpan(o.translation).subspan(
-        0, size_t{info.capacity_entries} * entry_bytes);
-    ASSIGN_OR_RETURN(umr::Translation t,
-                     umr::DecodeTranslation(static_cast<umr::AccessMode>(mkc.access_mode), xlt));
-    for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(MttEntry{e.addr, e.read, e.write});
-    for (const umr::KlmEntry& e : t.klm) info.klm.push_back(KlmEntry{e.mkey, e.address, e.byte_count});
-    for (const umr::KsmEntry& e : t.ksm) info.klm.push_back(KlmEntry{e.mkey, e.va, 0});
+        0, size_t{info.capacity_entries} * umr::EntryBytes(mode));
+    ASSIGN_OR_RETURN(umr::Translation t, umr::DecodeTranslation(mode, xlt));
+    for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(FromUmrMtt(e));
+    for (const umr::KlmEntry& e : t.klm) info.klm.push_back(FromUmrKlm(e));
+    for (const umr::KsmEntry& e : t.ksm) info.klm.push_back(FromUmrKsm(e));
     return info;
   }
 
@@ -296,8 +306,8 @@ class SimDeviceImpl final : public SimDevice {
     const uint64_t base = s.start_addr & ~(page - 1);
     const uint64_t first = (addr - base) >> log, last = (addr + length - 1 - base) >> log;
     for (uint64_t i = first; i <= last && i < slot->mtt.size(); ++i) {
-      const uint64_t wr = (write || (slot->mtt[i] & 2)) ? 2 : 0;
-      slot->mtt[i] = (base + i * page) | 1 | wr;
+      const bool wr = write || (slot->mtt[i] & umr::kMttWrite) != 0;
+      slot->mtt[i] = StoredMtt(umr::MttEntry{base + i * page, /*read=*/true, wr});
     }
     return absl::OkStatus();
   }
@@ -340,7 +350,7 @@ class SimDeviceImpl final : public SimDevice {
   absl::Status InvalidateRemote(uint32_t pd, Key rkey) {
     // The responder executes the requester's SEND_INVAL WQE: build it with umr/ and decode it
     // back, so the key to invalidate comes from the bytes.
-    alignas(64) uint8_t buf[64] = {};
+    alignas(umr::kWqebb) uint8_t buf[umr::kWqebb] = {};
     umr::SendInvalidateRequest r;
     r.invalidate_key = rkey;
     ASSIGN_OR_RETURN(umr::WqeSize size, umr::BuildSendInvalidate(umr::WqeHeader{}, r, buf));
@@ -410,7 +420,7 @@ class SimDeviceImpl final : public SimDevice {
 
   // log_entity_size of a paged pool key (MTT page / KSM entity): 12..31.
   static absl::Status EntitySize(uint32_t log, umr::FreeMkeyParams* p) {
-    if (log < 12 || log > 31) {
+    if (log < umr::kMinLogEntitySize || log > umr::kMaxLogEntitySize) {
       return absl::InvalidArgumentError(absl::StrCat("log entity size ", log, " outside 12..31"));
     }
     p->log_entity_size = static_cast<uint8_t>(log);
@@ -551,7 +561,7 @@ absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
       }
     } else if (k == "max_keys") {
       RETURN_IF_ERROR(ParseU32(k, v, &o.max_keys));
-      if (o.max_keys < 4 || o.max_keys > (1u << 24)) {
+      if (o.max_keys < 4 || o.max_keys > umr::kMaxMkeyIndex + 1) {
         return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
       }
     } else if (k == "max_indirection") {
@@ -572,7 +582,7 @@ absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
 
 absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& options,
                                                         const OpenOptions& open) {
-  if (options.max_keys < 4 || options.max_keys > (1u << 24)) {
+  if (options.max_keys < 4 || options.max_keys > umr::kMaxMkeyIndex + 1) {
     return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
   }
   return std::unique_ptr<SimDevice>(new SimDeviceImpl(options, open));

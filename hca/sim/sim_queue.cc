@@ -11,13 +11,18 @@
 #include "hca/sim/umr_executor.h"
 #include "umr/mkey.h"
 #include "umr/prm.h"
+#include "umr/segments.h"
+#include "umr/wqe_builder.h"
 
 namespace hca::sim {
 namespace {
 
-constexpr uint8_t kCqeInvalidOpcode = 0xf;
-
-umr::MttEntry ToUmr(const MttEntry& e) { return umr::MttEntry{e.dma_addr, e.read, e.write}; }
+// WQEBBs to reserve for a UMR WQE with `translation_bytes` of inline translation (64-B padded);
+// beyond the largest WQE the builder fails, so the reservation stops there.
+unsigned UmrWqebbs(size_t translation_bytes) {
+  return static_cast<unsigned>(std::min<size_t>(
+      umr::kUmrHeadWqebbs + translation_bytes / umr::kWqebb, umr::kMaxWqebbsPerWqe));
+}
 
 absl::Status PostError(absl::Status s) {
   // Builder failures are the caller's request breaking its REQUIRES.
@@ -59,7 +64,7 @@ SimQueue::SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, Execut
       error_status_(depth) {
   // Every CQE starts invalid (opcode 0xf, owner 0), as the driver initializes a CQ.
   umr::Cqe invalid;
-  invalid.opcode = kCqeInvalidOpcode;
+  invalid.opcode = umr::kCqeOpInvalid;
   const absl::StatusOr<umr::CqeBytes> bytes = umr::EncodeCqe(invalid);
   RC_CHECK(bytes.ok()) << bytes.status();
   for (uint32_t i = 0; i < depth; ++i) cq_[i] = *bytes;
@@ -107,27 +112,26 @@ absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
     case Layout::kKlm:
       m.mode = umr::AccessMode::kKlm;
       for (const KlmEntry& e : r.klm) {
-        if (e.length == 0 || e.length > (uint64_t{1} << 31)) {
+        if (e.length == 0 || e.length > umr::kMaxKlmByteCount) {
           return absl::InvalidArgumentError(absl::StrCat("KLM length ", e.length,
                                                          " outside (0, 2^31]"));
         }
-        m.klm.push_back(umr::KlmEntry{static_cast<uint32_t>(e.length), e.key, e.addr});
+        m.klm.push_back(ToUmrKlm(e));
       }
       break;
     case Layout::kKsm:
       m.mode = umr::AccessMode::kKsm;
       m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
-      for (const KlmEntry& e : r.klm) m.ksm.push_back(umr::KsmEntry{e.key, e.addr});
+      for (const KlmEntry& e : r.klm) m.ksm.push_back(ToUmrKsm(e));
       break;
     case Layout::kMtt:
       m.mode = umr::AccessMode::kMtt;
       m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
-      for (const MttEntry& e : r.mtt) m.mtt.push_back(ToUmr(e));
+      for (const MttEntry& e : r.mtt) m.mtt.push_back(ToUmrMtt(e));
       break;
   }
-  // ctrl+UMR ctrl (1 WQEBB) + mkc (1) + the inline list padded to 64 B.
-  const size_t list = m.mtt.size() * 8 + (m.klm.size() + m.ksm.size()) * 16;
-  const unsigned wqebbs = static_cast<unsigned>(std::min<size_t>(2 + (list + 63) / 64, umr::kMaxWqebbsPerWqe));
+  const unsigned wqebbs =
+      UmrWqebbs(umr::PaddedTranslationBytes(m.mode, m.mtt.size() + m.klm.size() + m.ksm.size()));
   return Post(request_id, r.options, wqebbs,
               [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                 // Capacity is the device's check (MW_BIND), not the poster's.
@@ -150,23 +154,26 @@ absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& r) {
   if (r.fields & kUpdateRange) u.mask |= umr::kMaskLen | umr::kMaskStartAddr;
   if (r.fields & kUpdateVariant) u.mask |= umr::kMaskKey;
   if (r.fields & kUpdateRemoteInvalidate) u.mask |= umr::kMaskEnRinval;
-  return Post(request_id, r.options, 2, [&u](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-    return umr::BuildUpdateKey(h, u, out);
-  });
+  return Post(request_id, r.options, umr::kUmrHeadWqebbs,
+              [&u](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                return umr::BuildUpdateKey(h, u, out);
+              });
 }
 
 absl::Status SimQueue::PostInvalidate(uint64_t request_id, Key key, PostOptions options) {
   umr::LocalInvalidateRequest r;
   r.key = key;
-  return Post(request_id, options, 2, [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-    return umr::BuildLocalInvalidate(h, r, out);
-  });
+  return Post(request_id, options, umr::kUmrHeadWqebbs,
+              [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                return umr::BuildLocalInvalidate(h, r, out);
+              });
 }
 
 absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
                                               absl::Span<const MttEntry> entries,
                                               PostOptions options) {
-  if (entries.empty() || entries.size() % 8 != 0 || first_entry % 8 != 0) {
+  constexpr size_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
+  if (entries.empty() || entries.size() % kBlock != 0 || first_entry % kBlock != 0) {
     return absl::InvalidArgumentError(absl::StrCat("MTT rewrite [", first_entry, ", +",
                                                    entries.size(),
                                                    ") is not whole blocks of 8 entries"));
@@ -176,8 +183,9 @@ absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint
   r.mode = umr::AccessMode::kMtt;
   r.first_entry = first_entry;
   r.check_free = umr::FreeCheck::kMustNotBeFree;
-  for (const MttEntry& e : entries) r.mtt.push_back(ToUmr(e));
-  const unsigned wqebbs = static_cast<unsigned>(std::min<size_t>(2 + (entries.size() * 8 + 63) / 64, umr::kMaxWqebbsPerWqe));
+  for (const MttEntry& e : entries) r.mtt.push_back(ToUmrMtt(e));
+  const unsigned wqebbs =
+      UmrWqebbs(umr::PaddedTranslationBytes(umr::AccessMode::kMtt, entries.size()));
   return Post(request_id, options, wqebbs,
               [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                 return umr::BuildRewriteTranslation(h, r, /*extended_offset=*/true, out);
@@ -290,7 +298,7 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
     // A 64-byte CQE always decodes; validity is the opcode and the owner bit.
     const absl::StatusOr<umr::Cqe> cqe = umr::DecodeCqe(cq_[cq_consumer_ & (depth_ - 1)]);
     // The owner bit must match this pass over the ring (RC_CHECK: the producer counter said so).
-    RC_CHECK(cqe.ok() && cqe->opcode != kCqeInvalidOpcode &&
+    RC_CHECK(cqe.ok() && cqe->opcode != umr::kCqeOpInvalid &&
              cqe->owner == (((cq_consumer_ / depth_) & 1) != 0))
         << "CQE " << cq_consumer_ << " not valid";
     ++cq_consumer_;

@@ -4,11 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "umr/prm.h"
 
 namespace hca::sim {
 namespace {
-
-constexpr uint64_t kMttRd = 1, kMttWr = 2, kMttAddrMask = ~uint64_t{0xff};
 
 absl::Status Fail(AccessKind kind, Key key, absl::string_view why) {
   return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
@@ -90,12 +89,12 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
     // 6. translation.
     const uint64_t d = va - s.start_addr;
     switch (s.access_mode) {
-      case 1: {  // MTT
+      case umr::kAccessModeMtt: {
         const unsigned log = s.log_entity_size;
         const uint64_t page = uint64_t{1} << log;
         uint64_t u = d + (s.start_addr & (page - 1));
         uint64_t remaining = len;
-        const uint64_t need_bit = IsWrite(kind) ? kMttWr : kMttRd;
+        const uint64_t need_bit = IsWrite(kind) ? umr::kMttWrite : umr::kMttRead;
         while (remaining > 0) {
           const uint64_t i = u >> log;
           const uint64_t delta = u & (page - 1);
@@ -115,13 +114,13 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
             return Fail(kind, key, absl::StrCat("MTT[", i, "] lacks ",
                                                 IsWrite(kind) ? "wr_en" : "rd_en"));
           }
-          Append(out, (e & kMttAddrMask) + delta, n);
+          Append(out, (e & umr::kMttAddrMask) + delta, n);
           u += n;
           remaining -= n;
         }
         return absl::OkStatus();
       }
-      case 2: {  // KLM
+      case umr::kAccessModeKlm: {
         const std::vector<uint64_t>& ends = slot->klm_end;
         size_t j = std::upper_bound(ends.begin(), ends.end(), d) - ends.begin();
         uint64_t off = d - (j < ends.size() ? ends[j] - slot->klm[j].byte_count : 0);
@@ -131,7 +130,7 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
             return Fail(kind, key, absl::StrCat("offset ", d + len - remaining,
                                                 " beyond the KLM entries"));
           }
-          const IndirectEntry& e = slot->klm[j];
+          const umr::KlmEntry& e = slot->klm[j];
           const uint64_t n = std::min<uint64_t>(remaining, e.byte_count - off);
           hops.push_back(Hop{e.mkey, e.address + off, n});
           remaining -= n;
@@ -140,7 +139,7 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
         }
         break;
       }
-      case 3: {  // KSM
+      case umr::kAccessModeKsm: {
         const unsigned log = s.log_entity_size;
         const uint64_t entity = uint64_t{1} << log;
         uint64_t pos = d;

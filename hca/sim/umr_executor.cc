@@ -1,10 +1,13 @@
 #include "hca/sim/umr_executor.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hca/sim/mkc_convert.h"
 #include "hca/status.h"
 #include "umr/prm.h"
+#include "umr/segments.h"
 #include "umr/wqe_decoder.h"
 
 namespace hca::sim {
@@ -37,11 +40,11 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   if (u.klm_octowords > 0 && !u.inline_translation) {
     return QpOp(key, "translation pointer mode not modelled (inline only)");
   }
-  if (u.klm_octowords % 4 != 0) {
+  if (u.klm_octowords % umr::kOctowordsPer64B != 0) {
     return QpOp(key, absl::StrCat("klm_octowords ", u.klm_octowords, " not 64-byte aligned"));
   }
   const uint64_t offset = u.translation_offset_en ? u.translation_offset : 0;
-  if (offset % 4 != 0) {
+  if (offset % umr::kOctowordsPer64B != 0) {
     return QpOp(key, absl::StrCat("translation offset ", offset, " not 64-byte aligned"));
   }
   MkeySlot* slot = table->Slot(KeyIndex(key));
@@ -96,19 +99,13 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   outcome->local_invalidate = mask == umr::kMaskFree && in.free && u.klm_octowords == 0;
 
   if (u.klm_octowords > 0) {
+    const size_t first =
+        offset * umr::EntriesPerOctoword(static_cast<umr::AccessMode>(cur.access_mode));
     if (cur.access_mode == umr::kAccessModeMtt) {
-      const size_t first = offset * 2;
-      for (size_t i = 0; i < t.mtt.size(); ++i) {
-        slot->mtt[first + i] = t.mtt[i].addr | (t.mtt[i].read ? 1 : 0) | (t.mtt[i].write ? 2 : 0);
-      }
+      for (size_t i = 0; i < t.mtt.size(); ++i) slot->mtt[first + i] = StoredMtt(t.mtt[i]);
     } else {
-      const size_t first = offset;
-      for (size_t i = 0; i < t.klm.size(); ++i) {
-        slot->klm[first + i] = IndirectEntry{t.klm[i].byte_count, t.klm[i].mkey, t.klm[i].address};
-      }
-      for (size_t i = 0; i < t.ksm.size(); ++i) {
-        slot->klm[first + i] = IndirectEntry{0, t.ksm[i].mkey, t.ksm[i].va};
-      }
+      std::copy(t.klm.begin(), t.klm.end(), slot->klm.begin() + first);
+      for (size_t i = 0; i < t.ksm.size(); ++i) slot->klm[first + i] = StoredKsm(t.ksm[i]);
       slot->RecomputeKlmEnds();
     }
   }

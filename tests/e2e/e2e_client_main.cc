@@ -99,11 +99,12 @@ std::string Command(api::Client& c, const std::vector<std::string>& a,
   }
   if (cmd == "regp") {  // reg with prefetch mode: 0 none, 1 sync, 2 async
     auto k = c.Register(reinterpret_cast<const void*>(n(1)), n(2), static_cast<uint32_t>(n(3)),
-                        static_cast<int>(n(4)));
+                        static_cast<api::PrefetchMode>(n(4)));
     return k.ok() ? KeyLine(*k) : Err(k.status());
   }
   if (cmd == "prefetch") {  // prefetch <va> <len> <write 0|1> <sync 0|1>
-    absl::Status s = c.Prefetch(reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0, n(4) != 0);
+    absl::Status s = c.Prefetch(reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0,
+                                n(4) != 0 ? api::PrefetchMode::kSync : api::PrefetchMode::kAsync);
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "reg") {
