@@ -1,5 +1,5 @@
 // The backend registry — the implementers' side of the device boundary (callers use
-// hca/device.h and OpenDevice below).
+// hca/device.h, which declares OpenDevice).
 //
 // A backend is a factory registered under a name ("sim", "mlx5", "verbs"). A device spec names
 // the backend and, after a colon, its arguments:
@@ -38,15 +38,6 @@
 
 namespace hca {
 
-// Options every backend honours.
-struct OpenOptions {
-  // Where the backend registers its counters (nullptr: not registered anywhere; the backend
-  // still counts). Must outlive the device.
-  base::stats::Registry* stats_registry = nullptr;
-  // Component name for those counters ("hca_sim", ...); empty: "hca_<backend>".
-  std::string stats_component;
-};
-
 // A parsed device spec.
 struct BackendSpec {
   std::string backend;                        // before the colon
@@ -69,12 +60,6 @@ absl::Status RegisterBackend(absl::string_view name, BackendFactory factory);
 
 // Names of the registered backends, sorted.
 std::vector<std::string> RegisteredBackends();
-
-// Opens a device by spec. kNotFound when no backend of that name is registered (the message
-// lists the registered ones and, for the project's own backend names, says which
-// RegisterBackend() call links it in); otherwise whatever the factory returns.
-absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
-                                                   const OpenOptions& options = {});
 
 // Test hook: forgets every registration.
 void ClearBackendsForTest();

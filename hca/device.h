@@ -7,7 +7,8 @@
 //   verbs  any verbs device through plain libibverbs: backings are ibv_reg_mr, "indirect keys"
 //          are type-1 memory windows (a map is a bind, an invalidate a zero-length bind), no ODP.
 // A backend reports what it can do in Capabilities and returns kUnimplemented for the rest.
-// Backends are opened by name with hca::OpenDevice (hca/backend.h).
+// Backends are opened by name with hca::OpenDevice (below; the registry behind it, for
+// implementers, is hca/backend.h).
 //
 // Keys: a key is the 32-bit mkey, index<<8 | variant; the same value serves as lkey and rkey.
 // The cache owns the variant: every map of a pooled key names the variant the key takes
@@ -41,8 +42,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/stats.h"
 #include "hca/status.h"
 #include "umr/mkey.h"
 
@@ -391,6 +394,27 @@ class Device {
   // or the range is outside it.
   virtual absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) = 0;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Opening a device.
+
+// Options every backend honours.
+struct OpenOptions {
+  // Where the backend registers its counters (nullptr: not registered anywhere; the backend
+  // still counts). Must outlive the device.
+  base::stats::Registry* stats_registry = nullptr;
+  // Component name for those counters ("hca_sim", ...); empty: "hca_<backend>".
+  std::string stats_component;
+};
+
+// Opens a device by spec: the backend's name and, after a colon, its comma-separated arguments
+// ("sim", "sim:mode=thread,max_indirection=2", "verbs:rxe0", "mlx5:mlx5_0,port=1"; the grammar is in
+// hca/backend.h). kNotFound when no backend of that name is registered (the message lists the
+// registered ones and, for the project's own backend names, says which RegisterBackend() call
+// links it in); kInvalidArgument for a malformed spec or parameters the backend does not know;
+// kUnavailable when this machine cannot provide the device; otherwise the backend's error.
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
+                                                   const OpenOptions& options = {});
 
 }  // namespace hca
 

@@ -16,7 +16,6 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
-#include "hca/backend.h"
 #include "odp/register.h"
 #include "odp/servicer.h"
 #include "service/shared_memory.h"
