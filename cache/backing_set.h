@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hca/device.h"
+#include "umr/prm.h"
 
 namespace cache {
 
@@ -34,7 +35,7 @@ struct BackingRecord {
 };
 
 // Largest byte count of one KLM entry (the PRM's 2 GiB).
-inline constexpr uint64_t kMaxKlmEntryBytes = uint64_t{1} << 31;
+inline constexpr uint64_t kMaxKlmEntryBytes = umr::kMaxKlmByteCount;
 
 class BackingSet {
  public:

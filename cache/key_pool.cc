@@ -85,7 +85,7 @@ absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
   t.pooled.key = c.free.front();
   t.pooled.cls = cls;
   c.free.pop_front();
-  t.new_variant = static_cast<uint8_t>(hca::KeyVariant(t.pooled.key) + 1);
+  t.new_variant = hca::KeyVariant(hca::NextVariant(t.pooled.key));
   stats_->keys_taken.Inc();
   stats_->keys_free.Sub();
   stats_->keys_in_use.Add();
