@@ -159,7 +159,7 @@ ZapPlan PlanZap(const hca::Backing& b, const MttState& state, EntryRange range,
     if (states.empty()) run_first = blk;
     for (uint32_t i = blk; i < blk + kEntriesPerBlock; ++i) {
       const bool in = i >= range.first && i < range.end;
-      states.push_back(in ? kAbsent : state.entries[i]);
+      states.push_back(in ? uint8_t{kAbsent} : state.entries[i]);
     }
   }
   if (!states.empty()) AppendRewrites(b, run_first, states, max_entries, &plan.rewrites);

@@ -10,8 +10,8 @@
 // zaps rewrite every block of their range.
 //
 // A service plan covers the pending needs' entries widened to whole blocks (a UMR writes 64-byte
-// blocks of 8 MTT entries: docs/prm.md, UMR control segment, translation offset), runs that
-// meet merged into one; a run is rewritten only if its state changes (or the state is
+// blocks of 8 MTT entries: its translation offset and size are 64-byte aligned, docs/prm.md,
+// UMR control segment), runs that meet merged into one; a run is rewritten only if its state changes (or the state is
 // uncertain), in rewrites of at most `max_entries` entries each (what one WQE carries inline).
 // Entries around a need inside its blocks are rewritten with their current state, so a rewrite
 // never takes a neighbour's rights away.
