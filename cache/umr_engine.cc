@@ -55,6 +55,9 @@ absl::Status UmrEngine::PostOne(QueueSlot& slot, UmrOp& op, uint64_t id, bool si
     op.map.options = po;
     return slot.queue->PostMap(id, op.map);
   }
+  if (op.kind == UmrOp::Kind::kRewriteTranslation) {
+    return slot.queue->PostRewriteTranslation(id, op.key, op.first_entry, op.mtt, po);
+  }
   return slot.queue->PostInvalidate(id, op.key, po);
 }
 
@@ -117,7 +120,8 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       }
       const bool last = i + 1 == ops.size();
       const uint64_t id = slot.next_id++;
-      absl::Status s = PostOne(slot, op, id, /*signaled=*/last);
+      const bool signaled = last || op.signaled;
+      absl::Status s = PostOne(slot, op, id, signaled);
       // A full ring: retire what completed and try again, until the deadline.
       while (absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
         if (posted > 0) {
@@ -126,7 +130,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
         }
         PollAndDispatch(slot);
         std::this_thread::yield();
-        s = PostOne(slot, op, id, last);
+        s = PostOne(slot, op, id, signaled);
       }
       if (!s.ok()) {
         op.result = base::Annotate(s, "post UMR");
@@ -139,6 +143,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
         continue;
       }
       slot.outstanding.push_back({id, &op, &done[i]});
+      op.posted = true;
       ++posted;
       stats_->umr_posted.Inc();
     }

@@ -1,11 +1,13 @@
 // The UMR engine: the tenant's dedicated queues and the discipline for using them.
 //
-// A caller hands Execute() a batch of operations (map a pooled key, invalidate a key). The
-// engine posts them on one of its queues (chosen by the calling thread, so threads spread over
-// queues), only the last one signalled — selective signalling: a signalled success retires
-// every earlier request on the queue, and errors always complete — rings the doorbell once,
-// and waits until every operation of the batch has a result. Whoever waits polls the queue and
-// hands each completion to its owner, so concurrent batches on one queue share the polling.
+// A caller hands Execute() a batch of operations (map a pooled key, invalidate a key, rewrite
+// MTT entries of an on-demand backing — odp/ owns one engine per PD for those). The engine
+// posts them on one of its queues (chosen by the calling thread, so threads spread over
+// queues), only the last one signalled (and those that ask) — selective signalling: a signalled
+// success retires every earlier request on the queue, and errors always complete — rings the
+// doorbell once, and waits until every operation of the batch has a result. Whoever waits polls
+// the queue and hands each completion to its owner, so concurrent batches on one queue share
+// the polling.
 //
 // Guarantees:
 //   - Execute() returns only after each op's result is final: OK means the device completed it
@@ -37,20 +39,40 @@
 namespace cache {
 
 struct UmrOp {
-  enum class Kind { kMap, kInvalidate };
+  enum class Kind { kMap, kInvalidate, kRewriteTranslation };
   Kind kind = Kind::kMap;
   hca::MapRequest map;                // kMap; map.klm points at `klm` below
   std::vector<hca::KlmEntry> klm;     // storage for map.klm
-  hca::Key key = 0;                   // kInvalidate: the key's current full value
+  hca::Key key = 0;                   // kInvalidate, kRewriteTranslation: the key's full value
+  // kRewriteTranslation: MTT entries [first_entry, first_entry + mtt.size()) of a live direct
+  // key (hca::Queue::PostRewriteTranslation: whole blocks of 8 entries). Not owned: `mtt` must
+  // stay valid until Execute returns.
+  uint32_t first_entry = 0;
+  absl::Span<const hca::MttEntry> mtt;
   bool fence = false;
+  // Ask for a completion even when the op is not the batch's last (the last always asks). A
+  // batch larger than the ring needs it: an unsignalled request frees its ring space only when
+  // a later completion is polled.
+  bool signaled = false;
 
   absl::Status result;                // set by Execute
+  bool posted = false;                // set by Execute: the op reached the ring
 
   static UmrOp Invalidate(hca::Key key, bool fence) {
     UmrOp op;
     op.kind = Kind::kInvalidate;
     op.key = key;
     op.fence = fence;
+    return op;
+  }
+  static UmrOp RewriteTranslation(hca::Key key, uint32_t first_entry,
+                                  absl::Span<const hca::MttEntry> mtt, bool signaled) {
+    UmrOp op;
+    op.kind = Kind::kRewriteTranslation;
+    op.key = key;
+    op.first_entry = first_entry;
+    op.mtt = mtt;
+    op.signaled = signaled;
     return op;
   }
 };

@@ -3,8 +3,9 @@
 // The cache cannot depend on odp/, so prefetch-on-register lives here: Register through the
 // cache, then prefetch the registered range through the servicer — for write when the rights
 // asked include any write. Without prefetch every first touch of a page by the NIC is a page
-// fault served in tens to hundreds of microseconds (anchors.md: ≈220 µs per 4 KiB fault on
-// ConnectX); a prefetch makes the whole range present in one pass.
+// fault served in tens to hundreds of microseconds (the published figure for an ODP minor fault
+// on ConnectX is about 220 µs per 4 KiB page; docs/architecture.md, ODP fault path); a prefetch
+// makes the whole range present in one pass.
 //
 // Thread safety: as RegCache::Register and Servicer::Prefetch (any thread).
 #ifndef REGCACHE_ODP_REGISTER_H_
