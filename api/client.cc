@@ -11,9 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -114,7 +112,7 @@ class ClientImpl final : public Client {
     m.offset = offset;
     m.length = length;
     {
-      std::lock_guard<std::mutex> l(send_mu_);
+      base::MutexLock l(&send_mu_);
       RETURN_IF_ERROR(SendControlMessage(control_fd_, &m, sizeof(m), fd));
     }
     ASSIGN_OR_RETURN(uint64_t id, TakeImported(m.nonce));
@@ -128,7 +126,7 @@ class ClientImpl final : public Client {
     req.set_memory_id(memory.id);
     pb::DetachMemoryResponse resp;
     RETURN_IF_ERROR(Call(&pb::RegCache::Stub::DetachMemory, req, &resp));
-    std::lock_guard<std::mutex> l(maps_mu_);
+    base::MutexLock l(&maps_mu_);
     auto it = maps_.find(memory.id);
     if (it != maps_.end()) {
       munmap(it->second.data, it->second.length);
@@ -279,24 +277,24 @@ class ClientImpl final : public Client {
     grpc::Slice slice(bytes);
     grpc::ByteBuffer request(&slice, 1);
     grpc::ByteBuffer response;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    grpc::Status result;
+    base::Mutex mu;
+    base::CondVar cv;
+    bool done = false;    // guarded by mu
+    grpc::Status result;  // guarded by mu
     generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
                       [&](grpc::Status s) {
-                        std::lock_guard<std::mutex> l(mu);
+                        base::MutexLock l(&mu);
                         result = std::move(s);
                         done = true;
-                        cv.notify_all();
+                        cv.SignalAll();
                       });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });  // the call's deadline bounds the wait
+    base::MutexLock l(&mu);
+    while (!done) cv.Wait(&mu);  // the call's deadline bounds the wait
     return FromGrpcStatus(result);
   }
 
   void SetTokenForTest(bool send, const std::string& token) override {
-    std::lock_guard<std::mutex> l(token_mu_);
+    base::MutexLock l(&token_mu_);
     send_token_ = send;
     token_ = token;
   }
@@ -309,7 +307,7 @@ class ClientImpl final : public Client {
     channel_.reset();
     if (control_fd_ >= 0) close(control_fd_);
     control_fd_ = -1;
-    std::lock_guard<std::mutex> l(maps_mu_);
+    base::MutexLock l(&maps_mu_);
     for (auto& [id, m] : maps_) munmap(m.data, m.length);
     maps_.clear();
     for (auto& [id, fd] : pending_fds_) close(fd);
@@ -317,9 +315,9 @@ class ClientImpl final : public Client {
   }
 
  private:
-  void Prepare(grpc::ClientContext* ctx) {
+  void Prepare(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(token_mu_) {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
-    std::lock_guard<std::mutex> l(token_mu_);
+    base::MutexLock l(&token_mu_);
     if (send_token_) ctx->AddMetadata(kSessionMetadataKey, token_);
   }
 
@@ -336,9 +334,9 @@ class ClientImpl final : public Client {
   // Receives control messages until `ready` finds what it waits for; stashes the rest.
   // One thread receives at a time; the others wait for it and re-check their stash.
   template <typename Ready>
-  absl::Status ReceiveUntil(Ready ready) {
+  absl::Status ReceiveUntil(Ready ready) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
     absl::Time deadline = absl::Now() + kFdWait;
-    std::lock_guard<std::mutex> l(recv_mu_);
+    base::MutexLock l(&recv_mu_);
     while (!ready()) {
       absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) {
@@ -346,7 +344,7 @@ class ClientImpl final : public Client {
       }
       absl::StatusOr<ControlMessage> msg = ReceiveControlMessage(control_fd_, left);
       if (!msg.ok()) return msg.status();
-      std::lock_guard<std::mutex> ml(maps_mu_);
+      base::MutexLock ml(&maps_mu_);
       switch (msg->type) {
         case ControlType::kMemoryFd:
           if (msg->fds.size() == 1) {
@@ -372,10 +370,10 @@ class ClientImpl final : public Client {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<int> TakeMemoryFd(uint64_t id) {
+  absl::StatusOr<int> TakeMemoryFd(uint64_t id) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
     int fd = -1;
     RETURN_IF_ERROR(ReceiveUntil([&] {
-      std::lock_guard<std::mutex> l(maps_mu_);
+      base::MutexLock l(&maps_mu_);
       auto it = pending_fds_.find(id);
       if (it == pending_fds_.end()) return false;
       fd = it->second;
@@ -385,10 +383,10 @@ class ClientImpl final : public Client {
     return fd;
   }
 
-  absl::StatusOr<uint64_t> TakeImported(uint64_t nonce) {
+  absl::StatusOr<uint64_t> TakeImported(uint64_t nonce) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
     absl::StatusOr<uint64_t> out = absl::UnknownError("unset");
     RETURN_IF_ERROR(ReceiveUntil([&] {
-      std::lock_guard<std::mutex> l(maps_mu_);
+      base::MutexLock l(&maps_mu_);
       if (auto it = imported_.find(nonce); it != imported_.end()) {
         out = it->second;
         imported_.erase(it);
@@ -406,7 +404,7 @@ class ClientImpl final : public Client {
 
   // Maps `fd` here (then closes it) and attaches the memory at that address.
   absl::StatusOr<Memory> MapAndAttach(uint64_t id, int fd, uint64_t offset, uint64_t length,
-                                      bool on_demand) {
+                                      bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_) {
     void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                    static_cast<off_t>(offset));
     int err = errno;
@@ -434,7 +432,7 @@ class ClientImpl final : public Client {
       return attached;
     }
     Memory m{id, p, length};
-    std::lock_guard<std::mutex> l(maps_mu_);
+    base::MutexLock l(&maps_mu_);
     maps_[id] = m;
     return m;
   }
@@ -442,21 +440,23 @@ class ClientImpl final : public Client {
   int control_fd_;
   const uint64_t session_id_;
   const bool admin_;
-  std::mutex token_mu_;
-  std::string token_;
-  bool send_token_ = true;
+  base::Mutex token_mu_;
+  std::string token_ ABSL_GUARDED_BY(token_mu_);
+  bool send_token_ ABSL_GUARDED_BY(token_mu_) = true;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::RegCache::Stub> stub_;
   const ClientOptions options_;
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> next_nonce_{1};
-  std::mutex send_mu_;
-  std::mutex recv_mu_;
-  std::mutex maps_mu_;
-  absl::flat_hash_map<uint64_t, Memory> maps_;
-  absl::flat_hash_map<uint64_t, int> pending_fds_;
-  absl::flat_hash_map<uint64_t, uint64_t> imported_;
-  absl::flat_hash_map<uint64_t, absl::Status> import_errors_;
+  // One message (with its fd) on the control socket at a time.
+  base::Mutex send_mu_;
+  // One receiver on the control socket at a time (ReceiveUntil); it stashes under maps_mu_.
+  base::Mutex recv_mu_;
+  base::Mutex maps_mu_ ABSL_ACQUIRED_AFTER(recv_mu_);
+  absl::flat_hash_map<uint64_t, Memory> maps_ ABSL_GUARDED_BY(maps_mu_);
+  absl::flat_hash_map<uint64_t, int> pending_fds_ ABSL_GUARDED_BY(maps_mu_);
+  absl::flat_hash_map<uint64_t, uint64_t> imported_ ABSL_GUARDED_BY(maps_mu_);
+  absl::flat_hash_map<uint64_t, absl::Status> import_errors_ ABSL_GUARDED_BY(maps_mu_);
 };
 
 }  // namespace

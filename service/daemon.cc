@@ -66,13 +66,14 @@ struct Session {
   std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
 };
 
-// A session pinned for the duration of one call: it cannot close underneath.
-class SessionRef {
+// A session pinned for the duration of one call: it cannot close underneath. A scoped lock: it
+// holds the session's `ops` shared from construction to destruction.
+class ABSL_SCOPED_LOCKABLE SessionRef {
  public:
-  SessionRef(std::shared_ptr<Session> s) ABSL_NO_THREAD_SAFETY_ANALYSIS : s_(std::move(s)) {
+  SessionRef(std::shared_ptr<Session> s) ABSL_SHARED_LOCK_FUNCTION(s->ops) : s_(std::move(s)) {
     s_->ops.ReaderLock();
   }
-  ~SessionRef() ABSL_NO_THREAD_SAFETY_ANALYSIS { s_->ops.ReaderUnlock(); }
+  ~SessionRef() ABSL_UNLOCK_FUNCTION() { s_->ops.ReaderUnlock(); }
   SessionRef(const SessionRef&) = delete;
   SessionRef& operator=(const SessionRef&) = delete;
   Session* operator->() const { return s_.get(); }

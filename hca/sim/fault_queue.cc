@@ -94,16 +94,17 @@ absl::Status FaultQueue::Park(const FaultNeed& need, AccessKind kind, uint32_t q
   base::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + timeout_;
   // A full event ring holds the access back, as a stalled QP waits for the EQ to drain.
-  const bool room = cv_.WaitFor(&mu_, timeout_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool room = cv_.WaitFor(&mu_, timeout_, [this]() {
+    mu_.AssertHeld();  // WaitFor calls the predicate with mu_ held
     return eq_producer_ - eq_consumer_ < kDepth;
   });
   bool resumed = false, ok = false;
   if (room) {
     const uint32_t token = Raise(need, kind, qpn);
-    resumed = cv_.WaitFor(&mu_, deadline - absl::Now(),
-                          [this, token]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                            return parked_[token].resumed;
-                          });
+    resumed = cv_.WaitFor(&mu_, deadline - absl::Now(), [this, token]() {
+      mu_.AssertHeld();
+      return parked_[token].resumed;
+    });
     ok = parked_[token].ok;
     parked_.erase(token);
     delivered_.erase(token);
@@ -169,10 +170,10 @@ absl::StatusOr<FaultEvent> FaultQueue::Next(absl::Duration timeout) {
   base::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    const bool got = cv_.WaitFor(&mu_, deadline - absl::Now(),
-                                 [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                   return eq_consumer_ != eq_producer_;
-                                 });
+    const bool got = cv_.WaitFor(&mu_, deadline - absl::Now(), [this]() {
+      mu_.AssertHeld();  // WaitFor calls the predicate with mu_ held
+      return eq_consumer_ != eq_producer_;
+    });
     if (!got) return absl::DeadlineExceededError("no page-fault event");
     const uint32_t n = eq_consumer_;
     FaultEvent ev;

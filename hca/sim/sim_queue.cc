@@ -343,7 +343,8 @@ absl::Status SimQueue::Flush(absl::Duration timeout) {
     Drain();
     return absl::OkStatus();
   }
-  const bool done = engine_cv_.WaitFor(&engine_mu_, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool done = engine_cv_.WaitFor(&engine_mu_, timeout, [this]() {
+    engine_mu_.AssertHeld();  // WaitFor calls the predicate with engine_mu_ held
     return executed_ == published_.load(std::memory_order_acquire);
   });
   return done ? absl::OkStatus() : absl::DeadlineExceededError("sim queue flush timed out");
