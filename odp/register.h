@@ -4,7 +4,7 @@
 // cache, then prefetch the registered range through the servicer — for write when the rights
 // asked include any write. Without prefetch every first touch of a page by the NIC is a page
 // fault served in tens to hundreds of microseconds (the published figure for an ODP minor fault
-// on ConnectX is about 220 µs per 4 KiB page; docs/architecture.md, ODP fault path); a prefetch
+// on ConnectX is about 220 µs per 4 KiB page; docs/architecture.md, ODP); a prefetch
 // makes the whole range present in one pass.
 //
 // Thread safety: as RegCache::Register and Servicer::Prefetch (any thread).

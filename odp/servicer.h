@@ -15,7 +15,7 @@
 //            batch (PostRewriteTranslation, translation offset) through its own
 //            cache::UmrEngine in the backing's PD; waits for the completions; resumes every
 //            fault it served — or resumes with error. Which pages and which blocks is decided
-//            by a pure planner (internal/fault_plan.h); docs/architecture.md, ODP fault path.
+//            by a pure planner (internal/fault_plan.h); docs/architecture.md, ODP.
 //            Prefetch is the same service run for a range instead of a fault. Zap rewrites the
 //            entries absent and waits. odp/ is the only writer of an ODP backing's MTT here.
 //   kKernel  (hca/mlx5: ODP MRs, ibv_reg_mr with IBV_ACCESS_ON_DEMAND; no fault events reach

@@ -11,7 +11,7 @@
 //
 // A service plan covers the pending needs' entries widened to whole blocks (a UMR writes 64-byte
 // blocks of 8 MTT entries: its translation offset and size are 64-byte aligned, docs/prm.md,
-// UMR control segment), runs that meet merged into one; a run is rewritten only if its state changes (or the state is
+// UMR WQE), runs that meet merged into one; a run is rewritten only if its state changes (or the state is
 // uncertain), in rewrites of at most `max_entries` entries each (what one WQE carries inline).
 // Entries around a need inside its blocks are rewritten with their current state, so a rewrite
 // never takes a neighbour's rights away.

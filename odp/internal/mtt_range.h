@@ -4,7 +4,7 @@
 // rounded down to P (an unaligned start puts the first bytes in the middle of entry 0, as the
 // device computes u = (V - S) + (S mod P), i = u / P). A UMR rewrites whole 64-byte blocks of
 // 8 entries (a UMR's translation offset and size must be 64-byte aligned: docs/prm.md, UMR
-// control segment), so every range odp/ rewrites is widened to 8-entry blocks; the key's table
+// WQE), so every range odp/ rewrites is widened to 8-entry blocks; the key's table
 // holds round_up(num_entries, 8) entries.
 #ifndef REGCACHE_ODP_INTERNAL_MTT_RANGE_H_
 #define REGCACHE_ODP_INTERNAL_MTT_RANGE_H_
