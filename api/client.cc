@@ -23,7 +23,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 
-namespace api {
+namespace regcache::api {
 
 absl::StatusOr<int64_t> StatsSnapshot::Get(const std::string& component,
                                            const std::string& name) const {
@@ -504,4 +504,4 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   return std::unique_ptr<Client>(new ClientImpl(fd, welcome, std::move(channel), options));
 }
 
-}  // namespace api
+}  // namespace regcache::api

@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace api {
+namespace regcache::api {
 
 // The access bits (same values as hca::AccessBits and regcache.v1.Access; api/wire_values.cc
 // ties them).
@@ -197,6 +197,5 @@ class Client {
   virtual void Close() = 0;
 };
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_CLIENT_H_

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/errno_status.h"
 
-namespace api {
+namespace regcache::api {
 
 size_t ControlMessageSize(uint16_t type) {
   switch (static_cast<ControlType>(type)) {
@@ -168,4 +168,4 @@ absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration ti
   return out;
 }
 
-}  // namespace api
+}  // namespace regcache::api

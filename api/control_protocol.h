@@ -51,7 +51,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace api {
+namespace regcache::api {
 
 inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
 inline constexpr uint16_t kControlVersion = 1;
@@ -170,6 +170,5 @@ absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration ti
 // Closes every fd in `fds` and clears it.
 void CloseFds(std::vector<int>* fds);
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_CONTROL_PROTOCOL_H_

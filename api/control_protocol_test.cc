@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 class SocketPair : public ::testing::Test {
@@ -109,4 +109,4 @@ TEST(ErrorMessage, RoundTripsCodeAndMessage) {
 }
 
 }  // namespace
-}  // namespace api
+}  // namespace regcache::api

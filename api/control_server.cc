@@ -22,7 +22,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 struct Connection {
@@ -307,4 +307,4 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(
   return std::unique_ptr<ControlServer>(new ControlServerImpl(daemon, lfd, efd, wfd));
 }
 
-}  // namespace api
+}  // namespace regcache::api

@@ -23,7 +23,7 @@
 #include "api/grpc_service.h"
 #include "service/daemon.h"
 
-namespace api {
+namespace regcache::api {
 
 class ControlServer : public FdSender {
  public:
@@ -37,6 +37,5 @@ class ControlServer : public FdSender {
   virtual size_t connections() const = 0;
 };
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_CONTROL_SERVER_H_

@@ -40,11 +40,11 @@ double TimeUs(Fn&& fn) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const uint32_t rw = api::kLocalRead | api::kLocalWrite | api::kRemoteRead | api::kRemoteWrite;
+  const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead | regcache::api::kRemoteWrite;
 
-  auto client = api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+  auto client = regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
   if (!client.ok()) return Fail("connect", client.status());
-  api::Client& c = **client;
+  regcache::api::Client& c = **client;
   auto info = c.Status();
   if (!info.ok()) return Fail("status", info.status());
   std::printf("1. connected: session %" PRIu64 " on device %s\n", c.session_id(),
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
               "here at %p\n", mem->length, mem->data);
 
   uint8_t* buf = base + 8192;
-  api::Key key;
+  regcache::api::Key key;
   double miss_us = TimeUs([&] {
     auto k = c.Register(buf, 64 << 10, rw);
     if (k.ok()) key = *k;
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   std::vector<double> miss, hit, inval, ping;
   for (int i = 0; i < rounds; ++i) {
     uint8_t* p = base + 65536 + static_cast<uint64_t>(i % 48) * 65536;
-    api::Key k;
+    regcache::api::Key k;
     miss.push_back(TimeUs([&] {
       auto r = c.Register(p, 4096, rw);
       if (r.ok()) k = *r;

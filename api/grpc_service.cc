@@ -21,7 +21,7 @@
 #include "base/status_macros.h"
 #include "cache/lifecycle.h"
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 namespace pb = ::regcache::v1;
@@ -411,4 +411,4 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* d
       new GrpcServerImpl(std::move(service), std::move(server), std::move(unix_target)));
 }
 
-}  // namespace api
+}  // namespace regcache::api

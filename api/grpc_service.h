@@ -39,7 +39,7 @@
 #include "absl/time/time.h"
 #include "service/daemon.h"
 
-namespace api {
+namespace regcache::api {
 
 // Delivers a memfd to the client of a session (implemented by the control server).
 class FdSender {
@@ -73,6 +73,5 @@ class GrpcServer {
   virtual std::string unix_target() const = 0;
 };
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_GRPC_SERVICE_H_

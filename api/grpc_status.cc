@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 constexpr int kLastCanonicalCode = 16;  // UNAUTHENTICATED
@@ -27,4 +27,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
 }
 
-}  // namespace api
+}  // namespace regcache::api

@@ -8,11 +8,10 @@
 
 #include "absl/status/status.h"
 
-namespace api {
+namespace regcache::api {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_GRPC_STATUS_H_

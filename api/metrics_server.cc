@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "base/stats.h"
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 class MetricsServerImpl final : public MetricsServer {
@@ -60,4 +60,4 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(service::Dae
   return std::unique_ptr<MetricsServer>(std::move(server));
 }
 
-}  // namespace api
+}  // namespace regcache::api

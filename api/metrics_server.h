@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "service/daemon.h"
 
-namespace api {
+namespace regcache::api {
 
 class MetricsServer {
  public:
@@ -27,6 +27,5 @@ class MetricsServer {
   virtual ~MetricsServer() = default;  // stops serving
 };
 
-}  // namespace api
-
+}  // namespace regcache::api
 #endif  // REGCACHE_API_METRICS_SERVER_H_

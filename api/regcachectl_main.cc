@@ -59,8 +59,8 @@ std::string AccessString(uint32_t a) {
   return s.empty() ? "-" : s;
 }
 
-void PrintKeys(uint64_t session, const std::vector<api::KeyInfo>& keys) {
-  for (const api::KeyInfo& k : keys) {
+void PrintKeys(uint64_t session, const std::vector<regcache::api::KeyInfo>& keys) {
+  for (const regcache::api::KeyInfo& k : keys) {
     std::printf("session=%" PRIu64 " handle=0x%" PRIx64 " key=0x%08x va=0x%" PRIx64
                 " length=%" PRIu64 " access=%s holders=%u state=%s%s%s\n",
                 session, k.handle, k.key, k.va, k.length, AccessString(k.access).c_str(),
@@ -74,14 +74,14 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<api::Client>> client =
-      api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+  absl::StatusOr<std::unique_ptr<regcache::api::Client>> client =
+      regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
   if (!client.ok()) return Fail(client.status());
-  api::Client& c = **client;
+  regcache::api::Client& c = **client;
   const std::string& cmd = args[0];
 
   if (cmd == "status") {
-    absl::StatusOr<api::DaemonInfo> s = c.Status();
+    absl::StatusOr<regcache::api::DaemonInfo> s = c.Status();
     if (!s.ok()) return Fail(s.status());
     std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
                 " peer=%d\n",
@@ -90,9 +90,9 @@ int Run(const std::vector<std::string>& args) {
     return 0;
   }
   if (cmd == "sessions") {
-    absl::StatusOr<std::vector<api::SessionRecord>> s = c.Sessions();
+    absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
     if (!s.ok()) return Fail(s.status());
-    for (const api::SessionRecord& r : *s) {
+    for (const regcache::api::SessionRecord& r : *s) {
       std::printf("session=%" PRIu64 " pid=%d uid=%u gid=%u admin=%d live=%" PRIu64
                   " revoked_held=%" PRIu64 " cached=%" PRIu64 " memories=%" PRIu64
                   " backed_bytes=%" PRIu64 "%s\n",
@@ -104,10 +104,10 @@ int Run(const std::vector<std::string>& args) {
   }
   if (cmd == "keys") {
     if (absl::GetFlag(FLAGS_all)) {
-      absl::StatusOr<std::vector<api::SessionRecord>> s = c.Sessions();
+      absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
       if (!s.ok()) return Fail(s.status());
-      for (const api::SessionRecord& r : *s) {
-        absl::StatusOr<std::vector<api::KeyInfo>> keys = c.ListKeys(r.id);
+      for (const regcache::api::SessionRecord& r : *s) {
+        absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(r.id);
         if (!keys.ok()) {
           if (keys.status().code() == absl::StatusCode::kNotFound) continue;  // it just closed
           return Fail(keys.status());
@@ -117,15 +117,15 @@ int Run(const std::vector<std::string>& args) {
       return 0;
     }
     uint64_t session = absl::GetFlag(FLAGS_session);
-    absl::StatusOr<std::vector<api::KeyInfo>> keys = c.ListKeys(session);
+    absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(session);
     if (!keys.ok()) return Fail(keys.status());
     PrintKeys(session == 0 ? c.session_id() : session, *keys);
     return 0;
   }
   if (cmd == "stats") {
-    absl::StatusOr<api::StatsSnapshot> s = c.Stats();
+    absl::StatusOr<regcache::api::StatsSnapshot> s = c.Stats();
     if (!s.ok()) return Fail(s.status());
-    for (const api::StatValue& v : s->stats) {
+    for (const regcache::api::StatValue& v : s->stats) {
       if (v.kind == "histogram") {
         std::printf("%s.%s count=%" PRIu64 " p50=%" PRIu64 " p99=%" PRIu64 " max=%" PRIu64 "\n",
                     v.component.c_str(), v.name.c_str(), v.count, v.p50, v.p99, v.max);

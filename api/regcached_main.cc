@@ -72,14 +72,14 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("regcached --device=sim --socket_dir=/run/regcache [flags]");
   absl::ParseCommandLine(argc, argv);
 
-  base::LogSeverity severity;
-  if (!base::ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
+  regcache::base::LogSeverity severity;
+  if (!regcache::base::ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
     std::fprintf(stderr, "regcached: unknown --log_level\n");
     return 2;
   }
-  base::SetMinLogSeverity(severity);
+  regcache::base::SetMinLogSeverity(severity);
 
-  service::DaemonConfig config;
+  regcache::service::DaemonConfig config;
   config.device = absl::GetFlag(FLAGS_device);
   if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), "allow_uids", &config.allow_uids) ||
       !ParseIds(absl::GetFlag(FLAGS_allow_gids), "allow_gids", &config.allow_gids) ||
@@ -99,49 +99,49 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  hca::sim::RegisterBackend();
+  regcache::hca::sim::RegisterBackend();
 
   const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
   if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    RC_LOG(ERROR) << base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
+    RC_LOG(ERROR) << regcache::base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
     return 1;
   }
 
-  base::stats::Registry registry;
-  absl::StatusOr<std::unique_ptr<service::Daemon>> daemon =
-      service::Daemon::Create(config, &registry);
+  regcache::base::stats::Registry registry;
+  absl::StatusOr<std::unique_ptr<regcache::service::Daemon>> daemon =
+      regcache::service::Daemon::Create(config, &registry);
   if (!daemon.ok()) {
     RC_LOG(ERROR) << "regcached: " << daemon.status();
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<api::ControlServer>> control =
-      api::ControlServer::Start(daemon->get(), socket_dir);
+  absl::StatusOr<std::unique_ptr<regcache::api::ControlServer>> control =
+      regcache::api::ControlServer::Start(daemon->get(), socket_dir);
   if (!control.ok()) {
     RC_LOG(ERROR) << "regcached: " << control.status();
     return 1;
   }
-  api::GrpcServerOptions grpc_options;
+  regcache::api::GrpcServerOptions grpc_options;
   grpc_options.socket_dir = socket_dir;
   grpc_options.tcp_port = absl::GetFlag(FLAGS_grpc_tcp_port);
   // An admin Drain ends the process the same way SIGTERM does.
   grpc_options.on_drain = [] { kill(getpid(), SIGTERM); };
-  absl::StatusOr<std::unique_ptr<api::GrpcServer>> grpc =
-      api::GrpcServer::Start(daemon->get(), control->get(), grpc_options);
+  absl::StatusOr<std::unique_ptr<regcache::api::GrpcServer>> grpc =
+      regcache::api::GrpcServer::Start(daemon->get(), control->get(), grpc_options);
   if (!grpc.ok()) {
     RC_LOG(ERROR) << "regcached: " << grpc.status();
     return 1;
   }
-  std::unique_ptr<api::MetricsServer> metrics;
+  std::unique_ptr<regcache::api::MetricsServer> metrics;
   if (uint16_t port = absl::GetFlag(FLAGS_metrics_port); port != 0) {
-    absl::StatusOr<std::unique_ptr<api::MetricsServer>> m =
-        api::MetricsServer::Start(daemon->get(), port);
+    absl::StatusOr<std::unique_ptr<regcache::api::MetricsServer>> m =
+        regcache::api::MetricsServer::Start(daemon->get(), port);
     if (!m.ok()) {
       RC_LOG(ERROR) << "regcached: " << m.status();
       return 1;
     }
     metrics = std::move(*m);
   }
-  service::DaemonStatus status = (*daemon)->Status();
+  regcache::service::DaemonStatus status = (*daemon)->Status();
   RC_LOG(INFO) << "regcached ready: device " << status.device << ", sockets in " << socket_dir;
 
   int sig = 0;

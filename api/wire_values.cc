@@ -9,7 +9,7 @@
 #include "api/regcache.pb.h"
 #include "hca/device.h"
 
-namespace api {
+namespace regcache::api {
 namespace {
 
 namespace pb = ::regcache::v1;
@@ -36,4 +36,4 @@ static_assert(pb::PREFETCH_ASYNC == static_cast<int>(PrefetchMode::kAsync));
 static_assert(pb::Prefetch_MAX == pb::PREFETCH_ASYNC);
 
 }  // namespace
-}  // namespace api
+}  // namespace regcache::api

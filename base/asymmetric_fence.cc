@@ -8,7 +8,7 @@
 
 #include "base/log.h"
 
-namespace base {
+namespace regcache::base {
 namespace internal_fence {
 namespace {
 
@@ -40,4 +40,4 @@ void HeavyFence() {
 
 bool AsymmetricFenceUsesMembarrier() { return internal_fence::membarrier_ready; }
 
-}  // namespace base
+}  // namespace regcache::base

@@ -30,7 +30,7 @@
 
 #include <atomic>
 
-namespace base {
+namespace regcache::base {
 
 namespace internal_fence {
 // Set once, during static initialisation (before any thread can run a fence), when membarrier
@@ -53,6 +53,5 @@ void HeavyFence();
 // Whether the membarrier mode is on (else both sides fence).
 bool AsymmetricFenceUsesMembarrier();
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_ASYMMETRIC_FENCE_H_

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 TEST(AsymmetricFenceTest, ModeFollowsTheEnvironment) {
@@ -57,4 +57,4 @@ TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSides) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

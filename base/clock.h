@@ -14,7 +14,7 @@
 
 #include "absl/time/time.h"
 
-namespace base {
+namespace regcache::base {
 
 inline absl::Time MonotonicNow() {
   timespec ts;
@@ -22,6 +22,5 @@ inline absl::Time MonotonicNow() {
   return absl::TimeFromTimespec(ts);
 }
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_CLOCK_H_

@@ -3,7 +3,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 TEST(ClockTest, MonotonicNowNeverGoesBackAndMeasuresSleeps) {
@@ -21,4 +21,4 @@ TEST(ClockTest, MonotonicNowNeverGoesBackAndMeasuresSleeps) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

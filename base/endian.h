@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace base {
+namespace regcache::base {
 
 template <std::unsigned_integral T>
 constexpr T ByteSwap(T v) {
@@ -92,6 +92,5 @@ static_assert(std::is_trivially_copyable_v<be64>);
 static_assert(!std::is_convertible_v<be32, uint32_t>, "raw value must not leak implicitly");
 static_assert(!std::is_convertible_v<uint32_t, be32>, "host value must not enter implicitly");
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_ENDIAN_H_

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 template <typename B>
@@ -53,4 +53,4 @@ TEST(EndianTest, ConstexprUsable) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

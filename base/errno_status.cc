@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace base {
+namespace regcache::base {
 
 std::string ErrnoName(int err) {
   // strerrorname_np (glibc >= 2.32) is thread-safe and returns nullptr for unknown values.
@@ -25,4 +25,4 @@ absl::Status ErrnoToStatus(int err, absl::string_view context) {
                                    text != nullptr ? text : "unknown error", ")"));
 }
 
-}  // namespace base
+}  // namespace regcache::base

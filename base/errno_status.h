@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 
-namespace base {
+namespace regcache::base {
 
 // The symbolic name of an errno value ("ENOMEM"), or "errno=<n>" when unknown.
 std::string ErrnoName(int err);
@@ -21,6 +21,5 @@ std::string ErrnoName(int err);
 // REQUIRES: err != 0 (an errno of 0 is a caller bug and yields kInternal saying so).
 absl::Status ErrnoToStatus(int err, absl::string_view context);
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_ERRNO_STATUS_H_

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 TEST(ErrnoStatusTest, MapsCodeAndNamesErrno) {
@@ -31,4 +31,4 @@ TEST(ErrnoStatusTest, UnknownErrnoHasNumericName) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

@@ -12,7 +12,7 @@
 
 #include "absl/strings/ascii.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 std::atomic<int> g_min_severity{static_cast<int>(LogSeverity::kInfo)};
@@ -116,4 +116,4 @@ LogMessage::~LogMessage() {
 }
 
 }  // namespace internal
-}  // namespace base
+}  // namespace regcache::base

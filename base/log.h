@@ -22,7 +22,7 @@
 #include <string>
 #include "absl/strings/string_view.h"
 
-namespace base {
+namespace regcache::base {
 
 enum class LogSeverity : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kFatal = 4 };
 
@@ -64,27 +64,26 @@ struct LogVoidify {
 bool LogEnabled(LogSeverity s);
 
 }  // namespace internal
-}  // namespace base
-
-#define RC_LOG_SEVERITY_DEBUG ::base::LogSeverity::kDebug
-#define RC_LOG_SEVERITY_INFO ::base::LogSeverity::kInfo
-#define RC_LOG_SEVERITY_WARNING ::base::LogSeverity::kWarning
-#define RC_LOG_SEVERITY_ERROR ::base::LogSeverity::kError
-#define RC_LOG_SEVERITY_FATAL ::base::LogSeverity::kFatal
+}  // namespace regcache::base
+#define RC_LOG_SEVERITY_DEBUG ::regcache::base::LogSeverity::kDebug
+#define RC_LOG_SEVERITY_INFO ::regcache::base::LogSeverity::kInfo
+#define RC_LOG_SEVERITY_WARNING ::regcache::base::LogSeverity::kWarning
+#define RC_LOG_SEVERITY_ERROR ::regcache::base::LogSeverity::kError
+#define RC_LOG_SEVERITY_FATAL ::regcache::base::LogSeverity::kFatal
 
 #define RC_LOG(severity)                                                    \
-  !::base::internal::LogEnabled(RC_LOG_SEVERITY_##severity)                 \
+  !::regcache::base::internal::LogEnabled(RC_LOG_SEVERITY_##severity)                 \
       ? (void)0                                                             \
-      : ::base::internal::LogVoidify() &                                    \
-            ::base::internal::LogMessage(RC_LOG_SEVERITY_##severity, __FILE__, \
+      : ::regcache::base::internal::LogVoidify() &                                    \
+            ::regcache::base::internal::LogMessage(RC_LOG_SEVERITY_##severity, __FILE__, \
                                          __LINE__)                          \
                 .stream()
 
 // Broken internal invariant: log and abort. Not for input validation.
 #define RC_CHECK(cond)                                                                  \
   (cond) ? (void)0                                                                      \
-         : ::base::internal::LogVoidify() &                                             \
-               ::base::internal::LogMessage(::base::LogSeverity::kFatal, __FILE__, __LINE__) \
+         : ::regcache::base::internal::LogVoidify() &                                             \
+               ::regcache::base::internal::LogMessage(::regcache::base::LogSeverity::kFatal, __FILE__, __LINE__) \
                        .stream()                                                        \
                    << "Check failed: " #cond " "
 

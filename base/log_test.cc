@@ -7,7 +7,7 @@
 #include "base/mutex.h"
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 class LogTest : public ::testing::Test {
@@ -82,4 +82,4 @@ TEST(LogDeathTest, CheckFailureAbortsWithMessage) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

@@ -4,7 +4,7 @@
 #include <x86intrin.h>
 #endif
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 inline void CpuRelax() {
@@ -33,4 +33,4 @@ void Mutex::ReaderLockSlow() {
   mu_.lock_shared();
 }
 
-}  // namespace base
+}  // namespace regcache::base

@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
-namespace base {
+namespace regcache::base {
 
 class ABSL_LOCKABLE Mutex {
  public:
@@ -104,6 +104,5 @@ class CondVar {
   std::condition_variable_any cv_;
 };
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_MUTEX_H_

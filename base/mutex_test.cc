@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 TEST(MutexTest, ExclusiveCountingIsExact) {
@@ -52,4 +52,4 @@ TEST(CondVarTest, WaitForPredicateAndTimeout) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace base::stats {
-using ::base::MutexLock;
+namespace regcache::base::stats {
+using ::regcache::base::MutexLock;
 
 // --- HotCounter ---
 
@@ -291,4 +291,4 @@ std::string FormatPrometheus(const std::vector<Sample>& samples) {
   return out;
 }
 
-}  // namespace base::stats
+}  // namespace regcache::base::stats

@@ -37,7 +37,7 @@
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
 
-namespace base::stats {
+namespace regcache::base::stats {
 
 enum class Kind { kCounter, kGauge, kHistogram };
 
@@ -240,20 +240,19 @@ std::vector<Sample> SnapshotOf(absl::string_view component, const StatsStruct& s
   return collector.Take();
 }
 
-}  // namespace base::stats
-
+}  // namespace regcache::base::stats
 // --- Declaration macros ---
-#define RC_STATS_MEMBER_COUNTER_(name, help) ::base::stats::Counter name;
-#define RC_STATS_MEMBER_HOT_COUNTER_(name, help) ::base::stats::HotCounter name;
-#define RC_STATS_MEMBER_GAUGE_(name, help) ::base::stats::Gauge name;
-#define RC_STATS_MEMBER_HISTOGRAM_(name, help) ::base::stats::Histogram name;
+#define RC_STATS_MEMBER_COUNTER_(name, help) ::regcache::base::stats::Counter name;
+#define RC_STATS_MEMBER_HOT_COUNTER_(name, help) ::regcache::base::stats::HotCounter name;
+#define RC_STATS_MEMBER_GAUGE_(name, help) ::regcache::base::stats::Gauge name;
+#define RC_STATS_MEMBER_HISTOGRAM_(name, help) ::regcache::base::stats::Histogram name;
 #define RC_STATS_VISIT_(name, help) visitor.Visit(#name, help, name);
 
 // RC_DEFINE_STATS(Type, LIST): LIST(COUNTER, GAUGE, HISTOGRAM) names each stat once.
 #define RC_DEFINE_STATS(Type, LIST)                                                     \
   struct Type {                                                                         \
     LIST(RC_STATS_MEMBER_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_)  \
-    void VisitStats(::base::stats::Visitor& visitor) const {                            \
+    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                            \
       LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                           \
     }                                                                                   \
   }
@@ -262,7 +261,7 @@ std::vector<Sample> SnapshotOf(absl::string_view component, const StatsStruct& s
 #define RC_DEFINE_HOT_STATS(Type, LIST)                                                     \
   struct Type {                                                                             \
     LIST(RC_STATS_MEMBER_HOT_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_)  \
-    void VisitStats(::base::stats::Visitor& visitor) const {                                \
+    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                                \
       LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                               \
     }                                                                                       \
   }

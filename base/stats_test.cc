@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base::stats {
+namespace regcache::base::stats {
 namespace {
 
 #define TEST_COMPONENT_STATS(COUNTER, GAUGE, HISTOGRAM) \
@@ -142,4 +142,4 @@ TEST(StatsTest, PrometheusTextFormat) {
 }
 
 }  // namespace
-}  // namespace base::stats
+}  // namespace regcache::base::stats

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace base {
+namespace regcache::base {
 
 absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   if (s.ok() || context.empty()) return s;
@@ -15,4 +15,4 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   return out;
 }
 
-}  // namespace base
+}  // namespace regcache::base

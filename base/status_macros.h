@@ -18,14 +18,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace base {
+namespace regcache::base {
 
 // Returns `s` with `context` prepended to its message ("context: message"); the code and the
 // payloads are kept. OK stays OK.
 absl::Status Annotate(const absl::Status& s, absl::string_view context);
 
-}  // namespace base
-
+}  // namespace regcache::base
 #define RC_STATUS_MACROS_CONCAT_INNER_(a, b) a##b
 #define RC_STATUS_MACROS_CONCAT_(a, b) RC_STATUS_MACROS_CONCAT_INNER_(a, b)
 

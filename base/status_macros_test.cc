@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 int g_evaluations = 0;
@@ -74,4 +74,4 @@ TEST(StatusMacrosTest, AnnotatePrependsContextAndKeepsCodeAndPayload) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

@@ -6,7 +6,7 @@
 
 #include "base/mutex.h"
 
-namespace base {
+namespace regcache::base {
 namespace internal_thread_index {
 
 constinit thread_local uint32_t tls_index = kUnassigned;
@@ -76,4 +76,4 @@ uint32_t ThreadIndicesInUse() {
   return p.in_use;
 }
 
-}  // namespace base
+}  // namespace regcache::base

@@ -15,7 +15,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace base {
+namespace regcache::base {
 
 inline constexpr uint32_t kMaxThreadIndices = 1024;
 // No number: kMaxThreadIndices threads hold one, or the thread is exiting.
@@ -45,6 +45,5 @@ uint32_t ThreadIndexLimit();
 // Numbers now held by live threads (for tests and diagnostics).
 uint32_t ThreadIndicesInUse();
 
-}  // namespace base
-
+}  // namespace regcache::base
 #endif  // REGCACHE_BASE_THREAD_INDEX_H_

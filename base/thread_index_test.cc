@@ -9,7 +9,7 @@
 #include "absl/synchronization/barrier.h"
 #include "gtest/gtest.h"
 
-namespace base {
+namespace regcache::base {
 namespace {
 
 TEST(ThreadIndexTest, StableWithinAThread) {
@@ -81,4 +81,4 @@ TEST(ThreadIndexTest, ThreadsThatNeverAskTakeNone) {
 }
 
 }  // namespace
-}  // namespace base
+}  // namespace regcache::base

@@ -45,7 +45,7 @@ extern "C" {
 namespace {
 
 constexpr uint64_t kRegionBytes = 4096;
-constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+constexpr regcache::hca::AccessFlags kRw = regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
 
 uint64_t NextRandom(uint64_t& x) {  // xorshift64*: cheap, per thread
   x ^= x >> 12;
@@ -57,9 +57,9 @@ uint64_t NextRandom(uint64_t& x) {  // xorshift64*: cheap, per thread
 // A sim device, a cache and one tenant with `regions` live (released, cached) registrations of
 // 4 KiB each over one attachment. Built once per region count and kept for the whole run.
 struct CacheWorld {
-  std::unique_ptr<hca::sim::SimDevice> device;
-  std::unique_ptr<cache::RegCache> cache;
-  cache::TenantId tenant = 0;
+  std::unique_ptr<regcache::hca::sim::SimDevice> device;
+  std::unique_ptr<regcache::cache::RegCache> cache;
+  regcache::cache::TenantId tenant = 0;
   uint8_t* mem = nullptr;
   uint64_t regions = 0;
   uint64_t bytes_per_registration = 0;
@@ -83,30 +83,30 @@ struct CacheWorld {
     w->spacing = spacing;
     // Dense worlds keep room for misses and invalidations; scattered ones only serve hits.
     w->capacity = spacing == kRegionBytes ? regions + (1u << 19) : regions;
-    hca::sim::SimOptions sim;
+    regcache::hca::sim::SimOptions sim;
     sim.max_keys = static_cast<uint32_t>(regions + (1u << 18));
-    w->device = std::move(*hca::sim::NewSimDevice(sim));
-    cache::CacheOptions o;
+    w->device = std::move(*regcache::hca::sim::NewSimDevice(sim));
+    regcache::cache::CacheOptions o;
     // One class (every range here is one KLM entry), pre-filled with a key for every region so
     // that the memory measured below is the cache's, not the device model's key table.
     o.pool.capacity_classes = {4};
     o.pool.low_watermark = static_cast<uint32_t>(regions + 8192);
     o.pool.high_watermark = o.pool.low_watermark;
     o.background_maintenance = false;
-    w->cache = std::move(*cache::RegCache::Create(w->device.get(), o));
+    w->cache = std::move(*regcache::cache::RegCache::Create(w->device.get(), o));
     w->tenant = *w->cache->OpenTenant({});
     const uint64_t bytes = w->capacity * spacing;
     w->mem = static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
     RC_CHECK(w->mem != MAP_FAILED);
-    cache::BackingSpec spec;
+    regcache::cache::BackingSpec spec;
     spec.va = reinterpret_cast<uint64_t>(w->mem);
     spec.local_addr = w->mem;
     spec.length = bytes;
     // 100 GiB of scattered layout is attached on demand: the sim then keeps no page list for
     // it. Hits never touch the backing either way.
     spec.on_demand = spacing != kRegionBytes;
-    absl::StatusOr<cache::BackingId> attached = w->cache->AddBacking(w->tenant, spec);
+    absl::StatusOr<regcache::cache::BackingId> attached = w->cache->AddBacking(w->tenant, spec);
     RC_CHECK(attached.ok()) << attached.status();
     w->cache->Maintain();  // creates the pool's keys
     const size_t before = ::mallinfo2().uordblks;
@@ -154,7 +154,7 @@ void BM_RegisterMiss(benchmark::State& state) {
     state.SkipWithError("ran out of fresh ranges");
     return;
   }
-  std::vector<cache::Handle> made;
+  std::vector<regcache::cache::Handle> made;
   made.reserve(state.max_iterations);
   uint64_t i = first;
   for (auto _ : state) {
@@ -166,7 +166,7 @@ void BM_RegisterMiss(benchmark::State& state) {
     made.push_back(g->handle);
   }
   state.SetItemsProcessed(state.iterations());
-  for (cache::Handle h : made) {  // after the timed loop: back to N live registrations
+  for (regcache::cache::Handle h : made) {  // after the timed loop: back to N live registrations
     (void)w->cache->Invalidate(w->tenant, h);
     (void)w->cache->Release(w->tenant, h);
   }
@@ -179,7 +179,7 @@ void BM_Invalidate(benchmark::State& state) {
     state.SkipWithError("ran out of fresh ranges");
     return;
   }
-  std::vector<cache::Handle> batch;
+  std::vector<regcache::cache::Handle> batch;
   batch.reserve(state.max_iterations);
   for (uint64_t i = 0; i < static_cast<uint64_t>(state.max_iterations); ++i) {
     auto g = w->cache->Register(w->tenant, w->va(first + i), kRegionBytes, kRw);
@@ -196,7 +196,7 @@ void BM_Invalidate(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(state.iterations());
-  for (cache::Handle h : batch) (void)w->cache->Invalidate(w->tenant, h);  // after the loop
+  for (regcache::cache::Handle h : batch) (void)w->cache->Invalidate(w->tenant, h);  // after the loop
 }
 
 // --- The anchor: ucs_rcache with no-op callbacks ---
@@ -312,7 +312,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
 void PrintSummary(const SummaryReporter& r) {
   std::printf("\n=== cache_bench summary (anchor: UCX ucs_rcache 1.13, same run; fences: %s)\n",
-              base::AsymmetricFenceUsesMembarrier() ? "membarrier (REGCACHE_MEMBARRIER=1)"
+              regcache::base::AsymmetricFenceUsesMembarrier() ? "membarrier (REGCACHE_MEMBARRIER=1)"
                                                     : "symmetric (default)");
   for (int spacing : kSpacingsKib) {
     std::printf("-- regions of 4 KiB, %s\n",
@@ -375,7 +375,7 @@ void PrintSummary(const SummaryReporter& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  base::SetMinLogSeverity(base::LogSeverity::kWarning);
+  regcache::base::SetMinLogSeverity(regcache::base::LogSeverity::kWarning);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter;

@@ -35,16 +35,16 @@
 
 namespace {
 
-constexpr uint32_t kRw = api::kLocalRead | api::kLocalWrite | api::kRemoteRead |
-                         api::kRemoteWrite;
+constexpr uint32_t kRw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead |
+                         regcache::api::kRemoteWrite;
 
 struct Server {
   std::string dir;
-  std::unique_ptr<service::Daemon> daemon;
-  std::unique_ptr<api::ControlServer> control;
-  std::unique_ptr<api::GrpcServer> grpc;
-  std::unique_ptr<api::Client> client;
-  api::Memory memory;
+  std::unique_ptr<regcache::service::Daemon> daemon;
+  std::unique_ptr<regcache::api::ControlServer> control;
+  std::unique_ptr<regcache::api::GrpcServer> grpc;
+  std::unique_ptr<regcache::api::Client> client;
+  regcache::api::Memory memory;
 };
 
 Server* g_server = nullptr;
@@ -55,24 +55,24 @@ void Die(const char* what, const absl::Status& s) {
 }
 
 void StartServer() {
-  base::SetMinLogSeverity(base::LogSeverity::kWarning);
-  hca::sim::RegisterBackend();
+  regcache::base::SetMinLogSeverity(regcache::base::LogSeverity::kWarning);
+  regcache::hca::sim::RegisterBackend();
   auto* s = new Server;
   char tmpl[] = "/tmp/regcache-grpc-bench-XXXXXX";
   s->dir = mkdtemp(tmpl);
-  service::DaemonConfig config;
-  auto daemon = service::Daemon::Create(config, nullptr);
+  regcache::service::DaemonConfig config;
+  auto daemon = regcache::service::Daemon::Create(config, nullptr);
   if (!daemon.ok()) Die("daemon", daemon.status());
   s->daemon = std::move(*daemon);
-  auto control = api::ControlServer::Start(s->daemon.get(), s->dir);
+  auto control = regcache::api::ControlServer::Start(s->daemon.get(), s->dir);
   if (!control.ok()) Die("control", control.status());
   s->control = std::move(*control);
-  api::GrpcServerOptions options;
+  regcache::api::GrpcServerOptions options;
   options.socket_dir = s->dir;
-  auto grpc = api::GrpcServer::Start(s->daemon.get(), s->control.get(), options);
+  auto grpc = regcache::api::GrpcServer::Start(s->daemon.get(), s->control.get(), options);
   if (!grpc.ok()) Die("grpc", grpc.status());
   s->grpc = std::move(*grpc);
-  auto client = api::Client::Connect(s->dir);
+  auto client = regcache::api::Client::Connect(s->dir);
   if (!client.ok()) Die("connect", client.status());
   s->client = std::move(*client);
   auto memory = s->client->AllocateMemory(16 << 20);
@@ -92,7 +92,7 @@ void StopServer() {
 }
 
 void BM_GrpcEmptyUnary(benchmark::State& state) {
-  api::Client& c = *g_server->client;
+  regcache::api::Client& c = *g_server->client;
   for (auto _ : state) {
     absl::Status s = c.Ping();
     if (!s.ok()) state.SkipWithError(s.ToString().c_str());
@@ -102,7 +102,7 @@ void BM_GrpcEmptyUnary(benchmark::State& state) {
 BENCHMARK(BM_GrpcEmptyUnary)->UseRealTime();
 
 void BM_GrpcRegister(benchmark::State& state) {
-  api::Client& c = *g_server->client;
+  regcache::api::Client& c = *g_server->client;
   const void* p = g_server->memory.data;
   auto first = c.Register(p, 65536, kRw);  // the miss that makes later calls hits
   if (!first.ok()) Die("register", first.status());
@@ -121,7 +121,7 @@ void BM_GrpcRegister(benchmark::State& state) {
 BENCHMARK(BM_GrpcRegister)->UseRealTime();
 
 void BM_GrpcRegisterMiss(benchmark::State& state) {
-  api::Client& c = *g_server->client;
+  regcache::api::Client& c = *g_server->client;
   auto* base = static_cast<uint8_t*>(g_server->memory.data) + (1 << 20);
   uint64_t i = 0;
   for (auto _ : state) {
@@ -139,7 +139,7 @@ BENCHMARK(BM_GrpcRegisterMiss)->UseRealTime();
 
 // The same hit without gRPC: what the daemon itself spends (context for the ratio above).
 void BM_DaemonRegisterHit(benchmark::State& state) {
-  service::Daemon& d = *g_server->daemon;
+  regcache::service::Daemon& d = *g_server->daemon;
   const uint64_t session = g_server->client->session_id();
   const uint64_t va = reinterpret_cast<uint64_t>(g_server->memory.data);
   auto first = d.Register(session, va, 65536, kRw);

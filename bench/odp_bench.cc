@@ -35,7 +35,7 @@
 namespace {
 
 constexpr uint64_t kPage = 4096;
-constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+constexpr regcache::hca::AccessFlags kRw = regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
 
 void* MapAnonymous(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -45,20 +45,20 @@ void* MapAnonymous(size_t bytes) {
 
 void BM_FaultService(benchmark::State& state) {
   constexpr uint64_t kBytes = 64 << 20;  // 16384 pages: one zap per 16384 faults
-  auto device = hca::sim::NewSimDevice(hca::sim::SimOptions{}).value();
-  auto servicer = odp::Servicer::Create(device.get()).value();
-  const hca::Pd pd = device->AllocPd().value();
+  auto device = regcache::hca::sim::NewSimDevice(regcache::hca::sim::SimOptions{}).value();
+  auto servicer = regcache::odp::Servicer::Create(device.get()).value();
+  const regcache::hca::Pd pd = device->AllocPd().value();
   auto peer = device->CreatePeer(pd).value();
   auto* mem = static_cast<uint8_t*>(MapAnonymous(kBytes));
   std::memset(mem, 1, kBytes);  // resident: measure the service, not page allocation
   const uint64_t base = reinterpret_cast<uint64_t>(mem);
-  hca::BackingOptions bo;
+  regcache::hca::BackingOptions bo;
   bo.on_demand = true;
-  const hca::Backing b = device->RegisterBacking(pd, base, kBytes, hca::kAllAccess, bo).value();
-  cache::BackingEvent ev;
+  const regcache::hca::Backing b = device->RegisterBacking(pd, base, kBytes, regcache::hca::kAllAccess, bo).value();
+  regcache::cache::BackingEvent ev;
   ev.va = base;
   ev.device = b;
-  ev.access = hca::kAllAccess;
+  ev.access = regcache::hca::kAllAccess;
   servicer->OnBackingAdded(ev);
 
   const uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -77,7 +77,7 @@ void BM_FaultService(benchmark::State& state) {
     }
     ++page;
   }
-  const base::stats::HistogramSnapshot h = servicer->stats().service_ns.Snapshot();
+  const regcache::base::stats::HistogramSnapshot h = servicer->stats().service_ns.Snapshot();
   state.counters["p50_ns"] = static_cast<double>(h.Percentile(50));
   state.counters["p99_ns"] = static_cast<double>(h.Percentile(99));
   state.counters["faults"] = static_cast<double>(device->stats().page_faults.value());
@@ -96,21 +96,21 @@ void BM_ColdWrite(benchmark::State& state) {
   constexpr uint64_t kBytes = 4 << 20;
   constexpr uint64_t kChunk = 64 << 10;
   const bool prefetch = state.range(0) != 0;
-  auto device = hca::sim::NewSimDevice(hca::sim::SimOptions{}).value();
-  auto servicer = odp::Servicer::Create(device.get()).value();
-  cache::CacheOptions co;
+  auto device = regcache::hca::sim::NewSimDevice(regcache::hca::sim::SimOptions{}).value();
+  auto servicer = regcache::odp::Servicer::Create(device.get()).value();
+  regcache::cache::CacheOptions co;
   co.background_maintenance = false;
   co.pool.quarantine_time = absl::ZeroDuration();
   co.pool.quarantine_count = 0;
   co.backing_observer = servicer.get();
-  auto cache = cache::RegCache::Create(device.get(), co).value();
-  const cache::TenantId tenant = cache->OpenTenant({}).value();
+  auto cache = regcache::cache::RegCache::Create(device.get(), co).value();
+  const regcache::cache::TenantId tenant = cache->OpenTenant({}).value();
   auto peer = device->CreatePeer(cache->Usage(tenant)->pd).value();
   auto* mem = static_cast<uint8_t*>(MapAnonymous(kBytes));
   const uint64_t va = reinterpret_cast<uint64_t>(mem);
   const std::vector<uint8_t> chunk(kChunk, 0x5a);
 
-  cache::BackingSpec spec;
+  regcache::cache::BackingSpec spec;
   spec.va = va;
   spec.local_addr = mem;
   spec.length = kBytes;
@@ -121,13 +121,13 @@ void BM_ColdWrite(benchmark::State& state) {
     // kernel has taken back.
     state.PauseTiming();
     RC_CHECK(madvise(mem, kBytes, MADV_DONTNEED) == 0);
-    const cache::BackingId id = cache->AddBacking(tenant, spec).value();
-    const cache::KeyGrant g = cache->Register(tenant, va, kBytes, kRw).value();
+    const regcache::cache::BackingId id = cache->AddBacking(tenant, spec).value();
+    const regcache::cache::KeyGrant g = cache->Register(tenant, va, kBytes, kRw).value();
     state.ResumeTiming();
 
     if (prefetch) {
       absl::Status s =
-          servicer->PrefetchTenantRange(tenant, va, kBytes, /*write=*/true, odp::PrefetchMode::kSync);
+          servicer->PrefetchTenantRange(tenant, va, kBytes, /*write=*/true, regcache::odp::PrefetchMode::kSync);
       if (!s.ok()) state.SkipWithError(s.ToString().c_str());
     }
     for (uint64_t off = 0; off < kBytes; off += kChunk) {

@@ -22,7 +22,7 @@
 
 namespace {
 
-using namespace hca;  // NOLINT: a benchmark program
+using namespace regcache::hca;  // NOLINT: a benchmark program
 
 constexpr uint64_t kPage = 4096;
 constexpr size_t kBytes = 64;

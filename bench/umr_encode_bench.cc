@@ -23,8 +23,8 @@ namespace {
 
 constexpr uint32_t kRingWqebbs = 64;
 
-umr::MapKeyRequest Klm4() {
-  umr::MapKeyRequest r;
+regcache::umr::MapKeyRequest Klm4() {
+  regcache::umr::MapKeyRequest r;
   r.key = 0x00012307;
   r.access = {true, true, true, true, false};
   r.start_addr = 0x7f0000000000;
@@ -34,14 +34,14 @@ umr::MapKeyRequest Klm4() {
 }
 
 void BM_EncodeMapKlm4(benchmark::State& state) {
-  std::vector<uint8_t> ring(kRingWqebbs * umr::kWqebb);
-  auto sq = umr::SqRing::Create(absl::MakeSpan(ring), {});
-  umr::MapKeyRequest r = Klm4();
+  std::vector<uint8_t> ring(kRingWqebbs * regcache::umr::kWqebb);
+  auto sq = regcache::umr::SqRing::Create(absl::MakeSpan(ring), {});
+  regcache::umr::MapKeyRequest r = Klm4();
   for (auto _ : state) {
-    r.key = umr::NextVariant(r.key);  // a new variant each time
-    const umr::WqeHeader h = sq->NextHeader(true, false, false);
+    r.key = regcache::umr::NextVariant(r.key);  // a new variant each time
+    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false);
     auto buf = sq->Begin(sq->producer(), 3);  // the engine's consumer keeps up
-    auto size = umr::BuildMapKey(h, r, 4, *buf);
+    auto size = regcache::umr::BuildMapKey(h, r, 4, *buf);
     auto posted = sq->Commit(*size, h, true);
     benchmark::DoNotOptimize(posted);
   }
@@ -51,14 +51,14 @@ void BM_EncodeMapKlm4(benchmark::State& state) {
 BENCHMARK(BM_EncodeMapKlm4);
 
 void BM_EncodeLocalInvalidate(benchmark::State& state) {
-  std::vector<uint8_t> ring(kRingWqebbs * umr::kWqebb);
-  auto sq = umr::SqRing::Create(absl::MakeSpan(ring), {});
-  umr::LocalInvalidateRequest r{0x00012300};
+  std::vector<uint8_t> ring(kRingWqebbs * regcache::umr::kWqebb);
+  auto sq = regcache::umr::SqRing::Create(absl::MakeSpan(ring), {});
+  regcache::umr::LocalInvalidateRequest r{0x00012300};
   for (auto _ : state) {
     r.key += 0x100;
-    const umr::WqeHeader h = sq->NextHeader(true, false, false);
+    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false);
     auto buf = sq->Begin(sq->producer(), 2);
-    auto size = umr::BuildLocalInvalidate(h, r, *buf);
+    auto size = regcache::umr::BuildLocalInvalidate(h, r, *buf);
     auto posted = sq->Commit(*size, h, true);
     benchmark::DoNotOptimize(posted);
   }
@@ -84,7 +84,7 @@ struct RdmaCoreStyleSq {
 
 void BM_RdmaCoreStyleMapKlm4(benchmark::State& state) {
   RdmaCoreStyleSq sq;
-  const umr::MapKeyRequest r0 = Klm4();
+  const regcache::umr::MapKeyRequest r0 = Klm4();
   uint32_t key = r0.key;
   for (auto _ : state) {
     key = (key & 0xffffff00) | ((key + 1) & 0xff);
@@ -112,7 +112,7 @@ void BM_RdmaCoreStyleMapKlm4(benchmark::State& state) {
     mkc->start_addr = htobe64(r0.start_addr);
     mkc->len = htobe64(r0.length);
     auto* klm = sq.Next<mlx5_wqe_data_seg>(mkc + 1);
-    for (const umr::KlmEntry& e : r0.klm) mlx5dv_set_data_seg(klm++, e.byte_count, e.mkey, e.address);
+    for (const regcache::umr::KlmEntry& e : r0.klm) mlx5dv_set_data_seg(klm++, e.byte_count, e.mkey, e.address);
     sq.cur_post += 3;
     sq.fm_ce_se = MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE;  // next WQE after a UMR
     benchmark::DoNotOptimize(ctrl);

@@ -25,7 +25,7 @@
 #include "cache/backing_set.h"
 #include "hca/device.h"
 
-namespace cache {
+namespace regcache::cache {
 
 using TenantId = uint32_t;  // as in reg_cache.h
 
@@ -44,6 +44,5 @@ class BackingObserver {
   virtual void OnBackingRemoving(const BackingEvent& event) = 0;
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_BACKING_OBSERVER_H_

@@ -8,10 +8,10 @@
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::Memory;
 
 class RecordingObserver final : public BackingObserver {
  public:
@@ -29,10 +29,10 @@ class RecordingObserver final : public BackingObserver {
   hca::Device** device_;
 };
 
-class BackingObserverTest : public ::cache::testing::CacheTest {
+class BackingObserverTest : public ::regcache::cache::testing::CacheTest {
  protected:
   void SetUp() override {
-    CacheOptions o = ::cache::testing::TestCacheOptions();
+    CacheOptions o = ::regcache::cache::testing::TestCacheOptions();
     o.backing_observer = &observer_;
     Init(o);
     raw_device_ = device_.get();
@@ -79,4 +79,4 @@ TEST_F(BackingObserverTest, AddedAndRemovingCarryTheBackingAndPrecedeDeregistrat
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

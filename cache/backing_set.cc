@@ -5,7 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
-namespace cache {
+namespace regcache::cache {
 
 absl::Status BackingSet::Add(const BackingRecord& record) {
   RETURN_IF_ERROR(CheckFree(record.va, record.length));
@@ -95,4 +95,4 @@ absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(
   return entries;
 }
 
-}  // namespace cache
+}  // namespace regcache::cache

@@ -19,7 +19,7 @@
 #include "hca/device.h"
 #include "umr/prm.h"
 
-namespace cache {
+namespace regcache::cache {
 
 using BackingId = uint64_t;
 
@@ -72,6 +72,5 @@ class BackingSet {
   uint64_t total_bytes_ = 0;
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_BACKING_SET_H_

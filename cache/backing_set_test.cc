@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
 BackingRecord Rec(BackingId id, uint64_t va, uint64_t len, hca::Key key, uint64_t dev,
@@ -83,4 +83,4 @@ TEST(BackingSetTest, OverlapsAreRefusedAndRightsEnforced) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -10,11 +10,11 @@
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
-using ::cache::testing::CacheTest;
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::CacheTest;
+using ::regcache::cache::testing::Memory;
 
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
 
@@ -161,4 +161,4 @@ TEST_F(ConcurrencyTest, StaleHandleOfARecycledRecordIsNotFound) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -17,12 +17,12 @@
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
-using ::cache::internal::HookPoint;
-using ::cache::testing::CacheTest;
-using ::cache::testing::Memory;
+using ::regcache::cache::internal::HookPoint;
+using ::regcache::cache::testing::CacheTest;
+using ::regcache::cache::testing::Memory;
 
 // A one-shot event on std primitives: Debian's abseil is not built for ThreadSanitizer, which
 // therefore cannot see Event's ordering.
@@ -460,4 +460,4 @@ TEST_F(HoldsTest, CrossThreadReleasesKeepTheSharedCountBounded) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -6,7 +6,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 
-namespace cache {
+namespace regcache::cache {
 
 KeyPool::KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats)
     : device_(device), pd_(pd), options_(options), stats_(stats) {
@@ -156,4 +156,4 @@ uint64_t KeyPool::outstanding_keys() const {
   return total_keys() - free_keys() - quarantined_keys();
 }
 
-}  // namespace cache
+}  // namespace regcache::cache

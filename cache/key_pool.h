@@ -22,7 +22,7 @@
 #include "cache/stats.h"
 #include "hca/device.h"
 
-namespace cache {
+namespace regcache::cache {
 
 struct PooledKey {
   hca::Key key = 0;  // the full key as the device currently knows it (index<<8 | variant)
@@ -100,6 +100,5 @@ class KeyPool {
   uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_KEY_POOL_H_

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
@@ -328,4 +328,4 @@ TEST_F(KeyPoolTest, TeardownDestroysWhatThePoolHolds) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -2,7 +2,7 @@
 
 #include "base/log.h"
 
-namespace cache {
+namespace regcache::cache {
 
 absl::string_view KeyStateName(KeyState s) {
   switch (s) {
@@ -43,4 +43,4 @@ void KeyLifecycle::Transition(KeyState to) {
   state_ = to;
 }
 
-}  // namespace cache
+}  // namespace regcache::cache

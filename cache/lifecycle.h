@@ -28,7 +28,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace cache {
+namespace regcache::cache {
 
 enum class KeyState : uint8_t {
   kFree,
@@ -59,6 +59,5 @@ class KeyLifecycle {
   KeyState state_ = KeyState::kFree;
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_LIFECYCLE_H_

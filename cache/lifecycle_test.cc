@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
 TEST(LifecycleTest, TheHappyPathIsLegalInOrder) {
@@ -37,4 +37,4 @@ TEST(LifecycleDeathTest, IllegalTransitionIsABrokenInvariant) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -7,7 +7,7 @@
 
 #include "absl/time/time.h"
 
-namespace cache {
+namespace regcache::cache {
 
 class BackingObserver;  // cache/backing_observer.h
 
@@ -61,6 +61,5 @@ struct TenantOptions {
   uint64_t max_backed_bytes = 0;  // bytes of backing memory attached (pinned or ODP)
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_OPTIONS_H_

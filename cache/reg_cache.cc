@@ -22,7 +22,7 @@
 #include "cache/key_pool.h"
 #include "cache/umr_engine.h"
 
-namespace cache {
+namespace regcache::cache {
 
 namespace {
 // What NormalizeAccess accepts, without building a Status.
@@ -391,4 +391,4 @@ absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
   return std::unique_ptr<RegCache>(new RegCacheImpl(device, options, registry));
 }
 
-}  // namespace cache
+}  // namespace regcache::cache

@@ -60,7 +60,7 @@
 #include "cache/stats.h"
 #include "hca/device.h"
 
-namespace cache {
+namespace regcache::cache {
 
 using TenantId = uint32_t;
 // A registration or window handle; 0 is never valid. Carries its tenant, so a handle given to
@@ -226,6 +226,5 @@ class RegCache {
 // atomic only with local write. Returns the normalized rights (with kLocalRead).
 absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access);
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_REG_CACHE_H_

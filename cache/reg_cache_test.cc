@@ -9,11 +9,11 @@
 #include "gtest/gtest.h"
 #include "hca/status.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
-using ::cache::testing::CacheTest;
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::CacheTest;
+using ::regcache::cache::testing::Memory;
 
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
 
@@ -456,12 +456,11 @@ TEST_F(RegCacheTest, ClosingATenantRunsEveryKeyThroughTheLifecycle) {
 }
 
 }  // namespace
-}  // namespace cache
-
-namespace cache {
+}  // namespace regcache::cache
+namespace regcache::cache {
 namespace {
 
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::Memory;
 constexpr hca::AccessFlags kRwAll = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
 
 class RegCacheLimitsTest : public testing::CacheTest {
@@ -497,4 +496,4 @@ TEST(RegCacheCreateTest, ClassesMustFitOneInlineMap) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

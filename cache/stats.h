@@ -5,7 +5,7 @@
 
 #include "base/stats.h"
 
-namespace cache {
+namespace regcache::cache {
 
 #define REGCACHE_CACHE_STATS(COUNTER, GAUGE, HISTOGRAM)                                     \
   COUNTER(register_hits, "register requests served by a live registration")               \
@@ -41,6 +41,5 @@ namespace cache {
 
 RC_DEFINE_HOT_STATS(CacheStats, REGCACHE_CACHE_STATS);
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_STATS_H_

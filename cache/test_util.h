@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 
-namespace cache::testing {
+namespace regcache::cache::testing {
 
 // Anonymous memory, page aligned, unmapped on destruction.
 class Memory {
@@ -109,6 +109,5 @@ class CacheTest : public ::testing::Test {
   int64_t baseline_keys_ = 0;
 };
 
-}  // namespace cache::testing
-
+}  // namespace regcache::cache::testing
 #endif  // REGCACHE_CACHE_TEST_UTIL_H_

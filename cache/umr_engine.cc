@@ -8,7 +8,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 
-namespace cache {
+namespace regcache::cache {
 
 absl::StatusOr<std::unique_ptr<UmrEngine>> UmrEngine::Create(hca::Device* device, hca::Pd pd,
                                                              const EngineOptions& options,
@@ -213,4 +213,4 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
 }
 
-}  // namespace cache
+}  // namespace regcache::cache

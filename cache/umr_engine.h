@@ -36,7 +36,7 @@
 #include "cache/stats.h"
 #include "hca/device.h"
 
-namespace cache {
+namespace regcache::cache {
 
 struct UmrOp {
   enum class Kind { kMap, kInvalidate, kRewriteTranslation };
@@ -118,6 +118,5 @@ class UmrEngine {
   std::vector<std::unique_ptr<QueueSlot>> slots_;
 };
 
-}  // namespace cache
-
+}  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_UMR_ENGINE_H_

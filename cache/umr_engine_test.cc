@@ -15,10 +15,10 @@
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
 
-namespace cache {
+namespace regcache::cache {
 namespace {
 
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::Memory;
 
 constexpr uint64_t kPage = 4096;
 
@@ -353,4 +353,4 @@ TEST_F(UmrEngineTest, ConcurrentCallersEachGetTheirOwnResults) {
 }
 
 }  // namespace
-}  // namespace cache
+}  // namespace regcache::cache

@@ -7,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "base/mutex.h"
 
-namespace hca {
+namespace regcache::hca {
 namespace {
 
 struct Registry {
@@ -109,4 +109,4 @@ void ClearBackendsForTest() {
   r.factories.clear();
 }
 
-}  // namespace hca
+}  // namespace regcache::hca

@@ -36,7 +36,7 @@
 #include "base/stats.h"
 #include "hca/device.h"
 
-namespace hca {
+namespace regcache::hca {
 
 // A parsed device spec.
 struct BackendSpec {
@@ -64,6 +64,5 @@ std::vector<std::string> RegisteredBackends();
 // Test hook: forgets every registration.
 void ClearBackendsForTest();
 
-}  // namespace hca
-
+}  // namespace regcache::hca
 #endif  // REGCACHE_HCA_BACKEND_H_

@@ -3,7 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace hca {
+namespace regcache::hca {
 namespace {
 
 using ::testing::ElementsAre;
@@ -76,4 +76,4 @@ TEST(AccessToStringTest, Renders) {
 }
 
 }  // namespace
-}  // namespace hca
+}  // namespace regcache::hca

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_join.h"
 
-namespace hca {
+namespace regcache::hca {
 
 std::string AccessToString(AccessFlags access) {
   std::vector<absl::string_view> parts;
@@ -15,4 +15,4 @@ std::string AccessToString(AccessFlags access) {
   return absl::StrJoin(parts, "|");
 }
 
-}  // namespace hca
+}  // namespace regcache::hca

@@ -49,7 +49,7 @@
 #include "hca/status.h"
 #include "umr/mkey.h"
 
-namespace hca {
+namespace regcache::hca {
 
 // ---------------------------------------------------------------------------------------------
 // Keys, access rights, PDs.
@@ -416,6 +416,5 @@ struct OpenOptions {
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
                                                    const OpenOptions& options = {});
 
-}  // namespace hca
-
+}  // namespace regcache::hca
 #endif  // REGCACHE_HCA_DEVICE_H_

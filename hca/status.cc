@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace hca {
+namespace regcache::hca {
 namespace {
 
 // Payload key: two bytes, syndrome then vendor syndrome.
@@ -70,4 +70,4 @@ std::optional<ErrorInfo> ErrorOf(const absl::Status& status) {
                    static_cast<uint8_t>(bytes[1])};
 }
 
-}  // namespace hca
+}  // namespace regcache::hca

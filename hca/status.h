@@ -24,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "umr/prm.h"
 
-namespace hca {
+namespace regcache::hca {
 
 // Error-CQE syndromes (mlx5 CQE byte 55). Only those the project raises or interprets; the
 // values are the PRM codec's (umr/prm.h), named here for the device's callers.
@@ -78,6 +78,5 @@ struct ErrorInfo {
 // payloads). nullopt for OK and for statuses that did not come from a device completion.
 std::optional<ErrorInfo> ErrorOf(const absl::Status& status);
 
-}  // namespace hca
-
+}  // namespace regcache::hca
 #endif  // REGCACHE_HCA_STATUS_H_

@@ -3,7 +3,7 @@
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
 
-namespace hca {
+namespace regcache::hca {
 namespace {
 
 TEST(DeviceErrorTest, CarriesCodeMessageAndSyndrome) {
@@ -44,4 +44,4 @@ TEST(CodeForSyndromeTest, Table) {
 }
 
 }  // namespace
-}  // namespace hca
+}  // namespace regcache::hca

@@ -14,10 +14,10 @@
 #include "odp/register.h"
 #include "odp/servicer.h"
 
-namespace odp {
+namespace regcache::odp {
 namespace {
 
-using ::cache::testing::Memory;
+using ::regcache::cache::testing::Memory;
 
 constexpr uint64_t kPage = 4096;
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
@@ -29,7 +29,7 @@ class OdpCacheTest : public ::testing::TestWithParam<hca::sim::ExecutionMode> {
     so.mode = GetParam();
     device_ = hca::sim::NewSimDevice(so).value();
     servicer_ = Servicer::Create(device_.get()).value();
-    cache::CacheOptions co = ::cache::testing::TestCacheOptions();
+    cache::CacheOptions co = ::regcache::cache::testing::TestCacheOptions();
     co.backing_observer = servicer_.get();
     cache_ = cache::RegCache::Create(device_.get(), co).value();
     tenant_ = cache_->OpenTenant({}).value();
@@ -192,4 +192,4 @@ INSTANTIATE_TEST_SUITE_P(Modes, OdpCacheTest,
                          });
 
 }  // namespace
-}  // namespace odp
+}  // namespace regcache::odp

@@ -2,7 +2,7 @@
 
 #include "base/status_macros.h"
 
-namespace odp {
+namespace regcache::odp {
 
 absl::StatusOr<cache::KeyGrant> RegisterWithPrefetch(cache::RegCache* cache, Servicer* servicer,
                                                      cache::TenantId tenant, uint64_t va,
@@ -20,4 +20,4 @@ absl::StatusOr<cache::KeyGrant> RegisterWithPrefetch(cache::RegCache* cache, Ser
   return grant;
 }
 
-}  // namespace odp
+}  // namespace regcache::odp

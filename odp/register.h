@@ -18,7 +18,7 @@
 #include "hca/device.h"
 #include "odp/servicer.h"
 
-namespace odp {
+namespace regcache::odp {
 
 struct RegisterOptions {
   bool prefetch = true;                  // false: a plain Register
@@ -37,6 +37,5 @@ absl::StatusOr<cache::KeyGrant> RegisterWithPrefetch(cache::RegCache* cache, Ser
                                                      uint64_t length, hca::AccessFlags access,
                                                      const RegisterOptions& options = {});
 
-}  // namespace odp
-
+}  // namespace regcache::odp
 #endif  // REGCACHE_ODP_REGISTER_H_

@@ -20,7 +20,7 @@
 #include "odp/internal/mtt_range.h"
 #include "odp/internal/servicer_impl.h"
 
-namespace odp {
+namespace regcache::odp {
 namespace internal {
 namespace {
 
@@ -252,4 +252,4 @@ absl::StatusOr<std::unique_ptr<Servicer>> Servicer::Create(hca::Device* device,
   return std::unique_ptr<Servicer>(std::move(s));
 }
 
-}  // namespace odp
+}  // namespace regcache::odp

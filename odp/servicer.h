@@ -69,7 +69,7 @@
 #include "hca/device.h"
 #include "odp/stats.h"
 
-namespace odp {
+namespace regcache::odp {
 
 enum class FaultPath {
   kAuto,    // kDaemon if the device has a fault-event stream, else kKernel
@@ -188,6 +188,5 @@ class Servicer : public cache::BackingObserver {
   virtual const OdpStats& stats() const = 0;
 };
 
-}  // namespace odp
-
+}  // namespace regcache::odp
 #endif  // REGCACHE_ODP_SERVICER_H_

@@ -16,7 +16,7 @@
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
 
-namespace odp {
+namespace regcache::odp {
 namespace {
 
 constexpr uint64_t kPage = 4096;
@@ -585,4 +585,4 @@ TEST(ServicerCreateTest, BadOptions) {
 }
 
 }  // namespace
-}  // namespace odp
+}  // namespace regcache::odp

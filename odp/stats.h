@@ -5,7 +5,7 @@
 
 #include "base/stats.h"
 
-namespace odp {
+namespace regcache::odp {
 
 #define REGCACHE_ODP_STATS(COUNTER, GAUGE, HISTOGRAM)                                          \
   COUNTER(faults, "page-fault events read from the device")                                   \
@@ -31,6 +31,5 @@ namespace odp {
   HISTOGRAM(service_ns, "fault service time: event read to resume, ns")
 RC_DEFINE_STATS(OdpStats, REGCACHE_ODP_STATS);
 
-}  // namespace odp
-
+}  // namespace regcache::odp
 #endif  // REGCACHE_ODP_STATS_H_

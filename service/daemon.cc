@@ -20,7 +20,7 @@
 #include "odp/servicer.h"
 #include "service/shared_memory.h"
 
-namespace service {
+namespace regcache::service {
 namespace {
 
 #define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
@@ -611,4 +611,4 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                                                 std::move(servicer), std::move(cache)));
 }
 
-}  // namespace service
+}  // namespace regcache::service

@@ -59,7 +59,7 @@
 #include "hca/device.h"
 #include "odp/servicer.h"
 
-namespace service {
+namespace regcache::service {
 
 struct DaemonConfig {
   // Device spec for hca::OpenDevice: "sim", "sim:mode=thread", "verbs[:name]", "mlx5[:name]".
@@ -213,6 +213,5 @@ class Daemon {
   virtual bool draining() const = 0;
 };
 
-}  // namespace service
-
+}  // namespace regcache::service
 #endif  // REGCACHE_SERVICE_DAEMON_H_

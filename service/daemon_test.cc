@@ -10,7 +10,7 @@
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
 
-namespace service {
+namespace regcache::service {
 namespace {
 
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
@@ -277,4 +277,4 @@ TEST(DaemonCreateTest, UnknownDeviceIsAClearError) {
 }
 
 }  // namespace
-}  // namespace service
+}  // namespace regcache::service

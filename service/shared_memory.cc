@@ -13,7 +13,7 @@
 #include "base/errno_status.h"
 #include "base/log.h"
 
-namespace service {
+namespace regcache::service {
 namespace {
 
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
@@ -120,4 +120,4 @@ absl::StatusOr<int> SharedMemory::DupFd() const {
   return fd;
 }
 
-}  // namespace service
+}  // namespace regcache::service

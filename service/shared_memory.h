@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace service {
+namespace regcache::service {
 
 class SharedMemory {
  public:
@@ -55,6 +55,5 @@ class SharedMemory {
   bool hugetlb_;
 };
 
-}  // namespace service
-
+}  // namespace regcache::service
 #endif  // REGCACHE_SERVICE_SHARED_MEMORY_H_

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace service {
+namespace regcache::service {
 namespace {
 
 TEST(SharedMemoryTest, CreatedMemoryIsSealedAndSharedThroughItsFd) {
@@ -77,4 +77,4 @@ TEST(SharedMemoryTest, ImportRefusesWhatCouldShrinkOrDoesNotFit) {
 }
 
 }  // namespace
-}  // namespace service
+}  // namespace regcache::service

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 // name, PRM bit offset inside cmd_hca_cap, width (docs/prm.md, HCA capabilities).
@@ -154,4 +154,4 @@ absl::StatusOr<OdpCaps> DecodeOdpCaps(absl::Span<const uint8_t> out) {
   return c;
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

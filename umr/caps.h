@@ -15,7 +15,7 @@
 #include "absl/types/span.h"
 #include "umr/mailbox.h"
 
-namespace umr {
+namespace regcache::umr {
 
 // General device capabilities (cap_type 0), the mkey / UMR subset.
 struct HcaCaps {
@@ -85,6 +85,5 @@ absl::StatusOr<std::vector<uint8_t>> EncodeQueryOdpCapOut(const CmdStatus& s, co
 absl::StatusOr<HcaCaps> DecodeHcaCaps(absl::Span<const uint8_t> out);
 absl::StatusOr<OdpCaps> DecodeOdpCaps(absl::Span<const uint8_t> out);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_CAPS_H_

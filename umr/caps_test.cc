@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 TEST(CapsTest, GoldenOffsets) {
@@ -56,4 +56,4 @@ TEST(CapsTest, OdpCapsAndQueryInput) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

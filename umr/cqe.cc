@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace umr {
+namespace regcache::umr {
 
 absl::StatusOr<CqeBytes> EncodeCqe(const Cqe& c) {
   if (c.opcode > 0xf || c.format > 3 || c.qpn > 0xffffff) {
@@ -79,4 +79,4 @@ const char* CqeSyndromeName(uint8_t s) {
   }
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

@@ -15,7 +15,7 @@
 #include "absl/types/span.h"
 #include "umr/prm.h"
 
-namespace umr {
+namespace regcache::umr {
 
 struct Cqe {
   uint8_t opcode = kCqeOpReq;    // 4 bits
@@ -48,6 +48,5 @@ absl::StatusOr<Cqe> DecodeCqe(absl::Span<const uint8_t> bytes);
 
 const char* CqeSyndromeName(uint8_t syndrome);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_CQE_H_

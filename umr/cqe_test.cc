@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 TEST(CqeTest, GoodCqeGolden) {
@@ -54,4 +54,4 @@ TEST(CqeTest, ErrorCqeGolden) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

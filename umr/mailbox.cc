@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 template <typename T>
@@ -309,4 +309,4 @@ absl::StatusOr<PageFaultResumeIn> DecodePageFaultResumeIn(absl::Span<const uint8
   return d;
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

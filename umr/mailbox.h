@@ -20,7 +20,7 @@
 #include "umr/prm.h"
 #include "umr/segments.h"
 
-namespace umr {
+namespace regcache::umr {
 
 using Mailbox16 = std::array<uint8_t, 16>;
 
@@ -131,6 +131,5 @@ struct PageFaultResumeIn {
 absl::StatusOr<Mailbox16> EncodePageFaultResumeIn(const PageFaultResumeIn& in);
 absl::StatusOr<PageFaultResumeIn> DecodePageFaultResumeIn(absl::Span<const uint8_t> in);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_MAILBOX_H_

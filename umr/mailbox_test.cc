@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 // docs/prm.md, Command mailboxes: the pool's KLM key as rdma-core's mlx5dv_create_mkey writes it.
@@ -130,4 +130,4 @@ TEST(QueryDestroyResumeTest, GoldenAndRoundTrip) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace umr {
+namespace regcache::umr {
 
 inline constexpr uint32_t kMaxMkeyIndex = 0xffffff;
 // MLX5_INVALID_LKEY: never a valid key (docs/prm.md, Memory keys).
@@ -30,6 +30,5 @@ static_assert(MakeKey(0x123456, 0x78) == 0x12345678);
 static_assert(KeyIndex(0x12345678) == 0x123456 && KeyVariant(0x12345678) == 0x78);
 static_assert(NextVariant(0x000001ff) == 0x00000100);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_MKEY_H_

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace umr {
+namespace regcache::umr {
 
 absl::StatusOr<Eqe> EncodePageFaultEqe(const PageFaultEvent& e) {
   if (e.type > 7) {
@@ -80,4 +80,4 @@ PageFaultResumeIn ResumeFor(const PageFaultEvent& e, bool error) {
   return r;
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

@@ -14,7 +14,7 @@
 #include "umr/mailbox.h"
 #include "umr/prm.h"
 
-namespace umr {
+namespace regcache::umr {
 
 enum class PageFaultSubtype : uint8_t { kWqe = 0, kRdma = 1 };
 
@@ -55,6 +55,5 @@ absl::StatusOr<PageFaultEvent> DecodePageFaultEqe(absl::Span<const uint8_t> eqe)
 // event's token (WQE subtype: token field, low 24 bits; RDMA subtype: e.wq_number).
 PageFaultResumeIn ResumeFor(const PageFaultEvent& e, bool error);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_ODP_EVENT_H_

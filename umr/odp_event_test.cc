@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 TEST(PageFaultEqeTest, RdmaGoldenAndResume) {
@@ -53,4 +53,4 @@ TEST(PageFaultEqeTest, WqeSubtypeAndErrors) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

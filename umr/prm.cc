@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace umr {
+namespace regcache::umr {
 
 // The field occupies bits [31 - off%32 .. 32 - off%32 - width] of dword off/32 (docs/prm.md,
 // Conventions).
@@ -22,4 +22,4 @@ void PrmSet(uint8_t* bytes, unsigned bit_off, unsigned width, uint32_t value) {
   std::memcpy(p, &dw, 4);
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

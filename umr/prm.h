@@ -24,7 +24,7 @@
 
 #include "base/endian.h"
 
-namespace umr {
+namespace regcache::umr {
 
 using base::be16;
 using base::be32;
@@ -413,6 +413,5 @@ static_assert(std::is_trivially_copyable_v<MkeyContext> &&
 uint32_t PrmGet(const uint8_t* bytes, unsigned bit_off, unsigned width);
 void PrmSet(uint8_t* bytes, unsigned bit_off, unsigned width, uint32_t value);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_PRM_H_

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 absl::Status TooWide(const char* field, uint64_t value, unsigned bits) {
@@ -367,4 +367,4 @@ absl::StatusOr<RepeatBlock> DecodeRepeatBlock(absl::Span<const uint8_t> bytes) {
   return b;
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

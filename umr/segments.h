@@ -22,7 +22,7 @@
 #include "absl/types/span.h"
 #include "umr/prm.h"
 
-namespace umr {
+namespace regcache::umr {
 
 // ---------------------------------------------------------------------------------------------
 // Mkey context (docs/prm.md, Mkey context (MKC); Access modes).
@@ -226,6 +226,5 @@ absl::StatusOr<std::vector<KsmEntry>> DecodeKsmEntries(absl::Span<const uint8_t>
 // disagrees with the entries' sum.
 absl::StatusOr<RepeatBlock> DecodeRepeatBlock(absl::Span<const uint8_t> bytes);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_SEGMENTS_H_

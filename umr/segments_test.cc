@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 template <typename T>
@@ -243,4 +243,4 @@ TEST(DataSegTest, RoundTripAndInlineRejected) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace umr {
+namespace regcache::umr {
 
 absl::StatusOr<FenceMode> FenceForUmrCap(uint8_t cap) {
   switch (cap) {
@@ -99,4 +99,4 @@ absl::StatusOr<absl::Span<const uint8_t>> GatherWqe(absl::Span<const uint8_t> ri
   return absl::Span<const uint8_t>(scratch->data(), bytes);
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

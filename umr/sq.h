@@ -29,7 +29,7 @@
 #include "umr/segments.h"
 #include "umr/wqe_builder.h"
 
-namespace umr {
+namespace regcache::umr {
 
 inline constexpr size_t kMaxWqeBytes = kMaxWqebbsPerWqe * kWqebb;  // 1024
 using WqeScratch = std::array<uint8_t, kMaxWqeBytes>;
@@ -107,6 +107,5 @@ class SqRing {
 absl::StatusOr<absl::Span<const uint8_t>> GatherWqe(absl::Span<const uint8_t> ring, uint32_t slot,
                                                     WqeScratch* scratch);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_SQ_H_

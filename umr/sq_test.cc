@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "umr/wqe_decoder.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 TEST(SqRingTest, RejectsBadGeometry) {
@@ -120,4 +120,4 @@ TEST(GatherWqeTest, Errors) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

@@ -6,7 +6,7 @@
 #include "base/status_macros.h"
 #include "umr/mkey.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 constexpr size_t kUmrHeadBytes = kUmrHeadDs * kOctoword;
@@ -391,4 +391,4 @@ absl::StatusOr<WqeSize> BuildSendInvalidate(const WqeHeader& h, const SendInvali
   return WqeSize{static_cast<uint8_t>(ds), WqebbsForDs(ds)};
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

@@ -47,7 +47,7 @@
 #include "umr/prm.h"
 #include "umr/segments.h"
 
-namespace umr {
+namespace regcache::umr {
 
 // Size of a built WQE.
 struct WqeSize {
@@ -192,6 +192,5 @@ absl::StatusOr<WqeSize> BuildSendInvalidate(const WqeHeader& h, const SendInvali
 inline constexpr size_t kMaxInlineKlms = 52;
 inline constexpr size_t kMaxInlineMtts = 104;
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_WQE_BUILDER_H_

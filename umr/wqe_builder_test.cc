@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "umr/mkey.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 using Buf = std::array<uint8_t, 1024>;
@@ -252,4 +252,4 @@ TEST(BuildSendInvalidateTest, GoldenBytes) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 constexpr size_t kUmrHeadBytes = kUmrHeadDs * kOctoword;
@@ -230,4 +230,4 @@ absl::StatusOr<SendInvalidateRequest> DecodeSendInvalidate(const WqeDesc& d) {
   return r;
 }
 
-}  // namespace umr
+}  // namespace regcache::umr

@@ -30,7 +30,7 @@
 #include "umr/segments.h"
 #include "umr/wqe_builder.h"
 
-namespace umr {
+namespace regcache::umr {
 
 // Decodes one WQE starting at bytes[0]; bytes may be longer than the WQE (DS decides).
 absl::StatusOr<WqeDesc> DecodeWqe(absl::Span<const uint8_t> bytes);
@@ -65,6 +65,5 @@ absl::StatusOr<RewriteTranslationRequest> DecodeRewriteTranslation(const WqeDesc
 absl::StatusOr<LocalInvalidateRequest> DecodeLocalInvalidate(const WqeDesc& d);
 absl::StatusOr<SendInvalidateRequest> DecodeSendInvalidate(const WqeDesc& d);
 
-}  // namespace umr
-
+}  // namespace regcache::umr
 #endif  // REGCACHE_UMR_WQE_DECODER_H_

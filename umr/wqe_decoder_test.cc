@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace umr {
+namespace regcache::umr {
 namespace {
 
 using Buf = std::array<uint8_t, 1024>;
@@ -234,4 +234,4 @@ TEST(DecodeWqeTest, GarbageNeverCrashes) {
 }
 
 }  // namespace
-}  // namespace umr
+}  // namespace regcache::umr

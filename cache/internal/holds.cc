@@ -5,7 +5,7 @@
 #include "base/log.h"
 #include "cache/internal/lifecycle.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 #ifndef NDEBUG
 std::atomic<void (*)(HookPoint)> test_hook{nullptr};
@@ -212,4 +212,4 @@ void StopReferences(Tenant& t, std::vector<Registration*>& rs) {
   for (size_t i = 0; i < rs.size(); ++i) (void)CountAndSettle(t, rs[i], before[i], false);
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

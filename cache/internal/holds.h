@@ -48,7 +48,7 @@
 #include "cache/internal/tenant.h"
 #include "hca/device.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // Test hooks: points in the protocol where a test stalls a thread to force an interleaving the
 // protocol must survive (cache/holds_test.cc). Compiled out under NDEBUG, so release builds
@@ -62,8 +62,8 @@ enum class HookPoint {
 extern std::atomic<void (*)(HookPoint)> test_hook;
 #define RC_CACHE_TEST_HOOK(point)                                                              \
   do {                                                                                         \
-    if (auto* hook = ::cache::internal::test_hook.load(std::memory_order_acquire))             \
-      hook(::cache::internal::HookPoint::point);                                               \
+    if (auto* hook = ::regcache::cache::internal::test_hook.load(std::memory_order_acquire))             \
+      hook(::regcache::cache::internal::HookPoint::point);                                               \
   } while (0)
 #else
 #define RC_CACHE_TEST_HOOK(point) \
@@ -266,6 +266,5 @@ Stopped StopReference(Tenant& t, Registration* r, bool only_unheld = false,
 void StopReferences(Tenant& t, std::vector<Registration*>& rs)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_HOLDS_H_

@@ -2,7 +2,7 @@
 
 #include "base/log.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // --- Slab ---
 
@@ -122,4 +122,4 @@ void RangeIndex::Erase(uint64_t hash, uint32_t slot) {
   size_--;
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

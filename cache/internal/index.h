@@ -33,7 +33,7 @@
 #include "cache/lifecycle.h"
 #include "cache/reg_cache.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // Handle layout: tenant slot (16 bits) | generation (24) | record slot (24). A handle names its
 // record directly (no hash lookup on release); the generation, new on every publication of
@@ -302,6 +302,5 @@ class RangeIndex {
   uint64_t size_ = 0;
 };
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_INDEX_H_

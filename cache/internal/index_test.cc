@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 namespace {
 
 // --- Handles ---
@@ -470,4 +470,4 @@ TEST(HoldTablesTest, ForEachHoldVisitsEveryCountingEntry) {
 }
 
 }  // namespace
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

@@ -5,7 +5,7 @@
 #include "base/status_macros.h"
 #include "cache/internal/holds.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 namespace {
 
@@ -76,4 +76,4 @@ TenantUsage UsageOf(Tenant& t) {
   return u;
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

@@ -9,12 +9,11 @@
 #include "cache/internal/tenant.h"
 #include "cache/reg_cache.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 absl::StatusOr<RegistrationInfo> QueryRecord(Tenant& t, Handle handle);
 std::vector<RegistrationInfo> ListRecords(Tenant& t);
 TenantUsage UsageOf(Tenant& t);
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_INTROSPECT_H_

@@ -10,7 +10,7 @@
 #include "cache/lifecycle.h"
 #include "cache/umr_engine.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 namespace {
 
@@ -141,4 +141,4 @@ void Recover(Tenant& t, Registration* r, hca::Key previous_key) {
   t.pool->Forget(r->pooled);
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

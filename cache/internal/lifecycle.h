@@ -16,7 +16,7 @@
 #include "cache/internal/tenant.h"
 #include "hca/device.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // Runs the lifecycle of `r`, whose references were stopped, to its end (quarantined, or
 // destroyed in recovery), then hands the record back: to the slab now if it is unpublished,
@@ -29,6 +29,5 @@ void Retire(Tenant& t, Registration* r);
 // forgotten by the pool).
 void Recover(Tenant& t, Registration* r, hca::Key previous_key);
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_LIFECYCLE_H_

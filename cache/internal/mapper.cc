@@ -13,7 +13,7 @@
 #include "cache/internal/lifecycle.h"
 #include "cache/umr_engine.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 namespace {
 
@@ -284,4 +284,4 @@ Registration* PickVictim(Tenant& t) {
   return nullptr;
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

@@ -21,7 +21,7 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // RegCache::Register's miss: maps a new registration of [va, +length) with `access`
 // (normalized). Errors as RegCache::Register.
@@ -38,6 +38,5 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
 // passed it, with its references stopped (ready to Retire). nullptr if none.
 Registration* PickVictim(Tenant& t);
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_MAPPER_H_

@@ -9,7 +9,7 @@
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 namespace {
 
@@ -164,4 +164,4 @@ absl::Status CloseTenant(Tenant& t) {
   return first;
 }
 
-}  // namespace cache::internal
+}  // namespace regcache::cache::internal

@@ -35,7 +35,7 @@
 #include "cache/umr_engine.h"
 #include "hca/device.h"
 
-namespace cache::internal {
+namespace regcache::cache::internal {
 
 // What every tenant of one cache shares: the device, the options, the counters.
 struct CacheContext {
@@ -93,6 +93,5 @@ absl::Status DetachMemory(Tenant& t, BackingId backing);
 // REQUIRES: the tenant is out of the cache's table (no new calls reach it).
 absl::Status CloseTenant(Tenant& t);
 
-}  // namespace cache::internal
-
+}  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_TENANT_H_

@@ -10,7 +10,7 @@
 #include "umr/prm.h"
 #include "umr/wqe_builder.h"
 
-namespace hca::mlx5 {
+namespace regcache::hca::mlx5 {
 namespace {
 
 // ---- Segment sizes and member offsets --------------------------------------------------------
@@ -197,4 +197,4 @@ absl::Status CheckPrmCompat() {
   return absl::OkStatus();
 }
 
-}  // namespace hca::mlx5
+}  // namespace regcache::hca::mlx5

@@ -17,12 +17,11 @@
 
 #include "absl/status/status.h"
 
-namespace hca::mlx5 {
+namespace regcache::hca::mlx5 {
 
 // OK when the canonical map and local-invalidate WQEs are byte-identical both ways;
 // kInternal naming the first differing byte otherwise.
 absl::Status CheckPrmCompat();
 
-}  // namespace hca::mlx5
-
+}  // namespace regcache::hca::mlx5
 #endif  // REGCACHE_HCA_MLX5_PRM_COMPAT_H_

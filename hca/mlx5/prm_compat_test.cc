@@ -14,7 +14,7 @@
 #include "umr/wqe_builder.h"
 #include "umr/wqe_decoder.h"
 
-namespace hca::mlx5 {
+namespace regcache::hca::mlx5 {
 namespace {
 
 using Buf = std::array<uint8_t, 1024>;
@@ -203,4 +203,4 @@ TEST(PrmCompatTest, CqeBothWays) {
 }
 
 }  // namespace
-}  // namespace hca::mlx5
+}  // namespace regcache::hca::mlx5

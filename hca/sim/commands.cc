@@ -9,7 +9,7 @@
 #include "umr/segments.h"
 #include "umr/wqe_decoder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 using umr::kCmdStatusBadParam;
@@ -186,4 +186,4 @@ absl::Status CommandProcessor::PageFaultResume(absl::Span<const uint8_t> in,
   return absl::OkStatus();
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

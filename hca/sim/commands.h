@@ -27,7 +27,7 @@
 #include "hca/sim/mkey_table.h"
 #include "umr/mailbox.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 class CommandProcessor {
  public:
@@ -55,6 +55,5 @@ class CommandProcessor {
   const ResumeHook resume_;
 };
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_COMMANDS_H_

@@ -11,7 +11,7 @@
 #include "umr/prm.h"
 #include "umr/segments.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 constexpr uint32_t kMask = FaultQueue::kDepth - 1;
@@ -214,4 +214,4 @@ std::vector<uint8_t> FaultQueue::EventRingForTest() {
   return bytes;
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -47,7 +47,7 @@
 #include "umr/odp_event.h"
 #include "umr/prm.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 class FaultQueue {
  public:
@@ -114,6 +114,5 @@ class FaultQueue {
   std::map<uint32_t, umr::PageFaultEvent> delivered_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_FAULT_QUEUE_H_

@@ -1,6 +1,6 @@
 #include "hca/sim/mkc_convert.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 AccessFlags FromMkeyAccess(const umr::MkeyAccess& a) {
   AccessFlags f = 0;  // built bit by bit: `cond ? kEnum : 0` mixes enum and int (-Wextra)
@@ -68,4 +68,4 @@ KlmEntry FromUmrKlm(const umr::KlmEntry& e) { return KlmEntry{e.mkey, e.address,
 KlmEntry FromUmrKsm(const umr::KsmEntry& e) { return KlmEntry{e.mkey, e.va, 0}; }
 MttEntry FromUmrMtt(const umr::MttEntry& e) { return MttEntry{e.addr, e.read, e.write}; }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -12,7 +12,7 @@
 #include "hca/sim/mkey_table.h"
 #include "umr/segments.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 AccessFlags FromMkeyAccess(const umr::MkeyAccess& a);
 umr::MkeyAccess ToMkeyAccess(AccessFlags access);
@@ -29,6 +29,5 @@ KlmEntry FromUmrKlm(const umr::KlmEntry& e);
 KlmEntry FromUmrKsm(const umr::KsmEntry& e);
 MttEntry FromUmrMtt(const umr::MttEntry& e);
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_MKC_CONVERT_H_

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 void MkeySlot::RecomputeKlmEnds() {
   klm_end.resize(klm.size());
@@ -50,4 +50,4 @@ uint32_t MkeyTable::live_count() const {
   return live_;
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

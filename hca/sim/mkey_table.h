@@ -29,7 +29,7 @@
 #include "umr/prm.h"
 #include "umr/segments.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 // The decoded mkey context fields the model uses (PRM names; docs/prm.md, Mkey context (MKC)).
 struct MkeyState {
@@ -111,6 +111,5 @@ class MkeyTable {
   uint32_t live_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_MKEY_TABLE_H_

@@ -22,7 +22,7 @@
 #include "umr/wqe_builder.h"
 #include "umr/wqe_decoder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 constexpr uint32_t kMaxParkRetries = 64;  // a parked access re-faulting this often gives up
@@ -598,4 +598,4 @@ void RegisterBackend() {
       });
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

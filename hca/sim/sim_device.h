@@ -52,7 +52,7 @@
 #include "hca/backend.h"
 #include "hca/device.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 #define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
   COUNTER(translations, "accesses translated successfully")                      \
@@ -128,6 +128,5 @@ absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& option
 // wants the backend (see hca/backend.h on why registration is explicit).
 void RegisterBackend();
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_SIM_DEVICE_H_

@@ -10,7 +10,7 @@
 #include "hca/backend.h"
 #include "hca/sim/sim_device.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 using ::testing::HasSubstr;
@@ -530,4 +530,4 @@ TEST(SimBackendTest, StatsRegistered) {
 }
 
 }  // namespace
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 constexpr uint64_t kPage = 4096;
@@ -115,4 +115,4 @@ TEST_F(SimOdpTest, PrefetchAvoidsFaultAndTimeoutIsBounded) {
 }
 
 }  // namespace
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -15,7 +15,7 @@
 #include "umr/odp_event.h"
 #include "umr/prm.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 constexpr uint64_t kPage = 4096;
@@ -272,4 +272,4 @@ TEST_F(SimPrmBytesTest, LocalWriteFaultDecodesFromTheFaultingWqe) {
 }
 
 }  // namespace
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

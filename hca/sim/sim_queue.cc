@@ -14,7 +14,7 @@
 #include "umr/segments.h"
 #include "umr/wqe_builder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 // WQEBBs to reserve for a UMR WQE with `translation_bytes` of inline translation (64-B padded);
@@ -350,4 +350,4 @@ absl::Status SimQueue::Flush(absl::Duration timeout) {
   return done ? absl::OkStatus() : absl::DeadlineExceededError("sim queue flush timed out");
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -35,7 +35,7 @@
 #include "umr/sq.h"
 #include "umr/wqe_decoder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 // What a queue needs from its device (injected: the device owns table, stats and hooks).
 struct QueueContext {
@@ -121,6 +121,5 @@ class SimQueue final : public Queue {
   std::thread engine_;
 };
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_SIM_QUEUE_H_

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "umr/prm.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 absl::Status Fail(AccessKind kind, Key key, absl::string_view why) {
@@ -174,4 +174,4 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
   return absl::OkStatus();
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -38,7 +38,7 @@
 #include "hca/device.h"
 #include "hca/sim/mkey_table.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 enum class AccessKind : uint8_t { kLocalRead, kLocalWrite, kRemoteRead, kRemoteWrite, kRemoteAtomic };
 
@@ -85,6 +85,5 @@ class Translator {
   const uint32_t max_indirection_;
 };
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_TRANSLATOR_H_

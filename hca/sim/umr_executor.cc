@@ -10,7 +10,7 @@
 #include "umr/segments.h"
 #include "umr/wqe_decoder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 namespace {
 
 absl::Status Bind(uint32_t key, absl::string_view why) {
@@ -113,4 +113,4 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   return absl::OkStatus();
 }
 
-}  // namespace hca::sim
+}  // namespace regcache::hca::sim

@@ -23,7 +23,7 @@
 #include "hca/sim/mkey_table.h"
 #include "umr/wqe_builder.h"
 
-namespace hca::sim {
+namespace regcache::hca::sim {
 
 struct UmrOutcome {
   bool local_invalidate = false;  // the WQE only set free = 1
@@ -32,6 +32,5 @@ struct UmrOutcome {
 absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
                         UmrOutcome* outcome);
 
-}  // namespace hca::sim
-
+}  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_UMR_EXECUTOR_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 hca::MttEntry EntryFor(const hca::Backing& b, uint32_t i, uint8_t state) {
   if (state == kAbsent) return hca::MttEntry{};
@@ -175,4 +175,4 @@ void CommitZap(const ZapPlan& plan, bool ok, MttState* state) {
             kAbsent);
 }
 
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -29,7 +29,7 @@
 #include "hca/device.h"
 #include "odp/internal/mtt_range.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 // What odp/ has published for one MTT entry. The bits nest: kReadWrite includes kRead.
 enum EntryState : uint8_t {
@@ -120,6 +120,5 @@ ZapPlan PlanZap(const hca::Backing& b, const MttState& state, EntryRange range,
 // already while the state still says present (so a retry clears them): uncertain.
 void CommitZap(const ZapPlan& plan, bool ok, MttState* state);
 
-}  // namespace odp::internal
-
+}  // namespace regcache::odp::internal
 #endif  // REGCACHE_ODP_INTERNAL_FAULT_PLAN_H_

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 namespace {
 
 constexpr uint64_t kPage = 4096;
@@ -282,4 +282,4 @@ TEST(FaultPlanTest, ZapClearsTheRangeAndKeepsTheNeighbours) {
 }
 
 }  // namespace
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -16,7 +16,7 @@
 #include "odp/internal/populate.h"
 #include "odp/internal/servicer_impl.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 namespace {
 
 // True while the device has fault events pending. With an event fd this is a zero-timeout
@@ -198,4 +198,4 @@ size_t ServicerImpl::MakeNeedsResident(const hca::Backing& dev, absl::Span<Need>
   return failed;
 }
 
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -14,7 +14,7 @@
 
 #include "hca/device.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 inline constexpr uint32_t kEntriesPerBlock = 8;  // 64 bytes of 8-byte MTT entries
 
@@ -67,6 +67,5 @@ inline uint64_t EntryDmaAddr(const hca::Backing& b, uint32_t i) {
   return PageBase(b) + (uint64_t{i} << b.log_page_size);
 }
 
-}  // namespace odp::internal
-
+}  // namespace regcache::odp::internal
 #endif  // REGCACHE_ODP_INTERNAL_MTT_RANGE_H_

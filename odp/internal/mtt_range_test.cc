@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 namespace {
 
 hca::Backing Make(uint64_t addr, uint64_t length, uint32_t log) {
@@ -48,4 +48,4 @@ TEST(MttRangeTest, UnalignedStartAndLargePages) {
 }
 
 }  // namespace
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -19,7 +19,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 namespace {
 
 // Non-null while this thread runs a guarded touch. A plain pointer in static TLS: reading it
@@ -151,4 +151,4 @@ absl::Status MakeResident(uint64_t addr, uint64_t length, bool write, bool use_m
   return GuardedTouch(start, end, page, write);
 }
 
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

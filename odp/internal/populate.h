@@ -30,7 +30,7 @@
 
 #include "absl/status/status.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 // Makes [addr, addr + length) of this process resident, writable when `write`, with MADV_POPULATE
 // when `use_madvise` and the kernel has it, else with the guarded touch. `addr` need not be page
@@ -44,6 +44,5 @@ absl::Status MakeResident(uint64_t addr, uint64_t length, bool write, bool use_m
 // Whether this kernel supports MADV_POPULATE_READ/WRITE (probed once).
 bool KernelHasPopulate();
 
-}  // namespace odp::internal
-
+}  // namespace regcache::odp::internal
 #endif  // REGCACHE_ODP_INTERNAL_POPULATE_H_

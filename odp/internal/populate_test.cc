@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 namespace {
 
 const uint64_t kPage = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -110,4 +110,4 @@ TEST(PopulateGuardTest, FaultsOutsideAGuardStillReachThePreviousHandler) {
 }
 
 }  // namespace
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -12,7 +12,7 @@
 #include "odp/internal/fault_plan.h"
 #include "odp/internal/servicer_impl.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 absl::Status ServicerImpl::RunPrefetch(BackingState& b, uint64_t addr, uint64_t length,
                                        bool write) {
@@ -135,4 +135,4 @@ absl::Status ServicerImpl::WaitForPrefetches(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-}  // namespace odp::internal
+}  // namespace regcache::odp::internal

@@ -37,7 +37,7 @@
 #include "umr/prm.h"
 #include "umr/wqe_builder.h"
 
-namespace odp::internal {
+namespace regcache::odp::internal {
 
 // One rewrite WQE carries at most this many entries inline (a whole number of blocks), and
 // takes at most this many WQEBBs of ring.
@@ -163,6 +163,5 @@ class ServicerImpl final : public Servicer {
   std::thread thread_;
 };
 
-}  // namespace odp::internal
-
+}  // namespace regcache::odp::internal
 #endif  // REGCACHE_ODP_INTERNAL_SERVICER_IMPL_H_

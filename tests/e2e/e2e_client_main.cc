@@ -62,12 +62,12 @@ bool Num(const std::string& t, uint64_t* out) {
   return absl::SimpleAtoi(t, out);
 }
 
-std::string KeyLine(const api::Key& k) {
+std::string KeyLine(const regcache::api::Key& k) {
   return absl::StrCat("ok handle=0x", absl::Hex(k.handle), " rkey=0x", absl::Hex(k.rkey),
                       " va=0x", absl::Hex(k.va), " len=", k.length, " hit=", k.hit ? 1 : 0);
 }
 
-std::string Command(api::Client& c, const std::vector<std::string>& a,
+std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
                     std::atomic<bool>* stop, std::vector<std::thread>* threads) {
   auto n = [&](size_t i) {
     uint64_t v = 0;
@@ -99,12 +99,12 @@ std::string Command(api::Client& c, const std::vector<std::string>& a,
   }
   if (cmd == "regp") {  // reg with prefetch mode: 0 none, 1 sync, 2 async
     auto k = c.Register(reinterpret_cast<const void*>(n(1)), n(2), static_cast<uint32_t>(n(3)),
-                        static_cast<api::PrefetchMode>(n(4)));
+                        static_cast<regcache::api::PrefetchMode>(n(4)));
     return k.ok() ? KeyLine(*k) : Err(k.status());
   }
   if (cmd == "prefetch") {  // prefetch <va> <len> <write 0|1> <sync 0|1>
     absl::Status s = c.Prefetch(reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0,
-                                n(4) != 0 ? api::PrefetchMode::kSync : api::PrefetchMode::kAsync);
+                                n(4) != 0 ? regcache::api::PrefetchMode::kSync : regcache::api::PrefetchMode::kAsync);
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "reg") {
@@ -167,17 +167,17 @@ std::string Command(api::Client& c, const std::vector<std::string>& a,
     if (write(c.control_fd_for_test(), junk, sizeof(junk)) != sizeof(junk)) {
       return "err INTERNAL write";
     }
-    auto reply = api::ReceiveControlMessage(c.control_fd_for_test(), absl::Seconds(5));
+    auto reply = regcache::api::ReceiveControlMessage(c.control_fd_for_test(), absl::Seconds(5));
     if (!reply.ok()) return Err(reply.status());
-    if (reply->type != api::ControlType::kError) return "err INTERNAL not an error reply";
-    absl::Status s = api::StatusFromErrorMessage(reply->As<api::ErrorMsg>());
+    if (reply->type != regcache::api::ControlType::kError) return "err INTERNAL not an error reply";
+    absl::Status s = regcache::api::StatusFromErrorMessage(reply->As<regcache::api::ErrorMsg>());
     return absl::StrCat("ok reply=", absl::StatusCodeToString(s.code()));
   }
   if (cmd == "traffic") {
     uint64_t base = n(1);
     threads->emplace_back([&c, base, stop] {
-      const uint32_t rw = api::kLocalRead | api::kLocalWrite | api::kRemoteRead |
-                          api::kRemoteWrite;
+      const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead |
+                          regcache::api::kRemoteWrite;
       for (uint64_t i = 0; !stop->load(); ++i) {
         auto k = c.Register(reinterpret_cast<const void*>(base + (i % 256) * 4096), 4096, rw);
         if (k.ok()) (void)c.Release(k->handle);
@@ -198,9 +198,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  api::ClientOptions options;
+  regcache::api::ClientOptions options;
   options.tcp_port = absl::GetFlag(FLAGS_tcp_port);
-  auto client = api::Client::Connect(absl::GetFlag(FLAGS_socket_dir), options);
+  auto client = regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir), options);
   if (!client.ok()) {
     std::printf("%s\n", Err(client.status()).c_str());
     std::fflush(stdout);
