@@ -1,4 +1,6 @@
-#include "api/client.h"
+#include "regcache/client.h"
+
+#include "api/internal/client_testing.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,7 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
-#include "api/grpc_status.h"
+#include "api/internal/grpc_status.h"
 #include "api/regcache.grpc.pb.h"
 #include "base/errno_status.h"
 #include "base/mutex.h"
@@ -86,8 +88,6 @@ class ClientImpl final : public Client {
         channel_(std::move(channel)),
         stub_(pb::RegCache::NewStub(channel_)),
         options_(options) {
-    if (!options.token_override.empty()) token_ = options.token_override;
-    send_token_ = options.send_token;
   }
   ~ClientImpl() override { Close(); }
 
@@ -270,7 +270,8 @@ class ClientImpl final : public Client {
     return resp.data();
   }
 
-  absl::Status RawCallForTest(const std::string& method, const std::string& bytes) override {
+  // api/internal/client_testing.h.
+  absl::Status RawCall(const std::string& method, const std::string& bytes) {
     grpc::GenericStub generic(channel_);
     grpc::ClientContext ctx;
     Prepare(&ctx);
@@ -293,13 +294,13 @@ class ClientImpl final : public Client {
     return FromGrpcStatus(result);
   }
 
-  void SetTokenForTest(bool send, const std::string& token) override {
+  void SetToken(bool send, const std::string& token) {
     base::MutexLock l(&token_mu_);
     send_token_ = send;
     token_ = token;
   }
 
-  int control_fd_for_test() const override { return control_fd_; }
+  int control_fd() const { return control_fd_; }
 
   void Close() override {
     if (closed_.exchange(true)) return;
@@ -503,5 +504,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<Client>(new ClientImpl(fd, welcome, std::move(channel), options));
 }
+
+namespace testing {
+
+absl::Status RawCall(Client& client, const std::string& method, const std::string& bytes) {
+  return static_cast<ClientImpl&>(client).RawCall(method, bytes);
+}
+
+void SetToken(Client& client, bool send, const std::string& token) {
+  static_cast<ClientImpl&>(client).SetToken(send, token);
+}
+
+int ControlFd(const Client& client) { return static_cast<const ClientImpl&>(client).control_fd(); }
+
+}  // namespace testing
 
 }  // namespace regcache::api

@@ -11,7 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
-#include "api/client.h"
+#include "regcache/client.h"
 
 ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
 ABSL_FLAG(int, rounds, 200, "samples per latency figure");

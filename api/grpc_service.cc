@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/control_protocol.h"
-#include "api/grpc_status.h"
+#include "api/internal/grpc_status.h"
 #include "api/regcache.grpc.pb.h"
 #include "base/log.h"
 #include "base/status_macros.h"

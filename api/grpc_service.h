@@ -12,7 +12,7 @@
 // also needs an admin session (PERMISSION_DENIED otherwise) — that is how regcachectl lists
 // every session's keys and acts as "the remote peer" of a client on the sim device.
 //
-// Errors: absl codes map 1:1 onto gRPC codes (api/grpc_status.h). Requests larger than
+// Errors: absl codes map 1:1 onto gRPC codes (api/internal/grpc_status.h). Requests larger than
 // max_receive_message_bytes are refused by gRPC with RESOURCE_EXHAUSTED; requests that do not
 // parse are refused by gRPC (INTERNAL) before reaching the service.
 //

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
-#include "api/client.h"
+#include "regcache/client.h"
 
 ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
 ABSL_FLAG(uint64_t, session, 0, "target session (keys, peer): admin only");

@@ -5,7 +5,7 @@
 // converted by name at the proto boundary, in grpc_service.cc.) Nothing here runs.
 #include <cstdint>
 
-#include "api/client.h"
+#include "regcache/client.h"
 #include "api/regcache.pb.h"
 #include "hca/device.h"
 

@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "api/client.h"
+#include "regcache/client.h"
 #include "api/control_server.h"
 #include "api/grpc_service.h"
 #include "base/log.h"

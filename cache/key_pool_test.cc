@@ -1,7 +1,7 @@
-// Direct tests of the key pool (cache/key_pool.h) over the sim device: classes, hand-out order,
+// Direct tests of the key pool (cache/internal/key_pool.h) over the sim device: classes, hand-out order,
 // variants, quarantine, watermarks, accounting and exhaustion. Time is passed in explicitly,
 // so every quarantine decision here is deterministic.
-#include "cache/key_pool.h"
+#include "cache/internal/key_pool.h"
 
 #include <memory>
 #include <set>

@@ -19,7 +19,7 @@
 #include "cache/internal/lifecycle.h"
 #include "cache/internal/mapper.h"
 #include "cache/internal/tenant.h"
-#include "cache/key_pool.h"
+#include "cache/internal/key_pool.h"
 #include "cache/umr_engine.h"
 
 namespace regcache::cache {

@@ -20,12 +20,19 @@ function(regcache_target_name folder out)
   set(${out} "regcache_${t}" PARENT_SCOPE)
 endfunction()
 
-# regcache_library(FOLDER <folder> SRCS ... [FOLDER_DEPS <folders>] [EXTERNAL_DEPS <targets>])
+# regcache_library(FOLDER <folder> SRCS ... PUBLIC_HEADERS ... [FOLDER_DEPS <folders>]
+#                  [EXTERNAL_DEPS <targets>])
 #
 # Declares the folder's library. FOLDER_DEPS must be a subset of the folder's allowed list;
 # anything else is a configure error, so an upward dependency cannot be linked by accident.
+#
+# PUBLIC_HEADERS are the headers other folders (and applications) may include: paths relative to
+# the folder, or to the project root for the client's "include/regcache/..." headers. Everything
+# else the folder has is private and lives under <folder>/internal/: a header at the top of the
+# folder that is not declared public is a configure error, and tests/layering refuses an include
+# of another folder's internal/ headers.
 function(regcache_library)
-  cmake_parse_arguments(A "" "FOLDER" "SRCS;FOLDER_DEPS;EXTERNAL_DEPS" ${ARGN})
+  cmake_parse_arguments(A "" "FOLDER" "SRCS;PUBLIC_HEADERS;FOLDER_DEPS;EXTERNAL_DEPS" ${ARGN})
   string(REPLACE "/" "_" key "${A_FOLDER}")
   if(NOT DEFINED REGCACHE_ALLOWED_${key})
     message(FATAL_ERROR "regcache_library: unknown folder '${A_FOLDER}' (add it to cmake/Regcache.cmake)")
@@ -36,9 +43,35 @@ function(regcache_library)
                           "(allowed: ${REGCACHE_ALLOWED_${key}})")
     endif()
   endforeach()
+  set(public "")
+  set(include_root OFF)
+  foreach(h IN LISTS A_PUBLIC_HEADERS)
+    if(h MATCHES "^include/")
+      set(path ${PROJECT_SOURCE_DIR}/${h})
+      set(include_root ON)
+    else()
+      set(path ${PROJECT_SOURCE_DIR}/${A_FOLDER}/${h})
+    endif()
+    if(NOT EXISTS ${path})
+      message(FATAL_ERROR "regcache_library: '${A_FOLDER}' declares public header '${h}', which does not exist")
+    endif()
+    list(APPEND public ${path})
+  endforeach()
+  file(GLOB top_headers ${PROJECT_SOURCE_DIR}/${A_FOLDER}/*.h)
+  foreach(h IN LISTS top_headers)
+    get_filename_component(name ${h} NAME)
+    if(NOT h IN_LIST public AND NOT name STREQUAL "test_util.h")
+      message(FATAL_ERROR "regcache_library: ${A_FOLDER}/${name} is not declared in PUBLIC_HEADERS; "
+                          "a private header belongs in ${A_FOLDER}/internal/")
+    endif()
+  endforeach()
   regcache_target_name("${A_FOLDER}" target)
   add_library(${target} STATIC ${A_SRCS})
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  if(include_root)
+    target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  endif()
+  set_target_properties(${target} PROPERTIES REGCACHE_PUBLIC_HEADERS "${public}")
   foreach(dep IN LISTS A_FOLDER_DEPS)
     regcache_target_name("${dep}" dep_target)
     target_link_libraries(${target} PUBLIC ${dep_target})
@@ -87,7 +120,7 @@ function(regcache_check_headers)
     return()
   endif()
   set(srcs "")
-  foreach(folder base umr hca cache odp service api)
+  foreach(folder base umr hca cache odp service api include)
     file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)
     list(FILTER headers EXCLUDE REGEX "(^|/)test_util\\.h$")  # test-only, needs gtest
     foreach(h IN LISTS headers)

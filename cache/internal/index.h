@@ -29,7 +29,7 @@
 #include "base/mutex.h"
 #include "base/thread_index.h"
 #include "cache/backing_set.h"
-#include "cache/key_pool.h"
+#include "cache/internal/key_pool.h"
 #include "cache/lifecycle.h"
 #include "cache/reg_cache.h"
 

@@ -28,7 +28,7 @@
 #include "base/mutex.h"
 #include "cache/backing_set.h"
 #include "cache/internal/index.h"
-#include "cache/key_pool.h"
+#include "cache/internal/key_pool.h"
 #include "cache/options.h"
 #include "cache/reg_cache.h"
 #include "cache/stats.h"

@@ -1,7 +1,7 @@
 // Builds the same WQEs with umr/ and the way rdma-core's mlx5 provider (providers/mlx5/qp.c)
 // fills its structs from <infiniband/mlx5dv.h>, and compares the bytes. Headers and inline
 // functions only: no device needed.
-#include "hca/mlx5/prm_compat.h"
+#include "hca/mlx5/internal/prm_compat.h"
 
 #include <infiniband/mlx5dv.h>
 

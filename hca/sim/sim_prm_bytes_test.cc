@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
-#include "hca/sim/sim_queue.h"
+#include "hca/sim/internal/sim_queue.h"
 #include "umr/cqe.h"
 #include "umr/mailbox.h"
 #include "umr/odp_event.h"

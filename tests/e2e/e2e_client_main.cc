@@ -40,7 +40,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "api/client.h"
+#include "regcache/client.h"
+#include "api/internal/client_testing.h"
 #include "api/control_protocol.h"
 
 ABSL_FLAG(std::string, socket_dir, "", "regcached's socket directory");
@@ -152,22 +153,22 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     return absl::StrCat("ok ids=", absl::StrJoin(ids, ","));
   }
   if (cmd == "token" && a.size() == 2) {
-    if (a[1] == "none") c.SetTokenForTest(false, "");
-    if (a[1] == "garbage") c.SetTokenForTest(true, "not-a-token!");
-    if (a[1] == "wrong") c.SetTokenForTest(true, std::string(32, 'a'));
+    if (a[1] == "none") regcache::api::testing::SetToken(c, false, "");
+    if (a[1] == "garbage") regcache::api::testing::SetToken(c, true, "not-a-token!");
+    if (a[1] == "wrong") regcache::api::testing::SetToken(c, true, std::string(32, 'a'));
     return "ok";
   }
   if (cmd == "raw" && a.size() == 3) {
     std::string bytes = absl::HexStringToBytes(a[2]);
-    absl::Status s = c.RawCallForTest(a[1], bytes);
+    absl::Status s = regcache::api::testing::RawCall(c, a[1], bytes);
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "ctlgarbage") {
     const char junk[] = "this is not a control message";
-    if (write(c.control_fd_for_test(), junk, sizeof(junk)) != sizeof(junk)) {
+    if (write(regcache::api::testing::ControlFd(c), junk, sizeof(junk)) != sizeof(junk)) {
       return "err INTERNAL write";
     }
-    auto reply = regcache::api::ReceiveControlMessage(c.control_fd_for_test(), absl::Seconds(5));
+    auto reply = regcache::api::ReceiveControlMessage(regcache::api::testing::ControlFd(c), absl::Seconds(5));
     if (!reply.ok()) return Err(reply.status());
     if (reply->type != regcache::api::ControlType::kError) return "err INTERNAL not an error reply";
     absl::Status s = regcache::api::StatusFromErrorMessage(reply->As<regcache::api::ErrorMsg>());

@@ -10,6 +10,11 @@ lines), so the build and this check share one table. Rules:
      backends are registered (hca/backend.h explains why registration is explicit).
   2. Only hca/mlx5 and hca/verbs may include <infiniband/...> (rdma-core).
   3. Only api/ may include gRPC or protobuf headers.
+  4. A folder's internal/ headers are its own: "F/internal/..." may be included only from F
+     (its sources and its tests). Other folders use F's public headers (regcache_library's
+     PUBLIC_HEADERS in cmake/Regcache.cmake).
+  5. The client's public headers (include/regcache/) include nothing of the project but each
+     other: an application gets the client, not the daemon.
 
 bench/, tests/ and deploy/ sit on top of everything and are not checked.
 Usage: check_layering.py <source-root>     exit 0 = clean, 1 = violations (listed), 2 = usage.
@@ -87,10 +92,36 @@ def check(root):
                                 problems.append(f"{where}: '{own}' may not include '{inc}': "
                                                 "gRPC and protobuf belong to api/ only")
                         target = folder_of(inc, folders)
+                        if (m.group(1) == '"' and target is not None and target != own
+                                and inc.startswith(target + "/internal/")):
+                            problems.append(f"{where}: '{own}' may not include '{inc}': "
+                                            f"internal to '{target}'")
                         if m.group(1) == '"' and target is not None and target not in allowed:
                             problems.append(
                                 f"{where}: '{own}' may not include '{inc}' (folder '{target}'); "
                                 f"allowed: {', '.join(sorted(allowed))}")
+    problems.extend(check_public_client(root, folders))
+    return problems
+
+
+def check_public_client(root, folders):
+    """Rule 5: include/regcache/ headers include only each other (and libraries)."""
+    problems = []
+    top = os.path.join(root, "include", "regcache")
+    if not os.path.isdir(top):
+        return problems
+    for dirpath, _, files in os.walk(top):
+        for name in sorted(files):
+            if not name.endswith(SOURCE_EXT):
+                continue
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            with open(full, encoding="utf-8", errors="replace") as f:
+                for lineno, line in enumerate(f, 1):
+                    m = INCLUDE_RE.match(line)
+                    if m and m.group(1) == '"' and folder_of(m.group(2), folders) is not None:
+                        problems.append(f"{rel}:{lineno}: the public client may not include "
+                                        f"'{m.group(2)}': only include/regcache/ headers")
     return problems
 
 

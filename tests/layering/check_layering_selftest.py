@@ -65,6 +65,22 @@ expect("grpc below api is caught", {"cache/c.cc": "#include <grpcpp/grpcpp.h>\n"
 expect("protobuf generated header below api is caught", {"hca/h.h": '#include "api/x.pb.h"\n'},
        1, "gRPC and protobuf belong to api/ only")
 
+expect("another folder's internal header is refused", {
+    "cache/internal/x.h": "",
+    "api/a.cc": '#include "cache/internal/x.h"\n',
+}, 1, "internal to 'cache'")
+
+expect("a folder's own internal header and its tests are fine", {
+    "cache/internal/x.h": "",
+    "cache/c.cc": '#include "cache/internal/x.h"\n',
+    "cache/internal/x_test.cc": '#include "cache/internal/x.h"\n',
+}, 0)
+
+expect("the public client includes nothing of the daemon", {
+    "include/regcache/client.h": '#include "cache/reg_cache.h"\n#include "absl/status/status.h"\n',
+    "cache/reg_cache.h": "",
+}, 1, "the public client may not include 'cache/reg_cache.h'")
+
 if failures:
     print("\n".join(failures))
     print(f"{len(failures)} passed-wrongly/failed case(s)")

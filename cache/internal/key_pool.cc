@@ -1,4 +1,4 @@
-#include "cache/key_pool.h"
+#include "cache/internal/key_pool.h"
 
 #include <algorithm>
 

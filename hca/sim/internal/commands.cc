@@ -1,10 +1,10 @@
-#include "hca/sim/commands.h"
+#include "hca/sim/internal/commands.h"
 
 #include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "hca/sim/mkc_convert.h"
+#include "hca/sim/internal/mkc_convert.h"
 #include "umr/prm.h"
 #include "umr/segments.h"
 #include "umr/wqe_decoder.h"

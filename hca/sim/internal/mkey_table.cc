@@ -1,4 +1,4 @@
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -9,7 +9,7 @@
 #define REGCACHE_HCA_SIM_MKC_CONVERT_H_
 
 #include "hca/device.h"
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 #include "umr/segments.h"
 
 namespace regcache::hca::sim {

@@ -1,8 +1,11 @@
-// api::Client — the C++ client library of regcached.
+// regcache::api::Client — the C++ client library of regcached: the one public header an
+// application includes (#include "regcache/client.h"; everything it declares is in
+// regcache::api, and it includes nothing of the daemon's).
 //
-//   ASSIGN_OR_RETURN(std::unique_ptr<api::Client> c, api::Client::Connect("/run/regcache"));
-//   ASSIGN_OR_RETURN(api::Memory m, c->AllocateMemory(1 << 20));      // mapped here, attached
-//   ASSIGN_OR_RETURN(api::Key k, c->Register(m.data, 4096, api::kRemoteWrite | ...));
+//   namespace rc = regcache::api;
+//   ASSIGN_OR_RETURN(std::unique_ptr<rc::Client> c, rc::Client::Connect("/run/regcache"));
+//   ASSIGN_OR_RETURN(rc::Memory m, c->AllocateMemory(1 << 20));      // mapped here, attached
+//   ASSIGN_OR_RETURN(rc::Key k, c->Register(m.data, 4096, rc::kRemoteWrite | ...));
 //   ... hand k.rkey and the address to a peer; k.lkey for local SGEs ...
 //   c->Release(k.handle);
 //
@@ -14,13 +17,14 @@
 // caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; hugetlbfs files
 // cannot be sealed and are refused). Registrations use this process's own virtual addresses.
 //
-// Errors are the daemon's canonical codes (see service/daemon.h, cache/reg_cache.h). Every call
+// Errors are the daemon's canonical codes: those each call of cache/reg_cache.h lists, plus
+// the session's own (service/daemon.h). Every call
 // has a deadline (ClientOptions::call_timeout).
 //
 // Thread safety: all methods may be called concurrently, except Close and destruction.
 // Destroying the client closes the session: the daemon invalidates every key of it.
-#ifndef REGCACHE_API_CLIENT_H_
-#define REGCACHE_API_CLIENT_H_
+#ifndef REGCACHE_CLIENT_H_
+#define REGCACHE_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -53,10 +57,6 @@ enum class PrefetchMode : uint32_t {
 
 struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(10);  // deadline of every call; default 10 s
-  // Overrides the session token sent on calls (tests: garbage or missing tokens).
-  // Empty (default): the session's own token.
-  bool send_token = true;
-  std::string token_override;
   // Dial 127.0.0.1:<port> instead of the unix socket (the daemon's --grpc_tcp_port).
   uint16_t tcp_port = 0;
 };
@@ -186,16 +186,9 @@ class Client {
   virtual absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
                                                uint64_t session = 0) = 0;
 
-  // Test hooks: send raw bytes as the request of `method` ("/regcache.v1.RegCache/Register")
-  // and return the call's status; set the metadata token.
-  virtual absl::Status RawCallForTest(const std::string& method, const std::string& bytes) = 0;
-  virtual void SetTokenForTest(bool send, const std::string& token) = 0;
-  // The control socket, for tests that send it garbage.
-  virtual int control_fd_for_test() const = 0;
-
   // Closes the session (the control connection) and unmaps this client's memory.
   virtual void Close() = 0;
 };
 
 }  // namespace regcache::api
-#endif  // REGCACHE_API_CLIENT_H_
+#endif  // REGCACHE_CLIENT_H_

@@ -24,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 #include "umr/mailbox.h"
 
 namespace regcache::hca::sim {

@@ -1,4 +1,4 @@
-#include "hca/sim/fault_queue.h"
+#include "hca/sim/internal/fault_queue.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

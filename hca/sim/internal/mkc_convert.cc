@@ -1,4 +1,4 @@
-#include "hca/sim/mkc_convert.h"
+#include "hca/sim/internal/mkc_convert.h"
 
 namespace regcache::hca::sim {
 

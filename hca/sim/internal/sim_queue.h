@@ -29,7 +29,7 @@
 #include "absl/time/time.h"
 #include "base/mutex.h"
 #include "hca/device.h"
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 #include "hca/sim/sim_device.h"
 #include "umr/cqe.h"
 #include "umr/sq.h"

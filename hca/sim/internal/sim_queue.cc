@@ -1,4 +1,4 @@
-#include "hca/sim/sim_queue.h"
+#include "hca/sim/internal/sim_queue.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
-#include "hca/sim/mkc_convert.h"
-#include "hca/sim/umr_executor.h"
+#include "hca/sim/internal/mkc_convert.h"
+#include "hca/sim/internal/umr_executor.h"
 #include "umr/mkey.h"
 #include "umr/prm.h"
 #include "umr/segments.h"

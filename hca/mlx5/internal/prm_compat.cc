@@ -1,4 +1,4 @@
-#include "hca/mlx5/prm_compat.h"
+#include "hca/mlx5/internal/prm_compat.h"
 
 #include <infiniband/mlx5dv.h>
 

@@ -1,10 +1,10 @@
-#include "hca/sim/umr_executor.h"
+#include "hca/sim/internal/umr_executor.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "hca/sim/mkc_convert.h"
+#include "hca/sim/internal/mkc_convert.h"
 #include "hca/status.h"
 #include "umr/prm.h"
 #include "umr/segments.h"

@@ -1,4 +1,4 @@
-#include "api/grpc_status.h"
+#include "api/internal/grpc_status.h"
 
 #include <string>
 

@@ -36,7 +36,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "hca/device.h"
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 
 namespace regcache::hca::sim {
 

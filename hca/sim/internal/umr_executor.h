@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "hca/sim/mkey_table.h"
+#include "hca/sim/internal/mkey_table.h"
 #include "umr/wqe_builder.h"
 
 namespace regcache::hca::sim {

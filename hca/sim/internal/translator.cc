@@ -1,4 +1,4 @@
-#include "hca/sim/translator.h"
+#include "hca/sim/internal/translator.h"
 
 #include <algorithm>
 
