@@ -17,6 +17,8 @@
 // Exit status: 0 on success, 1 with the error's code and message on stderr, 2 for bad usage.
 #include <cinttypes>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,18 +71,15 @@ void PrintKeys(uint64_t session, const std::vector<regcache::api::KeyInfo>& keys
   }
 }
 
-int Run(const std::vector<std::string>& args) {
-  if (args.empty()) {
-    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
-    return 2;
-  }
-  absl::StatusOr<std::unique_ptr<regcache::api::Client>> client =
-      regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
-  if (!client.ok()) return Fail(client.status());
-  regcache::api::Client& c = **client;
-  const std::string& cmd = args[0];
+// One function per command; each prints its result and returns the exit code.
+using Command = int (*)(regcache::api::Client& c, const std::vector<std::string>& args);
 
-  if (cmd == "status") {
+int Usage(const std::string& what) {
+  std::fprintf(stderr, "regcachectl: %s\n%s\n", what.c_str(), absl::ProgramUsageMessage().data());
+  return 2;
+}
+
+int Status(regcache::api::Client& c, const std::vector<std::string>& args) {
     absl::StatusOr<regcache::api::DaemonInfo> s = c.Status();
     if (!s.ok()) return Fail(s.status());
     std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
@@ -89,7 +88,8 @@ int Run(const std::vector<std::string>& args) {
                 s->uptime_ms, s->peer ? 1 : 0);
     return 0;
   }
-  if (cmd == "sessions") {
+
+int Sessions(regcache::api::Client& c, const std::vector<std::string>& args) {
     absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
     if (!s.ok()) return Fail(s.status());
     for (const regcache::api::SessionRecord& r : *s) {
@@ -102,7 +102,8 @@ int Run(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  if (cmd == "keys") {
+
+int Keys(regcache::api::Client& c, const std::vector<std::string>& args) {
     if (absl::GetFlag(FLAGS_all)) {
       absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
       if (!s.ok()) return Fail(s.status());
@@ -122,7 +123,8 @@ int Run(const std::vector<std::string>& args) {
     PrintKeys(session == 0 ? c.session_id() : session, *keys);
     return 0;
   }
-  if (cmd == "stats") {
+
+int Stats(regcache::api::Client& c, const std::vector<std::string>& args) {
     absl::StatusOr<regcache::api::StatsSnapshot> s = c.Stats();
     if (!s.ok()) return Fail(s.status());
     for (const regcache::api::StatValue& v : s->stats) {
@@ -135,13 +137,16 @@ int Run(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  if (cmd == "drain") {
+
+int Drain(regcache::api::Client& c, const std::vector<std::string>& args) {
     absl::Status s = c.Drain();
     if (!s.ok()) return Fail(s);
     std::printf("drained\n");
     return 0;
   }
-  if (cmd == "peer" && args.size() == 2 && (args[1] == "write" || args[1] == "read")) {
+
+int Peer(regcache::api::Client& c, const std::vector<std::string>& args) {
+  if (args.size() != 2 || (args[1] != "write" && args[1] != "read")) return Usage("peer needs write or read");
     uint64_t rkey = 0, addr = 0;
     if (!ParseNumber(absl::GetFlag(FLAGS_rkey), &rkey) || rkey > UINT32_MAX ||
         !ParseNumber(absl::GetFlag(FLAGS_addr), &addr)) {
@@ -162,9 +167,22 @@ int Run(const std::vector<std::string>& args) {
     std::printf("%s\n", absl::CHexEscape(*data).c_str());
     return 0;
   }
-  std::fprintf(stderr, "regcachectl: unknown command '%s'\n%s\n", cmd.c_str(),
-               absl::ProgramUsageMessage().data());
-  return 2;
+
+int Run(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
+    return 2;
+  }
+  static const std::map<std::string, Command> kCommands = {
+      {"status", Status}, {"sessions", Sessions}, {"keys", Keys},
+      {"stats", Stats},   {"drain", Drain},       {"peer", Peer},
+  };
+  auto it = kCommands.find(args[0]);
+  if (it == kCommands.end()) return Usage("unknown command '" + args[0] + "'");
+  absl::StatusOr<std::unique_ptr<regcache::api::Client>> client =
+      regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+  if (!client.ok()) return Fail(client.status());
+  return it->second(**client, args);
 }
 
 }  // namespace

@@ -66,47 +66,31 @@ bool ParseIds(const std::vector<std::string>& in, const char* flag, std::vector<
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("regcached --device=sim --socket_dir=/run/regcache [flags]");
-  absl::ParseCommandLine(argc, argv);
-
+// The daemon's configuration from the flags; false (after saying why) when a flag is bad.
+bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   regcache::base::LogSeverity severity;
   if (!regcache::base::ParseLogSeverity(absl::GetFlag(FLAGS_log_level), &severity)) {
     std::fprintf(stderr, "regcached: unknown --log_level\n");
-    return 2;
+    return false;
   }
   regcache::base::SetMinLogSeverity(severity);
-
-  regcache::service::DaemonConfig config;
-  config.device = absl::GetFlag(FLAGS_device);
-  if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), "allow_uids", &config.allow_uids) ||
-      !ParseIds(absl::GetFlag(FLAGS_allow_gids), "allow_gids", &config.allow_gids) ||
-      !ParseIds(absl::GetFlag(FLAGS_admin_uids), "admin_uids", &config.admin_uids)) {
-    return 2;
+  config->device = absl::GetFlag(FLAGS_device);
+  if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), "allow_uids", &config->allow_uids) ||
+      !ParseIds(absl::GetFlag(FLAGS_allow_gids), "allow_gids", &config->allow_gids) ||
+      !ParseIds(absl::GetFlag(FLAGS_admin_uids), "admin_uids", &config->admin_uids)) {
+    return false;
   }
-  config.max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
-  config.max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
-  config.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  config.cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+  config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
+  config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
+  config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  config->cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+  return true;
+}
 
-  // Every thread created from here on inherits the blocked set; main collects the signals.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  regcache::hca::sim::RegisterBackend();
-
-  const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
-  if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    RC_LOG(ERROR) << regcache::base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
-    return 1;
-  }
-
+// Runs the daemon and its servers until SIGTERM or SIGINT (in `signals`, blocked in every
+// thread), then drains. The process's exit code.
+int Serve(const regcache::service::DaemonConfig& config, const std::string& socket_dir,
+          const sigset_t& signals) {
   regcache::base::stats::Registry registry;
   absl::StatusOr<std::unique_ptr<regcache::service::Daemon>> daemon =
       regcache::service::Daemon::Create(config, &registry);
@@ -161,4 +145,30 @@ int main(int argc, char** argv) {
   }
   RC_LOG(INFO) << "regcached: drained, exiting";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("regcached --device=sim --socket_dir=/run/regcache [flags]");
+  absl::ParseCommandLine(argc, argv);
+  regcache::service::DaemonConfig config;
+  if (!ConfigFromFlags(&config)) return 2;
+
+  // Every thread created from here on inherits the blocked set; Serve collects the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  regcache::hca::sim::RegisterBackend();
+
+  const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
+  if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    RC_LOG(ERROR) << regcache::base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
+    return 1;
+  }
+  return Serve(config, socket_dir, signals);
 }
