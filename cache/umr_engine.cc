@@ -98,83 +98,85 @@ void UmrEngine::ResetQueue(QueueSlot& slot, const absl::Status& why) {
   }
 }
 
-void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
-  if (ops.empty()) return;
-  const absl::Time start = base::MonotonicNow();
-  const absl::Time deadline = start + options_.completion_timeout;
-  QueueSlot& slot = SlotForThisThread();
-  // One flag per op; stable storage for the dispatcher.
-  std::unique_ptr<std::atomic<bool>[]> done(new std::atomic<bool>[ops.size()]);
-  for (size_t i = 0; i < ops.size(); ++i) done[i].store(false, std::memory_order_relaxed);
-
-  {
-    base::MutexLock lock(&slot.mu);
-    if (slot.queue == nullptr) ResetQueue(slot, absl::UnavailableError("queue missing"));
-    size_t posted = 0;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      UmrOp& op = *ops[i];
-      if (slot.queue == nullptr) {
-        op.result = absl::UnavailableError("no UMR queue available");
-        done[i].store(true, std::memory_order_relaxed);
-        continue;
-      }
-      const bool last = i + 1 == ops.size();
-      const uint64_t id = slot.next_id++;
-      const bool signaled = last || op.signaled;
-      absl::Status s = PostOne(slot, op, id, signaled);
-      // A full ring: retire what completed and try again, until the deadline.
-      while (absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
-        if (posted > 0) {
-          s = slot.queue->Doorbell();
-          if (!s.ok()) break;
-        }
-        PollAndDispatch(slot);
-        std::this_thread::yield();
-        s = PostOne(slot, op, id, signaled);
-      }
-      if (!s.ok()) {
-        op.result = base::Annotate(s, "post UMR");
-        done[i].store(true, std::memory_order_relaxed);
-        stats_->umr_failed.Inc();
-        if (!absl::IsInvalidArgument(s) && !absl::IsResourceExhausted(s) &&
-            !absl::IsUnimplemented(s)) {
-          ResetQueue(slot, s);  // the queue itself is broken
-        }
-        continue;
-      }
-      slot.outstanding.push_back({id, &op, &done[i]});
-      op.posted = true;
-      ++posted;
-      stats_->umr_posted.Inc();
+size_t UmrEngine::PostBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
+                            absl::Span<std::atomic<bool>> done, absl::Time deadline) {
+  if (slot.queue == nullptr) ResetQueue(slot, absl::UnavailableError("queue missing"));
+  size_t posted = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    UmrOp& op = *ops[i];
+    if (slot.queue == nullptr) {
+      op.result = absl::UnavailableError("no UMR queue available");
+      done[i].store(true, std::memory_order_relaxed);
+      continue;
     }
-    if (posted > 0 && slot.queue != nullptr) {
-      // If the batch's last op failed to post, the last posted one is unsignalled: a signalled
-      // success must still arrive for the batch to retire, so post nothing more and flush.
-      absl::Status s = slot.queue->Doorbell();
-      stats_->umr_batches.Inc();
-      if (!s.ok()) ResetQueue(slot, s);
-      if (!ops.back()->result.ok() && done[ops.size() - 1].load()) {
-        absl::Status f = slot.queue != nullptr
-                             ? slot.queue->Flush(options_.completion_timeout)
-                             : absl::OkStatus();
-        PollAndDispatch(slot);
-        // Anything still pending had no error completion after a full flush: it succeeded.
-        if (f.ok()) {
-          while (!slot.outstanding.empty()) {
-            Pending p = slot.outstanding.front();
-            slot.outstanding.pop_front();
-            p.op->result = absl::OkStatus();
-            p.done->store(true, std::memory_order_release);
-          }
-        }
+    const bool last = i + 1 == ops.size();
+    const uint64_t id = slot.next_id++;
+    // Besides the last op, every kSignalEvery-th: a batch larger than the ring then still gets
+    // completions that give ring room back while it is being posted.
+    const bool signaled = last || op.signaled || i % kSignalEvery == kSignalEvery - 1;
+    absl::Status s = PostWhenRoom(slot, op, id, signaled, /*ring_first=*/posted > 0, deadline);
+    if (!s.ok()) {
+      op.result = base::Annotate(s, "post UMR");
+      done[i].store(true, std::memory_order_relaxed);
+      stats_->umr_failed.Inc();
+      if (!absl::IsInvalidArgument(s) && !absl::IsResourceExhausted(s) &&
+          !absl::IsUnimplemented(s)) {
+        ResetQueue(slot, s);  // the queue itself is broken
       }
+      continue;
+    }
+    slot.outstanding.push_back({id, &op, &done[i]});
+    op.posted = true;
+    ++posted;
+    stats_->umr_posted.Inc();
+  }
+  return posted;
+}
+
+absl::Status UmrEngine::PostWhenRoom(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled,
+                                     bool ring_first, absl::Time deadline) {
+  absl::Status s = PostOne(slot, op, id, signaled);
+  // A full ring: retire what completed and try again, until the deadline. The batch's requests
+  // already on the ring complete only once the doorbell announced them.
+  while (absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
+    if (ring_first) {
+      s = slot.queue->Doorbell();
+      if (!s.ok()) break;
+    }
+    PollAndDispatch(slot);
+    std::this_thread::yield();
+    s = PostOne(slot, op, id, signaled);
+  }
+  return s;
+}
+
+void UmrEngine::RingBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
+                          absl::Span<std::atomic<bool>> done) {
+  absl::Status s = slot.queue->Doorbell();
+  stats_->umr_batches.Inc();
+  if (!s.ok()) ResetQueue(slot, s);
+  // If the batch's last op failed to post, the last posted one is unsignalled: a signalled
+  // success must still arrive for the batch to retire, so post nothing more and flush.
+  if (ops.back()->result.ok() || !done[ops.size() - 1].load()) return;
+  if (slot.queue == nullptr) return;  // the reset failed every outstanding op already
+  absl::Status f = slot.queue->Flush(options_.completion_timeout);
+  PollAndDispatch(slot);
+  // Anything still pending had no error completion after a full flush: it succeeded.
+  if (f.ok()) {
+    while (!slot.outstanding.empty()) {
+      Pending p = slot.outstanding.front();
+      slot.outstanding.pop_front();
+      p.op->result = absl::OkStatus();
+      p.done->store(true, std::memory_order_release);
     }
   }
+}
 
-  // Wait: poll (shared with other waiters on this queue) until every op of the batch is done.
-  auto all_done = [&] {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!done[i].load(std::memory_order_acquire)) return false;
+void UmrEngine::AwaitBatch(QueueSlot& slot, absl::Span<std::atomic<bool>> done,
+                           absl::Time deadline) {
+  auto all_done = [done] {
+    for (const std::atomic<bool>& d : done) {
+      if (!d.load(std::memory_order_acquire)) return false;
     }
     return true;
   };
@@ -185,21 +187,7 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       if (slot.queue != nullptr) PollAndDispatch(slot);
       if (all_done()) break;
       if (base::MonotonicNow() >= deadline) {
-        // Abandon what is left: take it out of the pending list so no dispatcher touches it.
-        for (auto it = slot.outstanding.begin(); it != slot.outstanding.end();) {
-          bool mine = false;
-          for (size_t i = 0; i < ops.size(); ++i) mine |= it->done == &done[i];
-          if (mine) {
-            it->op->result = absl::DeadlineExceededError(absl::StrFormat(
-                "UMR request %d had no completion after %s", it->id,
-                absl::FormatDuration(options_.completion_timeout)));
-            it->done->store(true, std::memory_order_release);
-            stats_->umr_timeouts.Inc();
-            it = slot.outstanding.erase(it);
-          } else {
-            ++it;
-          }
-        }
+        AbandonBatch(slot, done);
         break;
       }
     }
@@ -209,6 +197,41 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
       absl::SleepFor(absl::Microseconds(20));
     }
   }
+}
+
+void UmrEngine::AbandonBatch(QueueSlot& slot, absl::Span<std::atomic<bool>> done) {
+  for (auto it = slot.outstanding.begin(); it != slot.outstanding.end();) {
+    bool mine = false;
+    for (std::atomic<bool>& d : done) mine |= it->done == &d;
+    if (mine) {
+      it->op->result = absl::DeadlineExceededError(
+          absl::StrFormat("UMR request %d had no completion after %s", it->id,
+                          absl::FormatDuration(options_.completion_timeout)));
+      it->done->store(true, std::memory_order_release);
+      stats_->umr_timeouts.Inc();
+      it = slot.outstanding.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
+  if (ops.empty()) return;
+  const absl::Time start = base::MonotonicNow();
+  const absl::Time deadline = start + options_.completion_timeout;
+  QueueSlot& slot = SlotForThisThread();
+  // One flag per op; stable storage for the dispatcher.
+  std::unique_ptr<std::atomic<bool>[]> flags(new std::atomic<bool>[ops.size()]);
+  const absl::Span<std::atomic<bool>> done(flags.get(), ops.size());
+  for (std::atomic<bool>& d : done) d.store(false, std::memory_order_relaxed);
+  {
+    base::MutexLock lock(&slot.mu);
+    const size_t posted = PostBatch(slot, ops, done, deadline);
+    if (posted > 0 && slot.queue != nullptr) RingBatch(slot, ops, done);
+  }
+  // Wait: poll (shared with other waiters on this queue) until every op of the batch is done.
+  AwaitBatch(slot, done, deadline);
   stats_->umr_latency_ns.Record(
       static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
 }

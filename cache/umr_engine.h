@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/mutex.h"
 #include "cache/options.h"
@@ -89,6 +90,11 @@ class UmrEngine {
   void Execute(absl::Span<UmrOp* const> ops);
 
  private:
+  // Within a batch, every this many ops one is signalled (besides the last), so that a batch
+  // larger than the ring retires its head while its tail waits for room. 8 of the largest maps
+  // (48 KLM entries: 15 WQE basic blocks) fit a ring of 128 blocks; the default depth is 256.
+  static constexpr size_t kSignalEvery = 8;
+
   struct Pending {
     uint64_t id = 0;
     UmrOp* op = nullptr;
@@ -110,6 +116,30 @@ class UmrEngine {
   // Replaces a queue that stopped accepting work (error state); pending ops fail.
   void ResetQueue(QueueSlot& slot, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   QueueSlot& SlotForThisThread();
+
+  // The steps of Execute. `done` holds one flag per op of the batch, set once its result is final.
+  // Posts each op, only the last one signalled (and those that ask); an op that cannot be posted
+  // gets its error now, and a broken queue is reset. Returns how many ops reached the ring.
+  size_t PostBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
+                   absl::Span<std::atomic<bool>> done, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // PostOne, retried while the ring is full and the deadline is ahead. `ring_first`: the batch
+  // already has requests on the ring, which need the doorbell before they can complete.
+  absl::Status PostWhenRoom(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled,
+                            bool ring_first, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Rings the doorbell once for the posted batch; flushes when its last op failed to post.
+  // REQUIRES: at least one op was posted and the queue exists.
+  void RingBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
+                 absl::Span<std::atomic<bool>> done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  // Polls the queue (sharing the polling with other waiters on it) until every flag of `done`
+  // is set; at the deadline, what is left times out (AbandonBatch).
+  void AwaitBatch(QueueSlot& slot, absl::Span<std::atomic<bool>> done, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(slot.mu);
+  // Fails the batch's pending ops with kDeadlineExceeded and takes them out of the pending list,
+  // so no dispatcher touches them after Execute returns.
+  void AbandonBatch(QueueSlot& slot, absl::Span<std::atomic<bool>> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
 
   hca::Device* const device_;
   const hca::Pd pd_;

@@ -152,8 +152,6 @@ TEST_F(UmrEngineTest, EmptyBatchDoesNothing) {
 
 TEST_F(UmrEngineTest, ABatchOfManyOpsGetsEveryResult) {
   Init();
-  // Sized to fit the ring (3 WQE basic blocks per single-entry map): the engine posts a batch
-  // with only its last op signalled, so ring room comes back only when that one completes.
   constexpr uint32_t kOps = 60;
   const std::vector<hca::Key> keys = MakeKeys(kOps, pd_);
   ASSERT_EQ(keys.size(), kOps);
@@ -180,6 +178,28 @@ TEST_F(UmrEngineTest, ABatchOfManyOpsGetsEveryResult) {
   }
   EXPECT_EQ(stats_.umr_posted.value(), 2 * kOps);
   EXPECT_EQ(stats_.umr_batches.value(), 2u);
+  EXPECT_EQ(stats_.umr_failed.value(), 0u);
+}
+
+TEST_F(UmrEngineTest, ABatchLargerThanTheRingRetiresItsHeadWhileItPosts) {
+  EngineOptions small = TestEngineOptions();
+  small.queues_per_tenant = 1;
+  small.queue_depth = 64;  // 21 single-entry maps of 3 basic blocks each
+  Init(small, hca::sim::ExecutionMode::kThread);
+  constexpr uint32_t kOps = 60;
+  const std::vector<hca::Key> keys = MakeKeys(kOps, pd_);
+  ASSERT_EQ(keys.size(), kOps);
+  std::vector<UmrOp> maps;
+  for (uint32_t i = 0; i < kOps; ++i) maps.push_back(Map(keys[i], 1, i));
+  Execute(maps);
+  for (uint32_t i = 0; i < kOps; ++i) {
+    ASSERT_TRUE(maps[i].result.ok()) << i << ": " << maps[i].result;
+  }
+  // The queue is still healthy: a later single op goes through.
+  std::vector<UmrOp> inv;
+  inv.push_back(UmrOp::Invalidate(hca::MakeKey(hca::KeyIndex(keys[0]), 1), /*fence=*/true));
+  Execute(inv);
+  EXPECT_TRUE(inv[0].result.ok()) << inv[0].result;
   EXPECT_EQ(stats_.umr_failed.value(), 0u);
 }
 

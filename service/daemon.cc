@@ -1,24 +1,21 @@
 #include "service/daemon.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <memory>
+#include <optional>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "base/errno_status.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "odp/register.h"
 #include "odp/servicer.h"
-#include "service/shared_memory.h"
+#include "service/internal/session_table.h"
+#include "service/internal/shared_memory.h"
 
 namespace regcache::service {
 namespace {
@@ -37,69 +34,14 @@ namespace {
 
 RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
 
-struct Memory {
-  MemoryId id = 0;
-  std::unique_ptr<SharedMemory> mem;
-  bool attached = false;
-  bool on_demand = false;
-  bool daemon_allocated = false;
-  uint64_t client_va = 0;
-  cache::BackingId backing = 0;
-};
-
-struct Session {
-  SessionId id = 0;
-  std::string token;
-  PeerCredentials peer;
-  bool admin = false;
-  absl::Time opened;
-  cache::TenantId tenant = 0;
-
-  // Calls in flight hold it shared; CloseSession takes it exclusively.
-  base::Mutex ops;
-  bool closed ABSL_GUARDED_BY(ops) = false;
-
-  base::Mutex mu;  // memory and the peer port
-  std::map<MemoryId, Memory> memories ABSL_GUARDED_BY(mu);
-  MemoryId next_memory ABSL_GUARDED_BY(mu) = 1;
-  uint64_t mapped_bytes ABSL_GUARDED_BY(mu) = 0;
-  std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
-};
-
-// A session pinned for the duration of one call: it cannot close underneath. A scoped lock: it
-// holds the session's `ops` shared from construction to destruction.
-class ABSL_SCOPED_LOCKABLE SessionRef {
- public:
-  SessionRef(std::shared_ptr<Session> s) ABSL_SHARED_LOCK_FUNCTION(s->ops) : s_(std::move(s)) {
-    s_->ops.ReaderLock();
-  }
-  ~SessionRef() ABSL_UNLOCK_FUNCTION() { s_->ops.ReaderUnlock(); }
-  SessionRef(const SessionRef&) = delete;
-  SessionRef& operator=(const SessionRef&) = delete;
-  Session* operator->() const { return s_.get(); }
-  Session& operator*() const { return *s_; }
-
- private:
-  std::shared_ptr<Session> s_;
-};
+using internal::Memory;
+using internal::NewToken;
+using internal::Session;
+using internal::SessionRef;
+using internal::SessionTable;
 
 bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-absl::StatusOr<std::string> NewToken() {
-  uint8_t bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return base::ErrnoToStatus(errno, "getrandom for a session token");
-    }
-    got += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 class DaemonImpl final : public Daemon {
@@ -213,7 +155,6 @@ class DaemonImpl final : public Daemon {
   // The session, pinned against closing for the caller's scope. kNotFound if unknown or closed,
   // kUnavailable while draining.
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
-  absl::StatusOr<std::shared_ptr<Session>> Lookup(SessionId id);
   bool Allowed(const PeerCredentials& peer) const;
   absl::Status NoOdp() const {
     return absl::UnimplementedError(absl::StrFormat(
@@ -236,11 +177,7 @@ class DaemonImpl final : public Daemon {
   DaemonStats stats_;
   base::stats::Registration stats_registration_;
   std::atomic<bool> draining_{false};
-
-  base::Mutex mu_;
-  absl::flat_hash_map<SessionId, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
-  SessionId next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  SessionTable sessions_;
 };
 
 bool DaemonImpl::Allowed(const PeerCredentials& peer) const {
@@ -255,20 +192,9 @@ bool DaemonImpl::AdminUid(uid_t uid) const {
   return Contains(config_.admin_uids, uid);
 }
 
-absl::StatusOr<std::shared_ptr<Session>> DaemonImpl::Lookup(SessionId id) {
-  base::MutexLock lock(&mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return absl::NotFoundError(absl::StrFormat("no session %d", id));
-  return it->second;
-}
-
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
   if (draining()) return absl::UnavailableError("regcached is draining");
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Lookup(id));
-  auto ref = std::make_unique<SessionRef>(std::move(s));
-  (**ref).ops.AssertReaderHeld();  // the SessionRef holds it
-  if ((**ref).closed) return absl::NotFoundError(absl::StrFormat("session %d is closed", id));
-  return ref;
+  return sessions_.Pin(id);
 }
 
 absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer) {
@@ -283,13 +209,10 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
     return absl::PermissionDeniedError(absl::StrFormat(
         "uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
   }
-  {
-    base::MutexLock lock(&mu_);
-    if (sessions_.size() >= config_.max_sessions) {
-      stats_.sessions_refused.Inc();
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("session limit %d reached", config_.max_sessions));
-    }
+  if (sessions_.size() >= config_.max_sessions) {
+    stats_.sessions_refused.Inc();
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("session limit %d reached", config_.max_sessions));
   }
   auto s = std::make_shared<Session>();
   s->peer = peer;
@@ -300,14 +223,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   to.max_keys = config_.max_keys_per_session;
   to.max_backed_bytes = config_.max_bytes_per_session;
   ASSIGN_OR_RETURN(s->tenant, cache_->OpenTenant(to));
-  SessionGrant grant;
-  {
-    base::MutexLock lock(&mu_);
-    s->id = next_session_++;
-    sessions_[s->id] = s;
-    by_token_[s->token] = s->id;
-    grant = {s->id, s->token, s->admin};
-  }
+  const SessionGrant grant{sessions_.Add(s), s->token, s->admin};
   stats_.sessions_opened.Inc();
   stats_.sessions_open.Add();
   RC_LOG(INFO) << "session " << grant.id << " opened: pid " << peer.pid << " uid " << peer.uid
@@ -316,17 +232,16 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
 }
 
 absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
-  base::MutexLock lock(&mu_);
-  auto it = by_token_.find(std::string(token));
-  if (token.size() != 32 || it == by_token_.end()) {
+  const std::optional<SessionId> id = sessions_.FindToken(token);
+  if (token.size() != 32 || !id.has_value()) {
     stats_.auth_failures.Inc();
     return absl::UnauthenticatedError("missing or unknown session token");
   }
-  return it->second;
+  return *id;
 }
 
 absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Lookup(session));
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
   return s->admin;
 }
 
@@ -356,17 +271,7 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
 }
 
 absl::Status DaemonImpl::CloseSession(SessionId session) {
-  std::shared_ptr<Session> s;
-  {
-    base::MutexLock lock(&mu_);
-    auto it = sessions_.find(session);
-    if (it == sessions_.end()) {
-      return absl::NotFoundError(absl::StrFormat("no session %d", session));
-    }
-    s = it->second;
-    sessions_.erase(it);
-    by_token_.erase(s->token);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Remove(session));
   base::MutexLock ops(&s->ops);  // waits for the session's calls in flight
   absl::Status st = CloseLocked(*s);
   RC_LOG(INFO) << "session " << session << " closed" << (st.ok() ? "" : ": ") << st.message();
@@ -540,7 +445,6 @@ DaemonStatus DaemonImpl::Status() {
   st.device = absl::StrFormat("%s:%s", st.capabilities.backend, st.capabilities.device_name);
   st.draining = draining();
   st.started = started_;
-  base::MutexLock lock(&mu_);
   st.sessions = sessions_.size();
   return st;
 }
@@ -548,13 +452,8 @@ DaemonStatus DaemonImpl::Status() {
 absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) {
   ASSIGN_OR_RETURN(auto me, Pin(caller));
   if (!(**me).admin) return absl::PermissionDeniedError("listing sessions needs an admin uid");
-  std::vector<std::shared_ptr<Session>> all;
-  {
-    base::MutexLock lock(&mu_);
-    for (auto& [id, s] : sessions_) all.push_back(s);
-  }
   std::vector<SessionInfo> out;
-  for (auto& s : all) {
+  for (auto& s : sessions_.All()) {
     SessionInfo info;
     info.id = s->id;
     info.peer = s->peer;
@@ -575,13 +474,8 @@ absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) 
 
 absl::Status DaemonImpl::Drain() {
   draining_.store(true, std::memory_order_release);
-  std::vector<SessionId> ids;
-  {
-    base::MutexLock lock(&mu_);
-    for (auto& [id, s] : sessions_) ids.push_back(id);
-  }
   absl::Status first;
-  for (SessionId id : ids) {
+  for (SessionId id : sessions_.Ids()) {
     absl::Status s = CloseSession(id);
     if (!s.ok() && !absl::IsNotFound(s) && first.ok()) first = s;
   }

@@ -1,4 +1,4 @@
-#include "service/shared_memory.h"
+#include "service/internal/shared_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
