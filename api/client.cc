@@ -1,15 +1,12 @@
 #include "regcache/client.h"
 
-#include "api/internal/client_testing.h"
-
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cerrno>
@@ -19,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
+#include "api/internal/client_testing.h"
 #include "api/internal/grpc_status.h"
 #include "api/regcache.grpc.pb.h"
 #include "base/errno_status.h"
@@ -87,15 +85,13 @@ class ClientImpl final : public Client {
         token_(welcome.token, sizeof(welcome.token)),
         channel_(std::move(channel)),
         stub_(pb::RegCache::NewStub(channel_)),
-        options_(options) {
-  }
+        options_(options) {}
   ~ClientImpl() override { Close(); }
 
   uint64_t session_id() const override { return session_id_; }
   bool admin() const override { return admin_; }
 
-  absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb,
-                                        bool on_demand) override {
+  absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb, bool on_demand) override {
     pb::AllocateMemoryRequest req;
     req.set_length(length);
     req.set_hugetlb(hugetlb);
@@ -147,8 +143,7 @@ class ClientImpl final : public Client {
     return FromProto(resp);
   }
 
-  absl::Status Prefetch(const void* addr, uint64_t length, bool write,
-                        PrefetchMode mode) override {
+  absl::Status Prefetch(const void* addr, uint64_t length, bool write, PrefetchMode mode) override {
     pb::PrefetchRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
@@ -225,8 +220,8 @@ class ClientImpl final : public Client {
     pb::StatusRequest req;
     pb::StatusResponse resp;
     RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
-    return DaemonInfo{resp.device(), resp.backend(), resp.sessions(), resp.draining(),
-                      resp.uptime_ms(), resp.peer()};
+    return DaemonInfo{resp.device(),   resp.backend(),   resp.sessions(),
+                      resp.draining(), resp.uptime_ms(), resp.peer()};
   }
 
   absl::StatusOr<std::vector<SessionRecord>> Sessions() override {
@@ -282,13 +277,12 @@ class ClientImpl final : public Client {
     base::CondVar cv;
     bool done = false;    // guarded by mu
     grpc::Status result;  // guarded by mu
-    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                      [&](grpc::Status s) {
-                        base::MutexLock l(&mu);
-                        result = std::move(s);
-                        done = true;
-                        cv.SignalAll();
-                      });
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      base::MutexLock l(&mu);
+      result = std::move(s);
+      done = true;
+      cv.SignalAll();
+    });
     base::MutexLock l(&mu);
     while (!done) cv.Wait(&mu);  // the call's deadline bounds the wait
     return FromGrpcStatus(result);
@@ -324,7 +318,7 @@ class ClientImpl final : public Client {
 
   template <typename Req, typename Resp>
   absl::Status Call(grpc::Status (pb::RegCache::Stub::*method)(grpc::ClientContext*, const Req&,
-                                                              Resp*),
+                                                               Resp*),
                     const Req& req, Resp* resp) {
     if (closed_.load()) return absl::FailedPreconditionError("client closed");
     grpc::ClientContext ctx;
@@ -406,8 +400,8 @@ class ClientImpl final : public Client {
   // Maps `fd` here (then closes it) and attaches the memory at that address.
   absl::StatusOr<Memory> MapAndAttach(uint64_t id, int fd, uint64_t offset, uint64_t length,
                                       bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_) {
-    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                   static_cast<off_t>(offset));
+    void* p =
+        mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
     int err = errno;
     close(fd);
     if (p == MAP_FAILED) {

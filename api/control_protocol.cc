@@ -14,12 +14,18 @@ namespace regcache::api {
 
 size_t ControlMessageSize(uint16_t type) {
   switch (static_cast<ControlType>(type)) {
-    case ControlType::kHello: return sizeof(HelloMsg);
-    case ControlType::kWelcome: return sizeof(WelcomeMsg);
-    case ControlType::kError: return sizeof(ErrorMsg);
-    case ControlType::kMemoryFd: return sizeof(MemoryFdMsg);
-    case ControlType::kImportFd: return sizeof(ImportFdMsg);
-    case ControlType::kImported: return sizeof(ImportedMsg);
+    case ControlType::kHello:
+      return sizeof(HelloMsg);
+    case ControlType::kWelcome:
+      return sizeof(WelcomeMsg);
+    case ControlType::kError:
+      return sizeof(ErrorMsg);
+    case ControlType::kMemoryFd:
+      return sizeof(MemoryFdMsg);
+    case ControlType::kImportFd:
+      return sizeof(ImportFdMsg);
+    case ControlType::kImported:
+      return sizeof(ImportedMsg);
   }
   return 0;
 }
@@ -67,8 +73,7 @@ absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool trun
   }
   if (h.length != size || size != want || h.reserved != 0) {
     return absl::InvalidArgumentError(absl::StrCat("control message type ", h.type, ": length ",
-                                                   h.length, " in ", size, " bytes, want ",
-                                                   want));
+                                                   h.length, " in ", size, " bytes, want ", want));
   }
   *type = static_cast<ControlType>(h.type);
   return absl::OkStatus();
@@ -96,8 +101,7 @@ absl::Status SendControlMessage(int sock, const void* msg, size_t size, int fd) 
   if (n < 0) {
     int err = errno;
     if (err == EAGAIN || err == EWOULDBLOCK || err == EPIPE || err == ECONNRESET) {
-      return absl::UnavailableError(
-          absl::StrCat("control socket send: ", base::ErrnoName(err)));
+      return absl::UnavailableError(absl::StrCat("control socket send: ", base::ErrnoName(err)));
     }
     return base::ErrnoToStatus(err, "control socket sendmsg");
   }
@@ -155,8 +159,8 @@ absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration ti
     CloseFds(&out.fds);
     return absl::UnavailableError("control socket: end of file");
   }
-  bool truncated = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
-                   static_cast<size_t>(n) > kMaxControlMessage;
+  bool truncated =
+      (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(n) > kMaxControlMessage;
   ControlType type;
   absl::Status valid = ValidateControlDatagram(buf, static_cast<size_t>(n), truncated, &type);
   if (!valid.ok()) {

@@ -89,9 +89,9 @@ struct WelcomeMsg {
 };
 struct ErrorMsg {
   ControlHeader header;
-  uint64_t nonce = 0;       // the ImportFd this answers, 0 otherwise
-  uint32_t code = 0;        // absl::StatusCode
-  uint16_t in_reply_to = 0; // ControlType of the offending message, 0 if none
+  uint64_t nonce = 0;        // the ImportFd this answers, 0 otherwise
+  uint32_t code = 0;         // absl::StatusCode
+  uint16_t in_reply_to = 0;  // ControlType of the offending message, 0 if none
   uint16_t message_length = 0;
   char message[232] = {};
 };

@@ -213,10 +213,10 @@ class ControlServerImpl final : public ControlServer {
         // Types only the daemon sends.
         uint16_t type = static_cast<uint16_t>(msg->type);
         CloseFds(&msg->fds);
-        ErrorMsg e = MakeErrorMessage(
-            absl::InvalidArgumentError(absl::StrCat("control message type ", type,
-                                                    " is not a client request")),
-            0, type);
+        ErrorMsg e =
+            MakeErrorMessage(absl::InvalidArgumentError(absl::StrCat("control message type ", type,
+                                                                     " is not a client request")),
+                             0, type);
         replied = SendControlMessage(fd, &e, sizeof(e), -1);
         break;
       }
@@ -265,8 +265,8 @@ class ControlServerImpl final : public ControlServer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(
-    service::Daemon* daemon, const std::string& socket_dir) {
+absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(service::Daemon* daemon,
+                                                                    const std::string& socket_dir) {
   std::string path = absl::StrCat(socket_dir, "/", kControlSocketName);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

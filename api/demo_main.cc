@@ -40,7 +40,8 @@ double TimeUs(Fn&& fn) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead | regcache::api::kRemoteWrite;
+  const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite |
+                      regcache::api::kRemoteRead | regcache::api::kRemoteWrite;
 
   auto client = regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
   if (!client.ok()) return Fail("connect", client.status());
@@ -54,8 +55,10 @@ int main(int argc, char** argv) {
   auto mem = c.AllocateMemory(kArena);
   if (!mem.ok()) return Fail("allocate", mem.status());
   auto* base = static_cast<uint8_t*>(mem->data);
-  std::printf("2. allocated %" PRIu64 " bytes of shared memory (memfd from the daemon), mapped "
-              "here at %p\n", mem->length, mem->data);
+  std::printf("2. allocated %" PRIu64
+              " bytes of shared memory (memfd from the daemon), mapped "
+              "here at %p\n",
+              mem->length, mem->data);
 
   uint8_t* buf = base + 8192;
   regcache::api::Key key;
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
   });
   if (key.handle == 0) return Fail("register", c.Register(buf, 64 << 10, rw).status());
   std::printf("3. registered [%p, +64 KiB): lkey=0x%08x rkey=0x%08x handle=0x%" PRIx64
-              " (miss, %.1f us)\n", buf, key.lkey, key.rkey, key.handle, miss_us);
+              " (miss, %.1f us)\n",
+              buf, key.lkey, key.rkey, key.handle, miss_us);
 
   const std::string text = "hello from the remote peer";
   absl::Status w = c.PeerWrite(key.rkey, reinterpret_cast<uint64_t>(buf + 100), text);
@@ -103,12 +107,13 @@ int main(int argc, char** argv) {
     (void)c.Release(k.handle);
     ping.push_back(TimeUs([&] { (void)c.Ping(); }));
   }
-  std::printf("7. latencies over gRPC (unix socket), median of %d:\n"
-              "   register miss %.1f us, register hit %.1f us, invalidate %.1f us, "
-              "empty RPC (ping) %.1f us\n"
-              "   anchor: gRPC C++ unary ~20 us over a unix socket (2016); ibv_reg_mr of 4 MB "
-              "456-486 us (FineMem, OSDI'25)\n",
-              rounds, MedianUs(miss), MedianUs(hit), MedianUs(inval), MedianUs(ping));
+  std::printf(
+      "7. latencies over gRPC (unix socket), median of %d:\n"
+      "   register miss %.1f us, register hit %.1f us, invalidate %.1f us, "
+      "empty RPC (ping) %.1f us\n"
+      "   anchor: gRPC C++ unary ~20 us over a unix socket (2016); ibv_reg_mr of 4 MB "
+      "456-486 us (FineMem, OSDI'25)\n",
+      rounds, MedianUs(miss), MedianUs(hit), MedianUs(inval), MedianUs(ping));
   c.Close();
   std::printf("8. closed the session: the daemon ran every key through the lifecycle\n");
   return 0;

@@ -3,7 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,9 +40,12 @@ absl::Status CheckDeadline(grpc::ServerContext* ctx) {
 // The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_NONE.
 absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode) {
   switch (mode) {
-    case pb::PREFETCH_NONE: return std::nullopt;
-    case pb::PREFETCH_SYNC: return odp::PrefetchMode::kSync;
-    case pb::PREFETCH_ASYNC: return odp::PrefetchMode::kAsync;
+    case pb::PREFETCH_NONE:
+      return std::nullopt;
+    case pb::PREFETCH_SYNC:
+      return odp::PrefetchMode::kSync;
+    case pb::PREFETCH_ASYNC:
+      return odp::PrefetchMode::kAsync;
   }
   return absl::InvalidArgumentError(absl::StrFormat("unknown prefetch mode %d", mode));
 }
@@ -149,8 +151,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch,
                        PrefetchFromProto(req->prefetch()));
-      ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Register(s, req->va(), req->length(),
-                                                            req->access(), prefetch));
+      ASSIGN_OR_RETURN(cache::KeyGrant g,
+                       daemon_->Register(s, req->va(), req->length(), req->access(), prefetch));
       ToProto(g, resp);
       return absl::OkStatus();
     });
@@ -213,9 +215,15 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         o->set_component(sample.component);
         o->set_name(sample.name);
         switch (sample.kind) {
-          case base::stats::Kind::kCounter: o->set_kind("counter"); break;
-          case base::stats::Kind::kGauge: o->set_kind("gauge"); break;
-          case base::stats::Kind::kHistogram: o->set_kind("histogram"); break;
+          case base::stats::Kind::kCounter:
+            o->set_kind("counter");
+            break;
+          case base::stats::Kind::kGauge:
+            o->set_kind("gauge");
+            break;
+          case base::stats::Kind::kHistogram:
+            o->set_kind("histogram");
+            break;
         }
         o->set_value(sample.value);
         if (sample.kind == base::stats::Kind::kHistogram) {
@@ -310,9 +318,9 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     const auto& md = ctx->client_metadata();
     auto it = md.find(kSessionMetadataKey);
     if (it == md.end()) {
-      return absl::UnauthenticatedError(
-          absl::StrCat("missing ", kSessionMetadataKey, " metadata (connect the control socket "
-                       "first and present its token)"));
+      return absl::UnauthenticatedError(absl::StrCat("missing ", kSessionMetadataKey,
+                                                     " metadata (connect the control socket "
+                                                     "first and present its token)"));
     }
     if (md.count(kSessionMetadataKey) != 1) {
       return absl::UnauthenticatedError("more than one session token");
@@ -347,9 +355,10 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(std::unique_ptr<RegCacheServiceImpl> service,
-                 std::unique_ptr<grpc::Server> server, std::string unix_target)
-      : service_(std::move(service)), server_(std::move(server)),
+  GrpcServerImpl(std::unique_ptr<RegCacheServiceImpl> service, std::unique_ptr<grpc::Server> server,
+                 std::string unix_target)
+      : service_(std::move(service)),
+        server_(std::move(server)),
         unix_target_(std::move(unix_target)) {}
   ~GrpcServerImpl() override { Shutdown(absl::ZeroDuration()); }
 

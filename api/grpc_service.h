@@ -52,18 +52,17 @@ class FdSender {
 };
 
 struct GrpcServerOptions {
-  std::string socket_dir;                        // REQUIRED: grpc.sock is created in it
-  uint16_t tcp_port = 0;                         // 0 (default): no TCP listener
-  int max_receive_message_bytes = 64 * 1024;     // default 64 KiB
-  std::function<void()> on_drain;                // called after an admin Drain succeeded
+  std::string socket_dir;                     // REQUIRED: grpc.sock is created in it
+  uint16_t tcp_port = 0;                      // 0 (default): no TCP listener
+  int max_receive_message_bytes = 64 * 1024;  // default 64 KiB
+  std::function<void()> on_drain;             // called after an admin Drain succeeded
 };
 
 class GrpcServer {
  public:
   // Builds and starts the server. `daemon` and `fds` must outlive it. kUnavailable when a
   // listener cannot be bound.
-  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(service::Daemon* daemon,
-                                                           FdSender* fds,
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(service::Daemon* daemon, FdSender* fds,
                                                            const GrpcServerOptions& options);
   virtual ~GrpcServer() = default;
   // Stops accepting calls, lets calls in flight finish until `grace` passes, cancels the rest.

@@ -65,9 +65,8 @@ void PrintKeys(uint64_t session, const std::vector<regcache::api::KeyInfo>& keys
   for (const regcache::api::KeyInfo& k : keys) {
     std::printf("session=%" PRIu64 " handle=0x%" PRIx64 " key=0x%08x va=0x%" PRIx64
                 " length=%" PRIu64 " access=%s holders=%u state=%s%s%s\n",
-                session, k.handle, k.key, k.va, k.length, AccessString(k.access).c_str(),
-                k.holders, k.key_state.c_str(), k.revoked ? " revoked" : "",
-                k.is_window ? " window" : "");
+                session, k.handle, k.key, k.va, k.length, AccessString(k.access).c_str(), k.holders,
+                k.key_state.c_str(), k.revoked ? " revoked" : "", k.is_window ? " window" : "");
   }
 }
 
@@ -80,93 +79,94 @@ int Usage(const std::string& what) {
 }
 
 int Status(regcache::api::Client& c, const std::vector<std::string>& args) {
-    absl::StatusOr<regcache::api::DaemonInfo> s = c.Status();
-    if (!s.ok()) return Fail(s.status());
-    std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
-                " peer=%d\n",
-                s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0,
-                s->uptime_ms, s->peer ? 1 : 0);
-    return 0;
-  }
+  absl::StatusOr<regcache::api::DaemonInfo> s = c.Status();
+  if (!s.ok()) return Fail(s.status());
+  std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
+              " peer=%d\n",
+              s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0, s->uptime_ms,
+              s->peer ? 1 : 0);
+  return 0;
+}
 
 int Sessions(regcache::api::Client& c, const std::vector<std::string>& args) {
+  absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
+  if (!s.ok()) return Fail(s.status());
+  for (const regcache::api::SessionRecord& r : *s) {
+    std::printf("session=%" PRIu64 " pid=%d uid=%u gid=%u admin=%d live=%" PRIu64
+                " revoked_held=%" PRIu64 " cached=%" PRIu64 " memories=%" PRIu64
+                " backed_bytes=%" PRIu64 "%s\n",
+                r.id, r.pid, r.uid, r.gid, r.admin ? 1 : 0, r.usage.live_registrations,
+                r.usage.revoked_held, r.usage.cached_unreferenced, r.memories, r.usage.backed_bytes,
+                r.id == c.session_id() ? " (this regcachectl)" : "");
+  }
+  return 0;
+}
+
+int Keys(regcache::api::Client& c, const std::vector<std::string>& args) {
+  if (absl::GetFlag(FLAGS_all)) {
     absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
     if (!s.ok()) return Fail(s.status());
     for (const regcache::api::SessionRecord& r : *s) {
-      std::printf("session=%" PRIu64 " pid=%d uid=%u gid=%u admin=%d live=%" PRIu64
-                  " revoked_held=%" PRIu64 " cached=%" PRIu64 " memories=%" PRIu64
-                  " backed_bytes=%" PRIu64 "%s\n",
-                  r.id, r.pid, r.uid, r.gid, r.admin ? 1 : 0, r.usage.live_registrations,
-                  r.usage.revoked_held, r.usage.cached_unreferenced, r.memories,
-                  r.usage.backed_bytes, r.id == c.session_id() ? " (this regcachectl)" : "");
-    }
-    return 0;
-  }
-
-int Keys(regcache::api::Client& c, const std::vector<std::string>& args) {
-    if (absl::GetFlag(FLAGS_all)) {
-      absl::StatusOr<std::vector<regcache::api::SessionRecord>> s = c.Sessions();
-      if (!s.ok()) return Fail(s.status());
-      for (const regcache::api::SessionRecord& r : *s) {
-        absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(r.id);
-        if (!keys.ok()) {
-          if (keys.status().code() == absl::StatusCode::kNotFound) continue;  // it just closed
-          return Fail(keys.status());
-        }
-        PrintKeys(r.id, *keys);
+      absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(r.id);
+      if (!keys.ok()) {
+        if (keys.status().code() == absl::StatusCode::kNotFound) continue;  // it just closed
+        return Fail(keys.status());
       }
-      return 0;
+      PrintKeys(r.id, *keys);
     }
-    uint64_t session = absl::GetFlag(FLAGS_session);
-    absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(session);
-    if (!keys.ok()) return Fail(keys.status());
-    PrintKeys(session == 0 ? c.session_id() : session, *keys);
     return 0;
   }
+  uint64_t session = absl::GetFlag(FLAGS_session);
+  absl::StatusOr<std::vector<regcache::api::KeyInfo>> keys = c.ListKeys(session);
+  if (!keys.ok()) return Fail(keys.status());
+  PrintKeys(session == 0 ? c.session_id() : session, *keys);
+  return 0;
+}
 
 int Stats(regcache::api::Client& c, const std::vector<std::string>& args) {
-    absl::StatusOr<regcache::api::StatsSnapshot> s = c.Stats();
-    if (!s.ok()) return Fail(s.status());
-    for (const regcache::api::StatValue& v : s->stats) {
-      if (v.kind == "histogram") {
-        std::printf("%s.%s count=%" PRIu64 " p50=%" PRIu64 " p99=%" PRIu64 " max=%" PRIu64 "\n",
-                    v.component.c_str(), v.name.c_str(), v.count, v.p50, v.p99, v.max);
-      } else {
-        std::printf("%s.%s %" PRId64 "\n", v.component.c_str(), v.name.c_str(), v.value);
-      }
+  absl::StatusOr<regcache::api::StatsSnapshot> s = c.Stats();
+  if (!s.ok()) return Fail(s.status());
+  for (const regcache::api::StatValue& v : s->stats) {
+    if (v.kind == "histogram") {
+      std::printf("%s.%s count=%" PRIu64 " p50=%" PRIu64 " p99=%" PRIu64 " max=%" PRIu64 "\n",
+                  v.component.c_str(), v.name.c_str(), v.count, v.p50, v.p99, v.max);
+    } else {
+      std::printf("%s.%s %" PRId64 "\n", v.component.c_str(), v.name.c_str(), v.value);
     }
-    return 0;
   }
+  return 0;
+}
 
 int Drain(regcache::api::Client& c, const std::vector<std::string>& args) {
-    absl::Status s = c.Drain();
-    if (!s.ok()) return Fail(s);
-    std::printf("drained\n");
-    return 0;
-  }
+  absl::Status s = c.Drain();
+  if (!s.ok()) return Fail(s);
+  std::printf("drained\n");
+  return 0;
+}
 
 int Peer(regcache::api::Client& c, const std::vector<std::string>& args) {
-  if (args.size() != 2 || (args[1] != "write" && args[1] != "read")) return Usage("peer needs write or read");
-    uint64_t rkey = 0, addr = 0;
-    if (!ParseNumber(absl::GetFlag(FLAGS_rkey), &rkey) || rkey > UINT32_MAX ||
-        !ParseNumber(absl::GetFlag(FLAGS_addr), &addr)) {
-      std::fprintf(stderr, "regcachectl: peer needs --rkey and --addr\n");
-      return 2;
-    }
-    uint64_t session = absl::GetFlag(FLAGS_session);
-    if (args[1] == "write") {
-      absl::Status s = c.PeerWrite(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_data),
-                                   session);
-      if (!s.ok()) return Fail(s);
-      std::printf("wrote %zu bytes\n", absl::GetFlag(FLAGS_data).size());
-      return 0;
-    }
-    absl::StatusOr<std::string> data =
-        c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session);
-    if (!data.ok()) return Fail(data.status());
-    std::printf("%s\n", absl::CHexEscape(*data).c_str());
+  if (args.size() != 2 || (args[1] != "write" && args[1] != "read"))
+    return Usage("peer needs write or read");
+  uint64_t rkey = 0, addr = 0;
+  if (!ParseNumber(absl::GetFlag(FLAGS_rkey), &rkey) || rkey > UINT32_MAX ||
+      !ParseNumber(absl::GetFlag(FLAGS_addr), &addr)) {
+    std::fprintf(stderr, "regcachectl: peer needs --rkey and --addr\n");
+    return 2;
+  }
+  uint64_t session = absl::GetFlag(FLAGS_session);
+  if (args[1] == "write") {
+    absl::Status s =
+        c.PeerWrite(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_data), session);
+    if (!s.ok()) return Fail(s);
+    std::printf("wrote %zu bytes\n", absl::GetFlag(FLAGS_data).size());
     return 0;
   }
+  absl::StatusOr<std::string> data =
+      c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session);
+  if (!data.ok()) return Fail(data.status());
+  std::printf("%s\n", absl::CHexEscape(*data).c_str());
+  return 0;
+}
 
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) {

@@ -5,9 +5,9 @@
 // converted by name at the proto boundary, in grpc_service.cc.) Nothing here runs.
 #include <cstdint>
 
-#include "regcache/client.h"
 #include "api/regcache.pb.h"
 #include "hca/device.h"
+#include "regcache/client.h"
 
 namespace regcache::api {
 namespace {

@@ -9,9 +9,9 @@
 #define REGCACHE_BASE_ERRNO_STATUS_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace regcache::base {
 

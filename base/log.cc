@@ -47,11 +47,16 @@ void WriteAll(int fd, const std::string& s) {
 
 absl::string_view LogSeverityName(LogSeverity s) {
   switch (s) {
-    case LogSeverity::kDebug: return "DEBUG";
-    case LogSeverity::kInfo: return "INFO";
-    case LogSeverity::kWarning: return "WARNING";
-    case LogSeverity::kError: return "ERROR";
-    case LogSeverity::kFatal: return "FATAL";
+    case LogSeverity::kDebug:
+      return "DEBUG";
+    case LogSeverity::kInfo:
+      return "INFO";
+    case LogSeverity::kWarning:
+      return "WARNING";
+    case LogSeverity::kError:
+      return "ERROR";
+    case LogSeverity::kFatal:
+      return "FATAL";
   }
   return "UNKNOWN";
 }
@@ -66,8 +71,8 @@ LogSeverity MinLogSeverity() {
 
 bool ParseLogSeverity(absl::string_view text, LogSeverity* out) {
   const std::string lower = absl::AsciiStrToLower(text);
-  for (LogSeverity s : {LogSeverity::kDebug, LogSeverity::kInfo, LogSeverity::kWarning,
-                        LogSeverity::kError}) {
+  for (LogSeverity s :
+       {LogSeverity::kDebug, LogSeverity::kInfo, LogSeverity::kWarning, LogSeverity::kError}) {
     if (lower == absl::AsciiStrToLower(LogSeverityName(s))) {
       *out = s;
       return true;

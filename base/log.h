@@ -20,6 +20,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace regcache::base {
@@ -71,20 +72,20 @@ bool LogEnabled(LogSeverity s);
 #define RC_LOG_SEVERITY_ERROR ::regcache::base::LogSeverity::kError
 #define RC_LOG_SEVERITY_FATAL ::regcache::base::LogSeverity::kFatal
 
-#define RC_LOG(severity)                                                    \
-  !::regcache::base::internal::LogEnabled(RC_LOG_SEVERITY_##severity)                 \
-      ? (void)0                                                             \
-      : ::regcache::base::internal::LogVoidify() &                                    \
-            ::regcache::base::internal::LogMessage(RC_LOG_SEVERITY_##severity, __FILE__, \
-                                         __LINE__)                          \
+#define RC_LOG(severity)                                                                           \
+  !::regcache::base::internal::LogEnabled(RC_LOG_SEVERITY_##severity)                              \
+      ? (void)0                                                                                    \
+      : ::regcache::base::internal::LogVoidify() &                                                 \
+            ::regcache::base::internal::LogMessage(RC_LOG_SEVERITY_##severity, __FILE__, __LINE__) \
                 .stream()
 
 // Broken internal invariant: log and abort. Not for input validation.
-#define RC_CHECK(cond)                                                                  \
-  (cond) ? (void)0                                                                      \
-         : ::regcache::base::internal::LogVoidify() &                                             \
-               ::regcache::base::internal::LogMessage(::regcache::base::LogSeverity::kFatal, __FILE__, __LINE__) \
-                       .stream()                                                        \
+#define RC_CHECK(cond)                                                                       \
+  (cond) ? (void)0                                                                           \
+         : ::regcache::base::internal::LogVoidify() &                                        \
+               ::regcache::base::internal::LogMessage(::regcache::base::LogSeverity::kFatal, \
+                                                      __FILE__, __LINE__)                    \
+                       .stream()                                                             \
                    << "Check failed: " #cond " "
 
 #ifdef NDEBUG

@@ -167,20 +167,28 @@ HistogramSnapshot Histogram::Snapshot() const {
 namespace internal {
 
 void Collector::Visit(absl::string_view name, absl::string_view help, const Counter& c) {
-  samples_.push_back({component_, std::string(name), std::string(help), Kind::kCounter,
-                      static_cast<int64_t>(c.value()), {}});
+  samples_.push_back({component_,
+                      std::string(name),
+                      std::string(help),
+                      Kind::kCounter,
+                      static_cast<int64_t>(c.value()),
+                      {}});
 }
 void Collector::Visit(absl::string_view name, absl::string_view help, const HotCounter& c) {
-  samples_.push_back({component_, std::string(name), std::string(help), Kind::kCounter,
-                      static_cast<int64_t>(c.value()), {}});
+  samples_.push_back({component_,
+                      std::string(name),
+                      std::string(help),
+                      Kind::kCounter,
+                      static_cast<int64_t>(c.value()),
+                      {}});
 }
 void Collector::Visit(absl::string_view name, absl::string_view help, const Gauge& g) {
   samples_.push_back(
       {component_, std::string(name), std::string(help), Kind::kGauge, g.value(), {}});
 }
 void Collector::Visit(absl::string_view name, absl::string_view help, const Histogram& h) {
-  samples_.push_back({component_, std::string(name), std::string(help), Kind::kHistogram, 0,
-                      h.Snapshot()});
+  samples_.push_back(
+      {component_, std::string(name), std::string(help), Kind::kHistogram, 0, h.Snapshot()});
 }
 
 }  // namespace internal
@@ -266,8 +274,7 @@ std::string FormatPrometheus(const std::vector<Sample>& samples) {
       const char* type = s.kind == Kind::kCounter ? "counter"
                          : s.kind == Kind::kGauge ? "gauge"
                                                   : "histogram";
-      absl::StrAppend(&out, "# HELP ", family, " ", s.help, "\n# TYPE ", family, " ", type,
-                      "\n");
+      absl::StrAppend(&out, "# HELP ", family, " ", s.help, "\n# TYPE ", family, " ", type, "\n");
       last_family = family;
     }
     if (s.kind != Kind::kHistogram) {
@@ -278,13 +285,13 @@ std::string FormatPrometheus(const std::vector<Sample>& samples) {
     for (int b = 0; b < HistogramSnapshot::kBuckets; ++b) {
       if (s.histogram.buckets[b] == 0) continue;
       cumulative += s.histogram.buckets[b];
-      absl::StrAppend(&out, family, "_bucket",
-                      Labels(labels, absl::StrCat("le=\"",
-                                                  HistogramSnapshot::BucketUpperBound(b), "\"")),
-                      " ", cumulative, "\n");
+      absl::StrAppend(
+          &out, family, "_bucket",
+          Labels(labels, absl::StrCat("le=\"", HistogramSnapshot::BucketUpperBound(b), "\"")), " ",
+          cumulative, "\n");
     }
-    absl::StrAppend(&out, family, "_bucket", Labels(labels, "le=\"+Inf\""), " ",
-                    s.histogram.count, "\n");
+    absl::StrAppend(&out, family, "_bucket", Labels(labels, "le=\"+Inf\""), " ", s.histogram.count,
+                    "\n");
     absl::StrAppend(&out, family, "_sum", Labels(labels, ""), " ", s.histogram.sum, "\n");
     absl::StrAppend(&out, family, "_count", Labels(labels, ""), " ", s.histogram.count, "\n");
   }

@@ -31,10 +31,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "base/mutex.h"
 
 namespace regcache::base::stats {
@@ -89,7 +89,6 @@ class HotCounter {
   static void DetachThread(std::atomic<uint64_t>* block);
 
  private:
-
   // constinit: other translation units read it directly, without a TLS wrapper call.
   static constinit thread_local std::atomic<uint64_t>* tls_block_;
   int slot_ = -1;
@@ -249,21 +248,21 @@ std::vector<Sample> SnapshotOf(absl::string_view component, const StatsStruct& s
 #define RC_STATS_VISIT_(name, help) visitor.Visit(#name, help, name);
 
 // RC_DEFINE_STATS(Type, LIST): LIST(COUNTER, GAUGE, HISTOGRAM) names each stat once.
-#define RC_DEFINE_STATS(Type, LIST)                                                     \
-  struct Type {                                                                         \
-    LIST(RC_STATS_MEMBER_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_)  \
-    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                            \
-      LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                           \
-    }                                                                                   \
+#define RC_DEFINE_STATS(Type, LIST)                                                    \
+  struct Type {                                                                        \
+    LIST(RC_STATS_MEMBER_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_) \
+    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                 \
+      LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                          \
+    }                                                                                  \
   }
 
 // Same, with counters that several threads bump on a hot path (sharded).
-#define RC_DEFINE_HOT_STATS(Type, LIST)                                                     \
-  struct Type {                                                                             \
-    LIST(RC_STATS_MEMBER_HOT_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_)  \
-    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                                \
-      LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                               \
-    }                                                                                       \
+#define RC_DEFINE_HOT_STATS(Type, LIST)                                                    \
+  struct Type {                                                                            \
+    LIST(RC_STATS_MEMBER_HOT_COUNTER_, RC_STATS_MEMBER_GAUGE_, RC_STATS_MEMBER_HISTOGRAM_) \
+    void VisitStats(::regcache::base::stats::Visitor& visitor) const {                     \
+      LIST(RC_STATS_VISIT_, RC_STATS_VISIT_, RC_STATS_VISIT_)                              \
+    }                                                                                      \
   }
 
 #endif  // REGCACHE_BASE_STATS_H_

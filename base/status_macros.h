@@ -11,12 +11,12 @@
 #ifndef REGCACHE_BASE_STATUS_MACROS_H_
 #define REGCACHE_BASE_STATUS_MACROS_H_
 
-#include "absl/strings/string_view.h"
 #include <utility>
 
 #include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace regcache::base {
 
@@ -28,17 +28,16 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context);
 #define RC_STATUS_MACROS_CONCAT_INNER_(a, b) a##b
 #define RC_STATUS_MACROS_CONCAT_(a, b) RC_STATUS_MACROS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                         \
-  do {                                                                \
-    ::absl::Status rc_status_macros_status_ = (expr);                 \
-    if (ABSL_PREDICT_FALSE(!rc_status_macros_status_.ok())) {         \
-      return rc_status_macros_status_;                                \
-    }                                                                 \
+#define RETURN_IF_ERROR(expr)                                 \
+  do {                                                        \
+    ::absl::Status rc_status_macros_status_ = (expr);         \
+    if (ABSL_PREDICT_FALSE(!rc_status_macros_status_.ok())) { \
+      return rc_status_macros_status_;                        \
+    }                                                         \
   } while (0)
 
-#define ASSIGN_OR_RETURN(lhs, expr)                                                      \
-  RC_ASSIGN_OR_RETURN_IMPL_(RC_STATUS_MACROS_CONCAT_(rc_status_macros_or_, __LINE__), \
-                            lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) \
+  RC_ASSIGN_OR_RETURN_IMPL_(RC_STATUS_MACROS_CONCAT_(rc_status_macros_or_, __LINE__), lhs, expr)
 
 #define RC_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                              \

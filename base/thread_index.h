@@ -32,9 +32,9 @@ uint32_t Assign();
 // load after the first call.
 inline uint32_t ThreadIndex() {
   const uint32_t i = internal_thread_index::tls_index;
-  if (i < kMaxThreadIndices) [[likely]] return i;
-  return i == internal_thread_index::kUnassigned ? internal_thread_index::Assign()
-                                                 : kNoThreadIndex;
+  if (i < kMaxThreadIndices) [[likely]]
+    return i;
+  return i == internal_thread_index::kUnassigned ? internal_thread_index::Assign() : kNoThreadIndex;
 }
 
 // One past the highest number ever handed out (never decreases). A thread that got its number

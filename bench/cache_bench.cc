@@ -22,11 +22,11 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,7 +45,8 @@ extern "C" {
 namespace {
 
 constexpr uint64_t kRegionBytes = 4096;
-constexpr regcache::hca::AccessFlags kRw = regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
+constexpr regcache::hca::AccessFlags kRw =
+    regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
 
 uint64_t NextRandom(uint64_t& x) {  // xorshift64*: cheap, per thread
   x ^= x >> 12;
@@ -64,8 +65,8 @@ struct CacheWorld {
   uint64_t regions = 0;
   uint64_t bytes_per_registration = 0;
   std::atomic<uint64_t> next_miss{0};  // index of the next never-registered range
-  uint64_t capacity = 0;   // ranges the attachment holds
-  uint64_t spacing = kRegionBytes;  // bytes from one region's start to the next
+  uint64_t capacity = 0;               // ranges the attachment holds
+  uint64_t spacing = kRegionBytes;     // bytes from one region's start to the next
 
   static CacheWorld* Get(uint64_t regions, uint64_t spacing = kRegionBytes) {
     static std::mutex* mu = new std::mutex;
@@ -196,14 +197,13 @@ void BM_Invalidate(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(state.iterations());
-  for (regcache::cache::Handle h : batch) (void)w->cache->Invalidate(w->tenant, h);  // after the loop
+  for (regcache::cache::Handle h : batch)
+    (void)w->cache->Invalidate(w->tenant, h);  // after the loop
 }
 
 // --- The anchor: ucs_rcache with no-op callbacks ---
 
-ucs_status_t NoopReg(void*, ucs_rcache_t*, void*, ucs_rcache_region_t*, uint16_t) {
-  return UCS_OK;
-}
+ucs_status_t NoopReg(void*, ucs_rcache_t*, void*, ucs_rcache_region_t*, uint16_t) { return UCS_OK; }
 void NoopDereg(void*, ucs_rcache_t*, ucs_rcache_region_t*) {}
 void NoopDump(void*, ucs_rcache_t*, ucs_rcache_region_t*, char* buf, size_t max) {
   if (max > 0) buf[0] = '\0';
@@ -237,8 +237,7 @@ struct UcsWorld {
       p.max_size = static_cast<size_t>(-1);
       p.max_unreleased = static_cast<size_t>(-1);
       RC_CHECK(ucs_rcache_create(&p, "cache_bench", nullptr, &w->rcache) == UCS_OK);
-      w->mem = static_cast<uint8_t*>(::mmap(nullptr, regions * spacing,
-                                            PROT_READ | PROT_WRITE,
+      w->mem = static_cast<uint8_t*>(::mmap(nullptr, regions * spacing, PROT_READ | PROT_WRITE,
                                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
       RC_CHECK(w->mem != MAP_FAILED);
       for (uint64_t i = 0; i < regions; ++i) {
@@ -258,8 +257,8 @@ void BM_UcsRcacheHit(benchmark::State& state) {
   for (auto _ : state) {
     const uint64_t i = NextRandom(x) % w->regions;
     ucs_rcache_region_t* r;
-    if (ucs_rcache_get(w->rcache, w->mem + i * w->spacing, kRegionBytes,
-                       PROT_READ | PROT_WRITE, nullptr, &r) != UCS_OK) {
+    if (ucs_rcache_get(w->rcache, w->mem + i * w->spacing, kRegionBytes, PROT_READ | PROT_WRITE,
+                       nullptr, &r) != UCS_OK) {
       state.SkipWithError("ucs_rcache_get failed");
       break;
     }
@@ -283,7 +282,11 @@ void RegionsAndSpacing(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_RegisterHit)->Apply(RegionsAndSpacing)->Threads(1)->Threads(2);
 BENCHMARK(BM_UcsRcacheHit)->Apply(RegionsAndSpacing)->Threads(1)->Threads(2);
-BENCHMARK(BM_RegisterMiss)->Apply(Regions)->Iterations(kLifecycleIterations)->Threads(1)->Threads(2);
+BENCHMARK(BM_RegisterMiss)
+    ->Apply(Regions)
+    ->Iterations(kLifecycleIterations)
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK(BM_Invalidate)->Apply(Regions)->Iterations(kLifecycleIterations)->Threads(1)->Threads(2);
 
 // Collects items/s per run name for the summary.
@@ -313,7 +316,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 void PrintSummary(const SummaryReporter& r) {
   std::printf("\n=== cache_bench summary (anchor: UCX ucs_rcache 1.13, same run; fences: %s)\n",
               regcache::base::AsymmetricFenceUsesMembarrier() ? "membarrier (REGCACHE_MEMBARRIER=1)"
-                                                    : "symmetric (default)");
+                                                              : "symmetric (default)");
   for (int spacing : kSpacingsKib) {
     std::printf("-- regions of 4 KiB, %s\n",
                 spacing == 4 ? "adjacent (spacing 4 KiB: ucs_rcache's best case)"
@@ -325,10 +328,11 @@ void PrintSummary(const SummaryReporter& r) {
         const double ours = r.Rate("BM_RegisterHit" + suffix);
         const double ucs = r.Rate("BM_UcsRcacheHit" + suffix);
         if (ours == 0 || ucs == 0) continue;
-        std::printf("hit  regions=%-6d threads=%d  regcache %7.2f Mops/s  ucs_rcache %7.2f "
-                    "Mops/s  ratio %.2fx%s",
-                    regions, threads, ours / 1e6, ucs / 1e6, ours / ucs,
-                    regions == 100000 ? "  (aim >= 3x)" : "");
+        std::printf(
+            "hit  regions=%-6d threads=%d  regcache %7.2f Mops/s  ucs_rcache %7.2f "
+            "Mops/s  ratio %.2fx%s",
+            regions, threads, ours / 1e6, ucs / 1e6, ours / ucs,
+            regions == 100000 ? "  (aim >= 3x)" : "");
         if (threads == 1) {
           std::printf("  [%.1f vs %.1f ns per hit]", 1e9 / ours, 1e9 / ucs);
         }
@@ -339,36 +343,39 @@ void PrintSummary(const SummaryReporter& r) {
       const std::string two =
           absl::StrFormat("/regions:%d/spacing_kib:%d/real_time/threads:2", regions, spacing);
       const double ours1 = r.Rate("BM_RegisterHit" + one), ours2 = r.Rate("BM_RegisterHit" + two);
-      const double ucs1 = r.Rate("BM_UcsRcacheHit" + one),
-                   ucs2 = r.Rate("BM_UcsRcacheHit" + two);
+      const double ucs1 = r.Rate("BM_UcsRcacheHit" + one), ucs2 = r.Rate("BM_UcsRcacheHit" + two);
       if (ours1 > 0 && ours2 > 0 && ucs1 > 0 && ucs2 > 0) {
-        std::printf("scaling regions=%-6d 2 threads / 1 thread: regcache %.2fx (aim >= 1.5x), "
-                    "ucs_rcache %.2fx\n",
-                    regions, ours2 / ours1, ucs2 / ucs1);
+        std::printf(
+            "scaling regions=%-6d 2 threads / 1 thread: regcache %.2fx (aim >= 1.5x), "
+            "ucs_rcache %.2fx\n",
+            regions, ours2 / ours1, ucs2 / ucs1);
       }
     }
   }
   for (int regions : {1000, 100000}) {
     for (const char* name : {"BM_RegisterMiss", "BM_Invalidate"}) {
       for (int threads : {1, 2}) {
-        const double rate = r.Rate(absl::StrFormat(
-            "%s/regions:%d/iterations:%d/real_time/threads:%d", name, regions,
-            kLifecycleIterations, threads));
+        const double rate =
+            r.Rate(absl::StrFormat("%s/regions:%d/iterations:%d/real_time/threads:%d", name,
+                                   regions, kLifecycleIterations, threads));
         if (rate == 0) continue;
         std::printf("%-15s regions=%-6d threads=%d  %7.3f Mops/s  (%.2f us per op per thread)\n",
                     name, regions, threads, rate / 1e6, 1e6 * threads / rate);
       }
     }
   }
-  std::printf("reference figure (docs/benchmarks.md): ucs_rcache measured at ~40 ns per hit at "
-              "1k regions and ~440 ns at 100k (one thread); compare the ns per hit above to see "
-              "which layout it was\n");
-  std::printf("published references (not measurable without a NIC): ibv_reg_mr of 4 MB 456-486 "
-              "us, MW bind 1.33 us, inline fast registration up to ~5 M/s (docs/benchmarks.md)\n");
+  std::printf(
+      "reference figure (docs/benchmarks.md): ucs_rcache measured at ~40 ns per hit at "
+      "1k regions and ~440 ns at 100k (one thread); compare the ns per hit above to see "
+      "which layout it was\n");
+  std::printf(
+      "published references (not measurable without a NIC): ibv_reg_mr of 4 MB 456-486 "
+      "us, MW bind 1.33 us, inline fast registration up to ~5 M/s (docs/benchmarks.md)\n");
   if (r.bytes_per_registration() > 0) {
-    std::printf("memory: %.0f bytes of cache memory per live registration at 100k "
-                "(aim <= 256; malloc delta over the inserts, pool pre-filled)\n",
-                r.bytes_per_registration());
+    std::printf(
+        "memory: %.0f bytes of cache memory per live registration at 100k "
+        "(aim <= 256; malloc delta over the inserts, pool pre-filled)\n",
+        r.bytes_per_registration());
   }
 }
 

@@ -25,18 +25,18 @@
 #include <memory>
 #include <string>
 
-#include "regcache/client.h"
 #include "api/control_server.h"
 #include "api/grpc_service.h"
 #include "base/log.h"
 #include "benchmark/benchmark.h"
 #include "hca/sim/sim_device.h"
+#include "regcache/client.h"
 #include "service/daemon.h"
 
 namespace {
 
-constexpr uint32_t kRw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead |
-                         regcache::api::kRemoteWrite;
+constexpr uint32_t kRw = regcache::api::kLocalRead | regcache::api::kLocalWrite |
+                         regcache::api::kRemoteRead | regcache::api::kRemoteWrite;
 
 struct Server {
   std::string dir;
@@ -183,11 +183,12 @@ int main(int argc, char** argv) {
                 reg / 1e3, ping / 1e3, reg / ping);
   }
   if (ping > 0 && miss > 0) {
-    std::printf("Register miss + Invalidate + Release %8.1f us  = %.2f empty unaries\n",
-                miss / 1e3, miss / ping);
+    std::printf("Register miss + Invalidate + Release %8.1f us  = %.2f empty unaries\n", miss / 1e3,
+                miss / ping);
   }
-  std::printf("empty unary %8.1f us  vs anchor: gRPC C++ unary ~20 us over a unix socket "
-              "(2016)  ratio %.2f\n",
-              ping / 1e3, ping / 1e3 / 20.0);
+  std::printf(
+      "empty unary %8.1f us  vs anchor: gRPC C++ unary ~20 us over a unix socket "
+      "(2016)  ratio %.2f\n",
+      ping / 1e3, ping / 1e3 / 20.0);
   return 0;
 }

@@ -35,7 +35,8 @@
 namespace {
 
 constexpr uint64_t kPage = 4096;
-constexpr regcache::hca::AccessFlags kRw = regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
+constexpr regcache::hca::AccessFlags kRw =
+    regcache::hca::kLocalWrite | regcache::hca::kRemoteWrite | regcache::hca::kRemoteRead;
 
 void* MapAnonymous(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -54,7 +55,8 @@ void BM_FaultService(benchmark::State& state) {
   const uint64_t base = reinterpret_cast<uint64_t>(mem);
   regcache::hca::BackingOptions bo;
   bo.on_demand = true;
-  const regcache::hca::Backing b = device->RegisterBacking(pd, base, kBytes, regcache::hca::kAllAccess, bo).value();
+  const regcache::hca::Backing b =
+      device->RegisterBacking(pd, base, kBytes, regcache::hca::kAllAccess, bo).value();
   regcache::cache::BackingEvent ev;
   ev.va = base;
   ev.device = b;
@@ -126,8 +128,8 @@ void BM_ColdWrite(benchmark::State& state) {
     state.ResumeTiming();
 
     if (prefetch) {
-      absl::Status s =
-          servicer->PrefetchTenantRange(tenant, va, kBytes, /*write=*/true, regcache::odp::PrefetchMode::kSync);
+      absl::Status s = servicer->PrefetchTenantRange(tenant, va, kBytes, /*write=*/true,
+                                                     regcache::odp::PrefetchMode::kSync);
       if (!s.ok()) state.SkipWithError(s.ToString().c_str());
     }
     for (uint64_t off = 0; off < kBytes; off += kChunk) {
@@ -144,9 +146,9 @@ void BM_ColdWrite(benchmark::State& state) {
     state.ResumeTiming();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBytes));
-  state.counters["faults_per_iter"] = benchmark::Counter(
-      static_cast<double>(device->stats().page_faults.value() - faults_before),
-      benchmark::Counter::kAvgIterations);
+  state.counters["faults_per_iter"] =
+      benchmark::Counter(static_cast<double>(device->stats().page_faults.value() - faults_before),
+                         benchmark::Counter::kAvgIterations);
   peer.reset();
   RC_CHECK(cache->CloseTenant(tenant).ok());
   cache.reset();
@@ -170,10 +172,9 @@ class Collector : public benchmark::ConsoleReporter {
     for (const Run& r : runs) {
       if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
       Result& out = results[r.benchmark_name()];
-      out.real_ns = r.GetAdjustedRealTime() *
-                    (r.time_unit == benchmark::kMicrosecond ? 1e3
-                     : r.time_unit == benchmark::kMillisecond ? 1e6
-                                                              : 1.0);
+      out.real_ns = r.GetAdjustedRealTime() * (r.time_unit == benchmark::kMicrosecond   ? 1e3
+                                               : r.time_unit == benchmark::kMillisecond ? 1e6
+                                                                                        : 1.0);
       for (const auto& [name, c] : r.counters) out.counters[name] = c.value;
     }
     ConsoleReporter::ReportRuns(runs);
@@ -200,9 +201,10 @@ int main(int argc, char** argv) {
     const double p99 = f->counters.count("p99_ns") ? f->counters.at("p99_ns") / 1e3 : 0;
     std::printf("FaultService   event->resume p50 %.1f us, p99 %.1f us; peer round trip %.1f us\n",
                 p50, p99, f->real_ns / 1e3);
-    std::printf("               vs published ConnectX ODP minor fault ~%.0f us (4 KB; Lesokhin et "
-                "al., ASPLOS'17, second-hand; not measured here)  ratio p50/published %.3f\n",
-                kPublishedOdpFaultUs, p50 / kPublishedOdpFaultUs);
+    std::printf(
+        "               vs published ConnectX ODP minor fault ~%.0f us (4 KB; Lesokhin et "
+        "al., ASPLOS'17, second-hand; not measured here)  ratio p50/published %.3f\n",
+        kPublishedOdpFaultUs, p50 / kPublishedOdpFaultUs);
   }
   const auto* cold = collector.Find("BM_ColdWrite/prefetch:0");
   const auto* warm = collector.Find("BM_ColdWrite/prefetch:1");
@@ -210,10 +212,11 @@ int main(int argc, char** argv) {
     auto faults = [](const Collector::Result* r) {
       return r->counters.count("faults_per_iter") ? r->counters.at("faults_per_iter") : 0.0;
     };
-    std::printf("ColdWrite 4MiB without prefetch %8.1f us (%.0f faults)  with prefetch %8.1f us "
-                "(%.0f faults)  ratio %.2fx\n",
-                cold->real_ns / 1e3, faults(cold), warm->real_ns / 1e3, faults(warm),
-                cold->real_ns / warm->real_ns);
+    std::printf(
+        "ColdWrite 4MiB without prefetch %8.1f us (%.0f faults)  with prefetch %8.1f us "
+        "(%.0f faults)  ratio %.2fx\n",
+        cold->real_ns / 1e3, faults(cold), warm->real_ns / 1e3, faults(warm),
+        cold->real_ns / warm->real_ns);
   }
   return 0;
 }

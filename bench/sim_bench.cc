@@ -173,8 +173,8 @@ int main(int argc, char** argv) {
   constexpr double kPublishedInlineUmr = 5e6;  // docs/benchmarks.md: inline fast registration
   std::printf("\n== sim_bench summary (items/s; ratio = measured / anchor) ==\n");
   if (memcpy_rate > 0) {
-    std::printf("TranslateMtt   %12.0f/s  vs memcpy(64 B) %12.0f/s  ratio %.3f\n", mtt,
-                memcpy_rate, mtt / memcpy_rate);
+    std::printf("TranslateMtt   %12.0f/s  vs memcpy(64 B) %12.0f/s  ratio %.3f\n", mtt, memcpy_rate,
+                mtt / memcpy_rate);
     std::printf("TranslateKlm2  %12.0f/s  vs memcpy(64 B) %12.0f/s  ratio %.3f\n", klm2,
                 memcpy_rate, klm2 / memcpy_rate);
   }
@@ -182,8 +182,9 @@ int main(int argc, char** argv) {
     std::printf("ExecuteUmr     %12.0f/s  vs WQE copy(192 B) %9.0f/s  ratio %.3f\n", umr, wqe,
                 umr / wqe);
   }
-  std::printf("ExecuteUmr     %12.0f/s  vs published ConnectX inline UMR ~%.0f/s (not measured "
-              "here)  ratio %.2f\n",
-              umr, kPublishedInlineUmr, umr / kPublishedInlineUmr);
+  std::printf(
+      "ExecuteUmr     %12.0f/s  vs published ConnectX inline UMR ~%.0f/s (not measured "
+      "here)  ratio %.2f\n",
+      umr, kPublishedInlineUmr, umr / kPublishedInlineUmr);
   return 0;
 }

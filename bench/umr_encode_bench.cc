@@ -95,13 +95,13 @@ void BM_RdmaCoreStyleMapKlm4(benchmark::State& state) {
     std::memset(u, 0, sizeof(*u));
     u->flags = MLX5_WQE_UMR_CTRL_FLAG_INLINE | MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE;
     u->klm_octowords = htobe16(4);
-    u->mkey_mask = htobe64(MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR |
-                           (1ull << 8) | (1ull << 17) |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC);
+    u->mkey_mask =
+        htobe64(MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR |
+                (1ull << 8) | (1ull << 17) | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC);
     auto* mkc = sq.Next<mlx5_wqe_mkey_context_seg>(u + 1);
     std::memset(mkc, 0, sizeof(*mkc));
     mkc->access_flags = 0x80 | MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE |
@@ -112,7 +112,8 @@ void BM_RdmaCoreStyleMapKlm4(benchmark::State& state) {
     mkc->start_addr = htobe64(r0.start_addr);
     mkc->len = htobe64(r0.length);
     auto* klm = sq.Next<mlx5_wqe_data_seg>(mkc + 1);
-    for (const regcache::umr::KlmEntry& e : r0.klm) mlx5dv_set_data_seg(klm++, e.byte_count, e.mkey, e.address);
+    for (const regcache::umr::KlmEntry& e : r0.klm)
+      mlx5dv_set_data_seg(klm++, e.byte_count, e.mkey, e.address);
     sq.cur_post += 3;
     sq.fm_ce_se = MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE;  // next WQE after a UMR
     benchmark::DoNotOptimize(ctrl);
@@ -179,8 +180,9 @@ int main(int argc, char** argv) {
     const double ours = reporter.Rate(std::string("BM_Encode") + op);
     const double anchor = reporter.Rate(std::string("BM_RdmaCoreStyle") + op);
     if (ours == 0 || anchor == 0) continue;
-    std::printf("  %-16s ours %7.1f M/s  anchor %7.1f M/s  ratio ours/anchor %.2f  target 20 M/s %s\n",
-                op, ours / 1e6, anchor / 1e6, ours / anchor, ours >= kTarget ? "met" : "MISSED");
+    std::printf(
+        "  %-16s ours %7.1f M/s  anchor %7.1f M/s  ratio ours/anchor %.2f  target 20 M/s %s\n", op,
+        ours / 1e6, anchor / 1e6, ours / anchor, ours >= kTarget ? "met" : "MISSED");
   }
   benchmark::Shutdown();
   return 0;

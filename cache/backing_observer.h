@@ -30,7 +30,7 @@ namespace regcache::cache {
 using TenantId = uint32_t;  // as in reg_cache.h
 
 struct BackingEvent {
-  TenantId tenant = 0;          // 0: not a cache tenant (a standalone user of the observer)
+  TenantId tenant = 0;  // 0: not a cache tenant (a standalone user of the observer)
   BackingId id = 0;
   uint64_t va = 0;              // where the tenant sees the memory
   hca::Backing device;          // key, PD, the daemon's address (device.addr), geometry, on_demand

@@ -26,9 +26,9 @@ absl::Status BackingSet::CheckFree(uint64_t va, uint64_t length) const {
   if (next != by_va_.begin()) {
     auto prev = std::prev(next);
     if (prev->second.va + prev->second.length > va) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "memory [0x%x, 0x%x) overlaps attached memory [0x%x, 0x%x)", va, end,
-          prev->second.va, prev->second.va + prev->second.length));
+      return absl::AlreadyExistsError(
+          absl::StrFormat("memory [0x%x, 0x%x) overlaps attached memory [0x%x, 0x%x)", va, end,
+                          prev->second.va, prev->second.va + prev->second.length));
     }
   }
   return absl::OkStatus();
@@ -52,16 +52,16 @@ BackingRecord* BackingSet::Find(BackingId id) {
   return v == va_of_.end() ? nullptr : &by_va_.find(v->second)->second;
 }
 
-absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(
-    uint64_t va, uint64_t length, hca::AccessFlags access, std::vector<BackingId>* used) const {
+absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint64_t length,
+                                                              hca::AccessFlags access,
+                                                              std::vector<BackingId>* used) const {
   std::vector<hca::KlmEntry> entries;
   used->clear();
   const uint64_t end = va + length;
   // The backing containing va is the last one starting at or before it.
   auto it = by_va_.upper_bound(va);
   if (it == by_va_.begin()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("address 0x%x is not in attached memory", va));
+    return absl::OutOfRangeError(absl::StrFormat("address 0x%x is not in attached memory", va));
   }
   --it;
   uint64_t cursor = va;
@@ -78,16 +78,15 @@ absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(
           absl::StrFormat("attached memory at 0x%x is being detached", b.va));
     }
     if ((access & ~b.access) != 0) {
-      return absl::PermissionDeniedError(absl::StrFormat(
-          "attached memory at 0x%x allows %s, the request needs %s", b.va,
-          hca::AccessToString(b.access), hca::AccessToString(access)));
+      return absl::PermissionDeniedError(
+          absl::StrFormat("attached memory at 0x%x allows %s, the request needs %s", b.va,
+                          hca::AccessToString(b.access), hca::AccessToString(access)));
     }
     const uint64_t piece_end = std::min(end, b.va + b.length);
     used->push_back(b.id);
     while (cursor < piece_end) {
       const uint64_t n = std::min(piece_end - cursor, kMaxKlmEntryBytes);
-      entries.push_back(
-          hca::KlmEntry{b.device.key, b.device_addr + (cursor - b.va), n});
+      entries.push_back(hca::KlmEntry{b.device.key, b.device_addr + (cursor - b.va), n});
       cursor += n;
     }
     ++it;

@@ -28,10 +28,10 @@ struct BackingRecord {
   uint64_t va = 0;
   uint64_t length = 0;
   uint64_t device_addr = 0;
-  hca::Backing device;           // the direct key and its geometry
-  hca::AccessFlags access = 0;   // rights registrations over it may have
-  uint64_t users = 0;            // registrations whose layout uses it
-  bool removing = false;         // being detached: new layouts refuse it
+  hca::Backing device;          // the direct key and its geometry
+  hca::AccessFlags access = 0;  // rights registrations over it may have
+  uint64_t users = 0;           // registrations whose layout uses it
+  bool removing = false;        // being detached: new layouts refuse it
 };
 
 // Largest byte count of one KLM entry (the PRM's 2 GiB).

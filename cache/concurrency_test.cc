@@ -83,9 +83,9 @@ TEST_F(ConcurrencyTest, RegisterReleaseInvalidateFromManyThreadsBalances) {
   EXPECT_EQ(u.revoked_held, 0u);
   EXPECT_EQ(u.live_registrations, u.cached_unreferenced);  // everything released is cached
   EXPECT_EQ(u.pool_outstanding, u.live_registrations);
-  EXPECT_EQ(cache_->stats().releases.value(),
-            cache_->stats().register_hits.value() + cache_->stats().register_misses.value() +
-                cache_->stats().windows_created.value());
+  EXPECT_EQ(cache_->stats().releases.value(), cache_->stats().register_hits.value() +
+                                                  cache_->stats().register_misses.value() +
+                                                  cache_->stats().windows_created.value());
 }
 
 // Lock-free hits and releases against CLOCK eviction under a small key quota: a key a thread
@@ -117,9 +117,10 @@ TEST_F(ConcurrencyTest, HitsRaceEvictionAndHeldKeysStayMapped) {
           continue;
         }
         const uint64_t value = (static_cast<uint64_t>(t) << 32) | i;
-        if (!peer_->Write(g->rkey, va + 8 * t,
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&value),
-                                              sizeof(value)))
+        if (!peer_
+                 ->Write(
+                     g->rkey, va + 8 * t,
+                     absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&value), sizeof(value)))
                  .ok()) {
           unexpected++;  // a held key was unmapped under its holder
         }

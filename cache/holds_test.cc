@@ -2,6 +2,8 @@
 // released from another, threads that exit while holding, more simultaneous holds than a table
 // has entries, revocation of holds that live only in a thread's table, and hits racing
 // stop-reference. Also run in the opt-in membarrier mode (REGCACHE_MEMBARRIER=1).
+#include "cache/internal/holds.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "cache/internal/holds.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
@@ -93,7 +94,7 @@ class Stall {
   static inline std::unique_ptr<Event> resume_;
 };
 
-#define REQUIRE_HOOKS()                                                                   \
+#define REQUIRE_HOOKS() \
   if (!Stall::Available()) GTEST_SKIP() << "test hooks are compiled out (NDEBUG build)"
 
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
@@ -183,8 +184,9 @@ TEST_F(HoldsTest, RevokingAHoldKeptInAThreadsTableWaitsForItsRelease) {
   EXPECT_EQ(info->holders, 1u);
   EXPECT_EQ(UsageNow().revoked_held, 1u);
   const uint64_t v = 7;
-  EXPECT_EQ(peer_->Write(g.rkey, mem.va(), absl::MakeConstSpan(
-                                               reinterpret_cast<const uint8_t*>(&v), sizeof(v)))
+  EXPECT_EQ(peer_
+                ->Write(g.rkey, mem.va(),
+                        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(&v), sizeof(v)))
                 .code(),
             absl::StatusCode::kPermissionDenied);
   revoked.Notify();

@@ -1,5 +1,5 @@
-// Direct tests of the key pool (cache/internal/key_pool.h) over the sim device: classes, hand-out order,
-// variants, quarantine, watermarks, accounting and exhaustion. Time is passed in explicitly,
+// Direct tests of the key pool (cache/internal/key_pool.h) over the sim device: classes, hand-out
+// order, variants, quarantine, watermarks, accounting and exhaustion. Time is passed in explicitly,
 // so every quarantine decision here is deterministic.
 #include "cache/internal/key_pool.h"
 
@@ -284,8 +284,7 @@ TEST_F(KeyPoolTest, ExhaustedWhenTheDeviceCannotCreateKeys) {
   const int64_t before = LiveKeys();
   absl::StatusOr<TakenKey> t = pool_->Take(0, kT0);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
-  EXPECT_NE(t.status().message().find("key pool exhausted"), absl::string_view::npos)
-      << t.status();
+  EXPECT_NE(t.status().message().find("key pool exhausted"), absl::string_view::npos) << t.status();
   EXPECT_EQ(stats_.pool_exhausted.value(), 1u);
   EXPECT_EQ(LiveKeys(), before);  // the failed batch left nothing behind
   ExpectCounts(0, 0, 0);

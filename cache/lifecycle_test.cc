@@ -7,9 +7,9 @@ namespace {
 
 TEST(LifecycleTest, TheHappyPathIsLegalInOrder) {
   KeyLifecycle life;
-  for (KeyState s : {KeyState::kMapping, KeyState::kActive, KeyState::kDraining,
-                     KeyState::kFencing, KeyState::kInvalidating, KeyState::kUnmapped,
-                     KeyState::kQuarantined, KeyState::kFree}) {
+  for (KeyState s :
+       {KeyState::kMapping, KeyState::kActive, KeyState::kDraining, KeyState::kFencing,
+        KeyState::kInvalidating, KeyState::kUnmapped, KeyState::kQuarantined, KeyState::kFree}) {
     life.Transition(s);
     EXPECT_EQ(life.state(), s);
   }

@@ -16,10 +16,10 @@
 #include "cache/internal/holds.h"
 #include "cache/internal/index.h"
 #include "cache/internal/introspect.h"
+#include "cache/internal/key_pool.h"
 #include "cache/internal/lifecycle.h"
 #include "cache/internal/mapper.h"
 #include "cache/internal/tenant.h"
-#include "cache/internal/key_pool.h"
 #include "cache/umr_engine.h"
 
 namespace regcache::cache {
@@ -54,8 +54,7 @@ constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this 
 
 class RegCacheImpl final : public RegCache {
  public:
-  RegCacheImpl(hca::Device* device, const CacheOptions& options,
-               base::stats::Registry* registry)
+  RegCacheImpl(hca::Device* device, const CacheOptions& options, base::stats::Registry* registry)
       : tenants_(new std::atomic<Tenant*>[kMaxTenantSlots]), generations_(kMaxTenantSlots, 0) {
     ctx_.device = device;
     ctx_.options = options;
@@ -116,8 +115,7 @@ class RegCacheImpl final : public RegCache {
     return t;
   }
   // Fills `g` and returns true on a hit.
-  static bool TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access,
-                     KeyGrant& g);
+  static bool TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
   void MaintenanceLoop();
 
   internal::CacheContext ctx_;
@@ -359,8 +357,8 @@ void RegCacheImpl::MaintenanceLoop() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
-                                                          const CacheOptions& options,
-                                                          base::stats::Registry* registry) {
+                                                           const CacheOptions& options,
+                                                           base::stats::Registry* registry) {
   if (device == nullptr) return absl::InvalidArgumentError("no device");
   if (options.pool.capacity_classes.empty()) {
     return absl::InvalidArgumentError("no key capacity classes");
@@ -371,14 +369,14 @@ absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
       return absl::InvalidArgumentError("capacity classes must be positive and ascending");
     }
     if (c > device->capabilities().max_klm_entries) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "capacity class %d exceeds the device's %d KLM entries per key", c,
-          device->capabilities().max_klm_entries));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("capacity class %d exceeds the device's %d KLM entries per key", c,
+                          device->capabilities().max_klm_entries));
     }
     if (device->capabilities().max_inline_klm != 0 && c > device->capabilities().max_inline_klm) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "capacity class %d exceeds the %d KLM entries one map carries inline", c,
-          device->capabilities().max_inline_klm));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("capacity class %d exceeds the %d KLM entries one map carries inline", c,
+                          device->capabilities().max_inline_klm));
     }
   }
   if (options.pool.high_watermark < options.pool.low_watermark) {

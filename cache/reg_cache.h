@@ -70,9 +70,9 @@ using Handle = uint64_t;
 struct KeyGrant {
   Handle handle = 0;
   hca::Key lkey = 0;
-  hca::Key rkey = 0;   // equal to lkey on every backend of this project
-  uint64_t va = 0;     // the registration's start (the caller's address); for a hit, the
-  uint64_t length = 0; // covering registration's range, which may be wider than asked
+  hca::Key rkey = 0;    // equal to lkey on every backend of this project
+  uint64_t va = 0;      // the registration's start (the caller's address); for a hit, the
+  uint64_t length = 0;  // covering registration's range, which may be wider than asked
   hca::AccessFlags access = 0;
   bool hit = false;
 };
@@ -86,32 +86,32 @@ struct RegistrationInfo {
   uint32_t holders = 0;
   bool revoked = false;
   bool is_window = false;
-  Handle parent = 0;           // windows
-  uint32_t windows = 0;        // registrations: live windows on it
+  Handle parent = 0;     // windows
+  uint32_t windows = 0;  // registrations: live windows on it
   uint32_t klm_entries = 0;
-  uint32_t key_capacity = 0;   // KLM entries the key's class holds
+  uint32_t key_capacity = 0;  // KLM entries the key's class holds
   KeyState key_state = KeyState::kFree;
 };
 
 struct TenantUsage {
   hca::Pd pd;
-  uint64_t live_registrations = 0;  // registrations + windows mapped and not revoked
-  uint64_t revoked_held = 0;        // revoked, still held
-  uint64_t cached_unreferenced = 0; // live, no holders: evictable
+  uint64_t live_registrations = 0;   // registrations + windows mapped and not revoked
+  uint64_t revoked_held = 0;         // revoked, still held
+  uint64_t cached_unreferenced = 0;  // live, no holders: evictable
   uint64_t backings = 0;
   uint64_t backed_bytes = 0;
   uint64_t pool_free = 0;
   uint64_t pool_quarantined = 0;
-  uint64_t pool_outstanding = 0;    // keys handed out and not back in the pool
+  uint64_t pool_outstanding = 0;  // keys handed out and not back in the pool
   uint64_t pool_total = 0;
 };
 
 struct BackingSpec {
-  uint64_t va = 0;              // where the tenant sees the memory
-  void* local_addr = nullptr;   // where this process has it mapped (== va in-process)
+  uint64_t va = 0;             // where the tenant sees the memory
+  void* local_addr = nullptr;  // where this process has it mapped (== va in-process)
   uint64_t length = 0;
   hca::AccessFlags access = hca::kAllAccess;  // rights registrations over it may have
-  bool on_demand = false;       // ODP (needs Capabilities::odp)
+  bool on_demand = false;                     // ODP (needs Capabilities::odp)
 };
 
 class RegCache {
@@ -122,8 +122,7 @@ class RegCache {
   // device's max_klm_entries or above what one map carries inline; high watermark below low),
   // kUnimplemented (the device can neither UMR nor bind memory windows).
   static absl::StatusOr<std::unique_ptr<RegCache>> Create(
-      hca::Device* device, const CacheOptions& options,
-      base::stats::Registry* registry = nullptr);
+      hca::Device* device, const CacheOptions& options, base::stats::Registry* registry = nullptr);
   // Stops the maintenance thread, then closes every open tenant (CloseTenant).
   virtual ~RegCache() = default;
 

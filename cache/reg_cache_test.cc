@@ -276,8 +276,7 @@ TEST_F(RegCacheTest, PoolExhaustedIsAPreciseError) {
   ASSERT_TRUE(a.ok() && b.ok());
   auto c = cache_->Register(tenant_, mem.va() + 128, 64, kRw);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(c.status().message().find("key pool exhausted"), absl::string_view::npos)
-      << c.status();
+  EXPECT_NE(c.status().message().find("key pool exhausted"), absl::string_view::npos) << c.status();
   EXPECT_GE(cache_->stats().pool_exhausted.value(), 1u);
   for (Handle h : {a->handle, b->handle}) EXPECT_TRUE(cache_->Release(tenant_, h).ok());
 }
@@ -491,8 +490,7 @@ TEST(RegCacheCreateTest, ClassesMustFitOneInlineMap) {
   auto c = RegCache::Create(device->get(), o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   o.pool.capacity_classes = {16, 4};
-  EXPECT_EQ(RegCache::Create(device->get(), o).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RegCache::Create(device->get(), o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -91,9 +91,9 @@ class CacheTest : public ::testing::Test {
   }
 
   absl::Status PeerWrite(hca::Key rkey, uint64_t addr, absl::string_view text) {
-    return peer_->Write(rkey, addr,
-                        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
-                                            text.size()));
+    return peer_->Write(
+        rkey, addr,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
 
   TenantUsage UsageNow() {

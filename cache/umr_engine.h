@@ -42,9 +42,9 @@ namespace regcache::cache {
 struct UmrOp {
   enum class Kind { kMap, kInvalidate, kRewriteTranslation };
   Kind kind = Kind::kMap;
-  hca::MapRequest map;                // kMap; map.klm points at `klm` below
-  std::vector<hca::KlmEntry> klm;     // storage for map.klm
-  hca::Key key = 0;                   // kInvalidate, kRewriteTranslation: the key's full value
+  hca::MapRequest map;             // kMap; map.klm points at `klm` below
+  std::vector<hca::KlmEntry> klm;  // storage for map.klm
+  hca::Key key = 0;                // kInvalidate, kRewriteTranslation: the key's full value
   // kRewriteTranslation: MTT entries [first_entry, first_entry + mtt.size()) of a live direct
   // key (hca::Queue::PostRewriteTranslation: whole blocks of 8 entries). Not owned: `mtt` must
   // stay valid until Execute returns.
@@ -56,8 +56,8 @@ struct UmrOp {
   // a later completion is polled.
   bool signaled = false;
 
-  absl::Status result;                // set by Execute
-  bool posted = false;                // set by Execute: the op reached the ring
+  absl::Status result;  // set by Execute
+  bool posted = false;  // set by Execute: the op reached the ring
 
   static UmrOp Invalidate(hca::Key key, bool fence) {
     UmrOp op;
@@ -82,8 +82,8 @@ class UmrEngine {
  public:
   // Creates the tenant's queues in `pd`. `device` and `stats` must outlive the engine.
   static absl::StatusOr<std::unique_ptr<UmrEngine>> Create(hca::Device* device, hca::Pd pd,
-                                                          const EngineOptions& options,
-                                                          CacheStats* stats);
+                                                           const EngineOptions& options,
+                                                           CacheStats* stats);
   ~UmrEngine();
 
   // Posts the ops as one batch and waits for all of them; see the guarantees above.
@@ -125,13 +125,12 @@ class UmrEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // PostOne, retried while the ring is full and the deadline is ahead. `ring_first`: the batch
   // already has requests on the ring, which need the doorbell before they can complete.
-  absl::Status PostWhenRoom(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled,
-                            bool ring_first, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  absl::Status PostWhenRoom(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled, bool ring_first,
+                            absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Rings the doorbell once for the posted batch; flushes when its last op failed to post.
   // REQUIRES: at least one op was posted and the queue exists.
-  void RingBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
-                 absl::Span<std::atomic<bool>> done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
+  void RingBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops, absl::Span<std::atomic<bool>> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Polls the queue (sharing the polling with other waiters on it) until every flag of `done`
   // is set; at the deadline, what is left times out (AbandonBatch).
   void AwaitBatch(QueueSlot& slot, absl::Span<std::atomic<bool>> done, absl::Time deadline)

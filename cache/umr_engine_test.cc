@@ -81,9 +81,9 @@ class UmrEngineTest : public ::testing::Test {
   }
 
   absl::Status PeerWrite(hca::Key rkey, uint64_t page, const std::string& text) {
-    return peer_->Write(rkey, mem_.va() + page * kPage,
-                        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
-                                            text.size()));
+    return peer_->Write(
+        rkey, mem_.va() + page * kPage,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
   std::string PageText(uint64_t page, size_t length) {
     return std::string(reinterpret_cast<const char*>(mem_.data() + page * kPage), length);

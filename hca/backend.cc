@@ -94,9 +94,9 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
     if (it == r.factories.end()) {
       std::vector<std::string> names;
       for (const auto& [name, f] : r.factories) names.push_back(name);
-      return absl::NotFoundError(absl::StrCat(
-          "no hca backend '", parsed->backend, "'", LinkHint(parsed->backend),
-          "; registered: [", absl::StrJoin(names, ", "), "]"));
+      return absl::NotFoundError(absl::StrCat("no hca backend '", parsed->backend, "'",
+                                              LinkHint(parsed->backend), "; registered: [",
+                                              absl::StrJoin(names, ", "), "]"));
     }
     factory = it->second;  // called outside the lock: opening a device may take long
   }

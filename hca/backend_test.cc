@@ -50,11 +50,13 @@ TEST_F(RegistryTest, UnknownNameIsNotFoundWithHint) {
 
 TEST_F(RegistryTest, FactoryGetsParsedSpecAndItsErrorIsReturned) {
   BackendSpec seen;
-  ASSERT_TRUE(RegisterBackend("fake", [&seen](const BackendSpec& spec, const OpenOptions&)
-                                          -> absl::StatusOr<std::unique_ptr<Device>> {
-                seen = spec;
-                return absl::UnavailableError("no NIC here");
-              }).ok());
+  ASSERT_TRUE(RegisterBackend("fake",
+                              [&seen](const BackendSpec& spec, const OpenOptions&)
+                                  -> absl::StatusOr<std::unique_ptr<Device>> {
+                                seen = spec;
+                                return absl::UnavailableError("no NIC here");
+                              })
+                  .ok());
   absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice("fake:dev0,x=1");
   EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(seen.device, "dev0");
@@ -63,8 +65,10 @@ TEST_F(RegistryTest, FactoryGetsParsedSpecAndItsErrorIsReturned) {
 }
 
 TEST_F(RegistryTest, DuplicateRegistrationIsAlreadyExists) {
-  auto factory = [](const BackendSpec&, const OpenOptions&)
-      -> absl::StatusOr<std::unique_ptr<Device>> { return absl::UnavailableError("x"); };
+  auto factory = [](const BackendSpec&,
+                    const OpenOptions&) -> absl::StatusOr<std::unique_ptr<Device>> {
+    return absl::UnavailableError("x");
+  };
   ASSERT_TRUE(RegisterBackend("fake", factory).ok());
   EXPECT_EQ(RegisterBackend("fake", factory).code(), absl::StatusCode::kAlreadyExists);
 }

@@ -90,23 +90,23 @@ struct Pd {
 // Capabilities.
 
 struct Capabilities {
-  std::string backend;               // "sim", "mlx5", "verbs"
-  std::string device_name;           // e.g. "sim0", "mlx5_0", "rxe0"
-  uint32_t max_klm_entries = 0;      // per indirect key (2^log_max_klm_list_size)
-  uint32_t max_inline_klm = 0;       // KLM entries that fit inline in one map request
-  uint32_t max_indirection = 0;      // nesting depth of keys through KLM/KSM entries
-  uint64_t page_size_mask = 0;       // bit n set: 2^n bytes is a supported MTT/KSM page size
-  uint64_t max_key_length = 0;       // largest length of one key (0 = 2^64 via length64)
-  uint32_t max_queue_depth = 0;      // largest QueueOptions::depth
-  uint32_t max_keys = 0;             // size of the key table
-  bool umr = false;                  // PostMap/PostUpdate/PostRewriteTranslation on queues
-  bool memory_windows = false;       // indirect keys are type-1 MWs (verbs backend)
-  bool ksm = false;                  // fixed-size-entry layout (Layout::kKsm)
-  bool odp = false;                  // on-demand backings, fault events, resume, prefetch
-  bool atomics = false;              // peer CompareSwap / FetchAdd
-  bool remote_invalidate = false;    // SEND with invalidate honoured (en_rinval)
-  bool translation_offset = false;   // PostRewriteTranslation (partial MTT rewrite)
-  bool peer = false;                 // CreatePeer
+  std::string backend;              // "sim", "mlx5", "verbs"
+  std::string device_name;          // e.g. "sim0", "mlx5_0", "rxe0"
+  uint32_t max_klm_entries = 0;     // per indirect key (2^log_max_klm_list_size)
+  uint32_t max_inline_klm = 0;      // KLM entries that fit inline in one map request
+  uint32_t max_indirection = 0;     // nesting depth of keys through KLM/KSM entries
+  uint64_t page_size_mask = 0;      // bit n set: 2^n bytes is a supported MTT/KSM page size
+  uint64_t max_key_length = 0;      // largest length of one key (0 = 2^64 via length64)
+  uint32_t max_queue_depth = 0;     // largest QueueOptions::depth
+  uint32_t max_keys = 0;            // size of the key table
+  bool umr = false;                 // PostMap/PostUpdate/PostRewriteTranslation on queues
+  bool memory_windows = false;      // indirect keys are type-1 MWs (verbs backend)
+  bool ksm = false;                 // fixed-size-entry layout (Layout::kKsm)
+  bool odp = false;                 // on-demand backings, fault events, resume, prefetch
+  bool atomics = false;             // peer CompareSwap / FetchAdd
+  bool remote_invalidate = false;   // SEND with invalidate honoured (en_rinval)
+  bool translation_offset = false;  // PostRewriteTranslation (partial MTT rewrite)
+  bool peer = false;                // CreatePeer
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -141,8 +141,8 @@ enum class Layout : uint8_t {
 // Backings and pooled keys.
 
 struct BackingOptions {
-  bool on_demand = false;        // ODP: translations absent until faulted/prefetched/rewritten
-  uint32_t log_page_size = 12;   // MTT page size; REQUIRES: supported (Capabilities)
+  bool on_demand = false;       // ODP: translations absent until faulted/prefetched/rewritten
+  uint32_t log_page_size = 12;  // MTT page size; REQUIRES: supported (Capabilities)
 };
 
 // A registration of memory the daemon has mapped: a direct (MTT) key over [addr, addr+length).
@@ -153,7 +153,7 @@ struct Backing {
   uint64_t addr = 0;
   uint64_t length = 0;
   uint32_t log_page_size = 12;
-  uint32_t num_entries = 0;      // MTT entries covering the range (ceil(((S mod P)+len)/P))
+  uint32_t num_entries = 0;  // MTT entries covering the range (ceil(((S mod P)+len)/P))
   bool on_demand = false;
 };
 
@@ -162,7 +162,7 @@ struct IndirectKeyOptions {
   // kKlm (default) or kKsm. The layout is fixed at creation (a UMR cannot change the access
   // mode): every MapRequest on the key must use the same layout.
   Layout layout = Layout::kKlm;
-  uint32_t log_entity_size = 12;   // kKsm: bytes covered by each entry (2^n); maps may change it
+  uint32_t log_entity_size = 12;  // kKsm: bytes covered by each entry (2^n); maps may change it
 };
 
 struct DirectKeyOptions {
@@ -172,11 +172,11 @@ struct DirectKeyOptions {
 
 // A decoded QUERY_MKEY image, for diagnostics and tests.
 struct KeyInfo {
-  Key key = 0;                    // index<<8 | the variant the key currently accepts
+  Key key = 0;  // index<<8 | the variant the key currently accepts
   bool free = true;
   bool umr_en = false;
-  Layout layout = Layout::kKlm;   // kMtt for direct keys
-  uint8_t access_mode = 0;        // the raw 5-bit PRM access mode (1 MTT, 2 KLM, 3 KSM)
+  Layout layout = Layout::kKlm;  // kMtt for direct keys
+  uint8_t access_mode = 0;       // the raw 5-bit PRM access mode (1 MTT, 2 KLM, 3 KSM)
   AccessFlags access = 0;
   Pd pd;
   uint64_t start_addr = 0;
@@ -193,37 +193,37 @@ struct KeyInfo {
 // Queues: the cache's dedicated send queues for UMR work.
 
 struct PostOptions {
-  bool fence = false;     // start only after every earlier request on this queue completed
-  bool signaled = true;   // a successful unsignalled request produces no completion
+  bool fence = false;    // start only after every earlier request on this queue completed
+  bool signaled = true;  // a successful unsignalled request produces no completion
 };
 
 // Map a pooled key: give it a new variant, layout, access, range and enable it.
 struct MapRequest {
-  Key key = 0;                       // the target's current full key
-  uint8_t new_variant = 0;           // the variant the key accepts afterwards
-  Layout layout = Layout::kKlm;      // must be the key's creation layout (kMtt: direct keys)
-  absl::Span<const KlmEntry> klm;    // kKlm / kKsm; copied at post time
-  absl::Span<const MttEntry> mtt;    // kMtt; copied at post time
-  uint32_t log_entity_size = 12;     // kKsm / kMtt
-  AccessFlags access = kLocalRead;   // local read is added if missing
-  uint64_t start_addr = 0;           // first address of the key's address space
-  uint64_t length = 0;               // bytes; with length64 the key spans 2^64 bytes
+  Key key = 0;                      // the target's current full key
+  uint8_t new_variant = 0;          // the variant the key accepts afterwards
+  Layout layout = Layout::kKlm;     // must be the key's creation layout (kMtt: direct keys)
+  absl::Span<const KlmEntry> klm;   // kKlm / kKsm; copied at post time
+  absl::Span<const MttEntry> mtt;   // kMtt; copied at post time
+  uint32_t log_entity_size = 12;    // kKsm / kMtt
+  AccessFlags access = kLocalRead;  // local read is added if missing
+  uint64_t start_addr = 0;          // first address of the key's address space
+  uint64_t length = 0;              // bytes; with length64 the key spans 2^64 bytes
   bool length64 = false;
-  bool remote_invalidate = false;    // en_rinval
-  bool require_free = true;          // fail (kMwBind) unless the key is currently free
+  bool remote_invalidate = false;  // en_rinval
+  bool require_free = true;        // fail (kMwBind) unless the key is currently free
   PostOptions options;
 };
 
 // Update selected fields of a live key (fails if the key is free). The translation is kept.
 enum UpdateFields : uint32_t {
   kUpdateAccess = 1u << 0,
-  kUpdateRange = 1u << 1,             // start_addr, length, length64
+  kUpdateRange = 1u << 1,  // start_addr, length, length64
   kUpdateVariant = 1u << 2,
   kUpdateRemoteInvalidate = 1u << 3,
 };
 struct UpdateRequest {
   Key key = 0;
-  uint32_t fields = 0;                // an OR of UpdateFields; REQUIRES: non-zero
+  uint32_t fields = 0;  // an OR of UpdateFields; REQUIRES: non-zero
   AccessFlags access = kLocalRead;
   uint64_t start_addr = 0;
   uint64_t length = 0;
@@ -237,7 +237,7 @@ struct UpdateRequest {
 // retires every earlier unsignalled success on the queue.
 struct Completion {
   uint64_t request_id = 0;
-  absl::Status status;                // OK or DeviceError(...) (code, syndrome, reason)
+  absl::Status status;  // OK or DeviceError(...) (code, syndrome, reason)
   Syndrome syndrome = Syndrome::kNone;
   uint8_t vendor_syndrome = 0;
 };
@@ -325,11 +325,11 @@ class Peer {
 
 // An access hit an absent MTT entry of an on-demand backing and is parked until ResumeFault.
 struct FaultEvent {
-  uint64_t token = 0;   // pass to ResumeFault
-  Key key = 0;          // the backing (MTT) key whose entry is absent
-  uint64_t address = 0; // first faulting address in that key's address space
-  uint64_t length = 0;  // bytes the parked access needs from `address` within this key
-  bool write = false;   // the access needs write permission
+  uint64_t token = 0;    // pass to ResumeFault
+  Key key = 0;           // the backing (MTT) key whose entry is absent
+  uint64_t address = 0;  // first faulting address in that key's address space
+  uint64_t length = 0;   // bytes the parked access needs from `address` within this key
+  bool write = false;    // the access needs write permission
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -408,8 +408,8 @@ struct OpenOptions {
 };
 
 // Opens a device by spec: the backend's name and, after a colon, its comma-separated arguments
-// ("sim", "sim:mode=thread,max_indirection=2", "verbs:rxe0", "mlx5:mlx5_0,port=1"; the grammar is in
-// hca/backend.h). kNotFound when no backend of that name is registered (the message lists the
+// ("sim", "sim:mode=thread,max_indirection=2", "verbs:rxe0", "mlx5:mlx5_0,port=1"; the grammar is
+// in hca/backend.h). kNotFound when no backend of that name is registered (the message lists the
 // registered ones and, for the project's own backend names, says which RegisterBackend() call
 // links it in); kInvalidArgument for a malformed spec or parameters the backend does not know;
 // kUnavailable when this machine cannot provide the device; otherwise the backend's error.

@@ -16,17 +16,28 @@ constexpr absl::string_view kPayloadUrl = "type.regcache/hca.ErrorInfo";
 
 absl::string_view SyndromeName(Syndrome s) {
   switch (s) {
-    case Syndrome::kNone: return "OK";
-    case Syndrome::kLocalLength: return "LOCAL_LENGTH";
-    case Syndrome::kLocalQpOp: return "LOCAL_QP_OP";
-    case Syndrome::kLocalProt: return "LOCAL_PROT";
-    case Syndrome::kWrFlush: return "WR_FLUSH";
-    case Syndrome::kMwBind: return "MW_BIND";
-    case Syndrome::kBadResp: return "BAD_RESP";
-    case Syndrome::kLocalAccess: return "LOCAL_ACCESS";
-    case Syndrome::kRemoteInvalReq: return "REMOTE_INVAL_REQ";
-    case Syndrome::kRemoteAccess: return "REMOTE_ACCESS";
-    case Syndrome::kRemoteOp: return "REMOTE_OP";
+    case Syndrome::kNone:
+      return "OK";
+    case Syndrome::kLocalLength:
+      return "LOCAL_LENGTH";
+    case Syndrome::kLocalQpOp:
+      return "LOCAL_QP_OP";
+    case Syndrome::kLocalProt:
+      return "LOCAL_PROT";
+    case Syndrome::kWrFlush:
+      return "WR_FLUSH";
+    case Syndrome::kMwBind:
+      return "MW_BIND";
+    case Syndrome::kBadResp:
+      return "BAD_RESP";
+    case Syndrome::kLocalAccess:
+      return "LOCAL_ACCESS";
+    case Syndrome::kRemoteInvalReq:
+      return "REMOTE_INVAL_REQ";
+    case Syndrome::kRemoteAccess:
+      return "REMOTE_ACCESS";
+    case Syndrome::kRemoteOp:
+      return "REMOTE_OP";
   }
   return "SYNDROME";
 }

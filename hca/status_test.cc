@@ -16,8 +16,8 @@ TEST(DeviceErrorTest, CarriesCodeMessageAndSyndrome) {
 }
 
 TEST(DeviceErrorTest, VendorOdpSyndromeIsUnavailable) {
-  absl::Status s = DeviceError(Syndrome::kRemoteAccess, "fault resumed with error",
-                               kVendorSyndromeOdpFault);
+  absl::Status s =
+      DeviceError(Syndrome::kRemoteAccess, "fault resumed with error", kVendorSyndromeOdpFault);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("vendor 0x93"), absl::string_view::npos);
   EXPECT_EQ(ErrorOf(s)->vendor_syndrome, kVendorSyndromeOdpFault);

@@ -54,9 +54,9 @@ class OdpCacheTest : public ::testing::TestWithParam<hca::sim::ExecutionMode> {
     return id.ok() ? *id : 0;
   }
   absl::Status PeerWrite(hca::Key rkey, uint64_t addr, absl::string_view text) {
-    return peer_->Write(rkey, addr,
-                        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
-                                            text.size()));
+    return peer_->Write(
+        rkey, addr,
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
 
   std::unique_ptr<hca::sim::SimDevice> device_;
@@ -118,8 +118,7 @@ TEST_P(OdpCacheTest, PrefetchTenantRangeSpansBackingsAndRefusesHoles) {
                                       PrefetchMode::kSync)
                 .code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(servicer_->PrefetchTenantRange(tenant_ + 1, mem.va(), kPage, true,
-                                           PrefetchMode::kSync)
+  EXPECT_EQ(servicer_->PrefetchTenantRange(tenant_ + 1, mem.va(), kPage, true, PrefetchMode::kSync)
                 .code(),
             absl::StatusCode::kOutOfRange);
   auto g = cache_->Register(tenant_, mem.va() + 8 * kPage, 16 * kPage, kRw);
@@ -187,8 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, OdpCacheTest,
                          ::testing::Values(hca::sim::ExecutionMode::kInline,
                                            hca::sim::ExecutionMode::kThread),
                          [](const ::testing::TestParamInfo<hca::sim::ExecutionMode>& i) {
-                           return i.param == hca::sim::ExecutionMode::kInline ? "Inline"
-                                                                               : "Thread";
+                           return i.param == hca::sim::ExecutionMode::kInline ? "Inline" : "Thread";
                          });
 
 }  // namespace

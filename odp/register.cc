@@ -10,8 +10,7 @@ absl::StatusOr<cache::KeyGrant> RegisterWithPrefetch(cache::RegCache* cache, Ser
                                                      const RegisterOptions& options) {
   ASSIGN_OR_RETURN(cache::KeyGrant grant, cache->Register(tenant, va, length, access));
   if (!options.prefetch) return grant;
-  const bool write =
-      (access & (hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteAtomic)) != 0;
+  const bool write = (access & (hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteAtomic)) != 0;
   absl::Status s = servicer->PrefetchTenantRange(tenant, va, length, write, options.mode);
   if (!s.ok()) {
     (void)cache->Release(tenant, grant.handle);

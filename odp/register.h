@@ -21,7 +21,7 @@
 namespace regcache::odp {
 
 struct RegisterOptions {
-  bool prefetch = true;                  // false: a plain Register
+  bool prefetch = true;  // false: a plain Register
   PrefetchMode mode = PrefetchMode::kSync;
 };
 

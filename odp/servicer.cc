@@ -140,9 +140,9 @@ absl::Status ServicerImpl::Zap(hca::Key key, uint64_t addr, uint64_t length) {
   }
   const hca::Backing& dev = b->device();
   if (addr < dev.addr || addr + length < addr || addr + length > dev.addr + dev.length) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "zap [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length, key, dev.addr,
-        dev.length));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("zap [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length, key,
+                        dev.addr, dev.length));
   }
   if (!dev.on_demand || path_ == FaultPath::kKernel || length == 0) return absl::OkStatus();
   base::MutexLock lock(&b->mu);

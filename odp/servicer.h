@@ -165,8 +165,8 @@ class Servicer : public cache::BackingObserver {
   // pieces staying prefetched). length 0: OK.
   // Errors: kInvalidArgument (the range wraps); kOutOfRange (some of it is not attached memory
   // of the tenant; nothing prefetched); Prefetch's errors.
-  virtual absl::Status PrefetchTenantRange(cache::TenantId tenant, uint64_t va,
-                                           uint64_t length, bool write, PrefetchMode mode) = 0;
+  virtual absl::Status PrefetchTenantRange(cache::TenantId tenant, uint64_t va, uint64_t length,
+                                           bool write, PrefetchMode mode) = 0;
   // Waits until every asynchronous prefetch queued before the call has been served (their
   // errors are counted in prefetch_errors and logged, not returned).
   // Errors: kDeadlineExceeded when some are still queued or running after `timeout` (also when

@@ -43,8 +43,7 @@ class ServicerTest : public ::testing::TestWithParam<hca::sim::ExecutionMode> {
  protected:
   void SetUp() override { Init(ServicerOptions{}); }
 
-  void Init(const ServicerOptions& options,
-            absl::Duration fault_timeout = absl::Seconds(5)) {
+  void Init(const ServicerOptions& options, absl::Duration fault_timeout = absl::Seconds(5)) {
     servicer_.reset();
     peer_.reset();
     dev_.reset();
@@ -170,14 +169,13 @@ TEST_P(ServicerTest, ReadFaultMapsReadOnlyAndAWriteFaultsAgain) {
 TEST_P(ServicerTest, PrefetchMeansNoFault) {
   Memory mem(16 * kPage);
   hca::Backing b = Track(mem.va(), 16 * kPage);
-  ASSERT_TRUE(servicer_->Prefetch(b.key, mem.va() + kPage, 4 * kPage, true, PrefetchMode::kSync)
-                  .ok());
+  ASSERT_TRUE(
+      servicer_->Prefetch(b.key, mem.va() + kPage, 4 * kPage, true, PrefetchMode::kSync).ok());
   ASSERT_TRUE(Write(b, mem.va() + kPage, std::string(4 * kPage, 'p')).ok());
   EXPECT_EQ(dev_->stats().page_faults.value(), 0u);
   // Asynchronous: queued to the thread, present once it has run.
   ASSERT_TRUE(
-      servicer_->Prefetch(b.key, mem.va() + 8 * kPage, 8 * kPage, true, PrefetchMode::kAsync)
-          .ok());
+      servicer_->Prefetch(b.key, mem.va() + 8 * kPage, 8 * kPage, true, PrefetchMode::kAsync).ok());
   ASSERT_TRUE(servicer_->WaitForPrefetches(absl::Seconds(5)).ok());
   ASSERT_TRUE(Write(b, mem.va() + 8 * kPage, std::string(8 * kPage, 'q')).ok());
   EXPECT_EQ(dev_->stats().page_faults.value(), 0u);
@@ -197,11 +195,10 @@ TEST_P(ServicerTest, PrefetchErrors) {
   Memory mem(8 * kPage);
   hca::Backing b = Track(mem.va(), 8 * kPage);
   hca::Backing ro = Track(mem.va(), 4 * kPage, hca::kLocalRead | hca::kRemoteRead);
-  EXPECT_EQ(servicer_->Prefetch(hca::MakeKey(999, 0), mem.va(), 1, false, PrefetchMode::kSync)
-                .code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(servicer_->Prefetch(b.key, mem.va() + 7 * kPage, 2 * kPage, false,
-                                PrefetchMode::kSync)
+  EXPECT_EQ(
+      servicer_->Prefetch(hca::MakeKey(999, 0), mem.va(), 1, false, PrefetchMode::kSync).code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(servicer_->Prefetch(b.key, mem.va() + 7 * kPage, 2 * kPage, false, PrefetchMode::kSync)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(servicer_->Prefetch(ro.key, mem.va(), kPage, true, PrefetchMode::kSync).code(),
@@ -343,7 +340,8 @@ TEST_P(ServicerTest, FaultOnAKeyThatIsNoBackingIsResumedWithError) {
   hca::BackingOptions bo;
   bo.on_demand = true;
   // Registered with the device behind odp/'s back.
-  hca::Backing stranger = dev_->RegisterBacking(pd_, mem.va(), 4 * kPage, hca::kAllAccess, bo).value();
+  hca::Backing stranger =
+      dev_->RegisterBacking(pd_, mem.va(), 4 * kPage, hca::kAllAccess, bo).value();
   absl::Status s = Write(stranger, mem.va(), "x");
   EXPECT_TRUE(IsOdpFault(s)) << s;
   EXPECT_EQ(servicer_->stats().unknown_key.value(), 1u);
@@ -442,9 +440,9 @@ TEST_P(ServicerTest, TruncatedMemfdFaultFailsSafelyWithEitherPopulateMethod) {
     EXPECT_TRUE(IsOdpFault(s)) << s;
     EXPECT_EQ(servicer_->stats().populate_errors.value(), 1u);
     EXPECT_EQ(Entry(b, 3), hca::MttEntry{});  // never published
-    EXPECT_EQ(servicer_->Prefetch(b.key, mem.va() + 2 * kPage, kPage, false, PrefetchMode::kSync)
-                  .ok(),
-              false);
+    EXPECT_EQ(
+        servicer_->Prefetch(b.key, mem.va() + 2 * kPage, kPage, false, PrefetchMode::kSync).ok(),
+        false);
     // The process is fine and the good pages work.
     ASSERT_TRUE(Write(b, mem.va() + kPage, "inside").ok());
     EXPECT_EQ(std::memcmp(mem.data() + kPage, "inside", 6), 0);
@@ -506,8 +504,7 @@ TEST_P(ServicerTest, KernelPathPrefetchesThroughTheDevice) {
   EXPECT_EQ(servicer_->stats().rewrite_wqes.value(), 0u);
   ASSERT_TRUE(Write(b, mem.va(), "kernel").ok());
   EXPECT_EQ(dev_->stats().page_faults.value(), 0u);
-  ASSERT_TRUE(
-      servicer_->Prefetch(b.key, mem.va(), kPage, false, PrefetchMode::kAsync).ok());
+  ASSERT_TRUE(servicer_->Prefetch(b.key, mem.va(), kPage, false, PrefetchMode::kAsync).ok());
   ASSERT_TRUE(servicer_->WaitForPrefetches(absl::Seconds(5)).ok());
   EXPECT_EQ(dev_->stats().prefetches.value(), 2u);
   EXPECT_TRUE(servicer_->Zap(b.key, mem.va(), kPage).ok());  // the kernel's job there
@@ -517,14 +514,14 @@ INSTANTIATE_TEST_SUITE_P(Modes, ServicerTest,
                          ::testing::Values(hca::sim::ExecutionMode::kInline,
                                            hca::sim::ExecutionMode::kThread),
                          [](const ::testing::TestParamInfo<hca::sim::ExecutionMode>& i) {
-                           return i.param == hca::sim::ExecutionMode::kInline ? "Inline"
-                                                                               : "Thread";
+                           return i.param == hca::sim::ExecutionMode::kInline ? "Inline" : "Thread";
                          });
 
 // A device without ODP (every call forwarded to a sim, but Capabilities::odp is false).
 class NoOdpDevice final : public hca::Device {
  public:
-  explicit NoOdpDevice(std::unique_ptr<hca::Device> d) : d_(std::move(d)), caps_(d_->capabilities()) {
+  explicit NoOdpDevice(std::unique_ptr<hca::Device> d)
+      : d_(std::move(d)), caps_(d_->capabilities()) {
     caps_.odp = false;
   }
   const hca::Capabilities& capabilities() const override { return caps_; }

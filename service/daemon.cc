@@ -20,16 +20,16 @@
 namespace regcache::service {
 namespace {
 
-#define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
-  COUNTER(sessions_opened, "sessions opened")                                      \
-  COUNTER(sessions_refused, "sessions refused (allow-list, draining, limit)")      \
-  COUNTER(sessions_closed, "sessions closed (disconnect, death or drain)")         \
-  COUNTER(auth_failures, "calls with a missing or unknown session token")          \
-  COUNTER(memory_allocated, "memfd arenas created for clients")                    \
-  COUNTER(memory_imported, "client memory files imported")                         \
-  COUNTER(memory_refused, "memory requests refused")                               \
-  GAUGE(sessions_open, "sessions open now")                                        \
-  GAUGE(memory_mapped_bytes, "bytes of shareable memory mapped by the daemon")     \
+#define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                       \
+  COUNTER(sessions_opened, "sessions opened")                                  \
+  COUNTER(sessions_refused, "sessions refused (allow-list, draining, limit)")  \
+  COUNTER(sessions_closed, "sessions closed (disconnect, death or drain)")     \
+  COUNTER(auth_failures, "calls with a missing or unknown session token")      \
+  COUNTER(memory_allocated, "memfd arenas created for clients")                \
+  COUNTER(memory_imported, "client memory files imported")                     \
+  COUNTER(memory_refused, "memory requests refused")                           \
+  GAUGE(sessions_open, "sessions open now")                                    \
+  GAUGE(memory_mapped_bytes, "bytes of shareable memory mapped by the daemon") \
   HISTOGRAM(session_close_ns, "time to run a closing session's keys through the lifecycle, ns")
 
 RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
@@ -85,7 +85,7 @@ class DaemonImpl final : public Daemon {
                                            hca::AccessFlags access,
                                            std::optional<odp::PrefetchMode> prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     if (!prefetch.has_value()) return cache_->Register(s.tenant, va, length, access);
     if (servicer_ == nullptr) return NoOdp();
     odp::RegisterOptions o;
@@ -96,7 +96,7 @@ class DaemonImpl final : public Daemon {
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     if (servicer_ == nullptr) return NoOdp();
     if (length == 0 || va + length < va) {
       return absl::InvalidArgumentError("prefetch range is empty or wraps");
@@ -108,33 +108,32 @@ class DaemonImpl final : public Daemon {
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->CreateWindow(s.tenant, parent, offset, length, access);
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->Release(s.tenant, handle);
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->Invalidate(s.tenant, handle);
   }
-  absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
-                                                cache::Handle handle) override {
+  absl::StatusOr<cache::RegistrationInfo> Query(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->Query(s.tenant, handle);
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->List(s.tenant);
   }
   absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
+    Session& s = **pin;
     return cache_->Usage(s.tenant);
   }
 
@@ -157,9 +156,9 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
   bool Allowed(const PeerCredentials& peer) const;
   absl::Status NoOdp() const {
-    return absl::UnimplementedError(absl::StrFormat(
-        "device %s has no on-demand paging: prefetch has nothing to do",
-        device_->capabilities().backend));
+    return absl::UnimplementedError(
+        absl::StrFormat("device %s has no on-demand paging: prefetch has nothing to do",
+                        device_->capabilities().backend));
   }
   bool AdminUid(uid_t uid) const;
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
@@ -206,8 +205,8 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
     stats_.sessions_refused.Inc();
     RC_LOG(WARNING) << "session refused: pid " << peer.pid << " uid " << peer.uid << " gid "
                     << peer.gid << " is not on the allow-list";
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
+    return absl::PermissionDeniedError(
+        absl::StrFormat("uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
   }
   if (sessions_.size() >= config_.max_sessions) {
     stats_.sessions_refused.Inc();
@@ -281,15 +280,15 @@ absl::Status DaemonImpl::CloseSession(SessionId session) {
 absl::Status DaemonImpl::AdmitMemory(const Session& s, uint64_t length) {
   if (length == 0 || length > config_.max_memory_length) {
     stats_.memory_refused.Inc();
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "memory length %d is outside (0, %d]", length, config_.max_memory_length));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("memory length %d is outside (0, %d]", length, config_.max_memory_length));
   }
   if (config_.max_bytes_per_session != 0 &&
       s.mapped_bytes + length > config_.max_bytes_per_session) {
     stats_.memory_refused.Inc();
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
-        config_.max_bytes_per_session));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
+                        config_.max_bytes_per_session));
   }
   return absl::OkStatus();
 }
@@ -501,8 +500,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   RC_LOG(INFO) << "regcached on " << device->capabilities().backend << ":"
                << device->capabilities().device_name
                << (servicer != nullptr ? " (on-demand paging served)" : "");
-  return std::unique_ptr<Daemon>(new DaemonImpl(config, registry, std::move(device),
-                                                std::move(servicer), std::move(cache)));
+  return std::unique_ptr<Daemon>(
+      new DaemonImpl(config, registry, std::move(device), std::move(servicer), std::move(cache)));
 }
 
 }  // namespace regcache::service

@@ -126,7 +126,7 @@ struct MemoryInfo {
 };
 
 struct DaemonStatus {
-  std::string device;       // backend name and device name
+  std::string device;  // backend name and device name
   hca::Capabilities capabilities;
   uint64_t sessions = 0;
   bool draining = false;

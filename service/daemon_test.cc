@@ -59,8 +59,7 @@ class DaemonTest : public ::testing::Test {
     EXPECT_NE(p, MAP_FAILED);
     ::close(m->fd);
     cm.client = static_cast<uint8_t*>(p);
-    EXPECT_TRUE(
-        daemon_->AttachMemory(s, cm.id, reinterpret_cast<uint64_t>(cm.client), false).ok());
+    EXPECT_TRUE(daemon_->AttachMemory(s, cm.id, reinterpret_cast<uint64_t>(cm.client), false).ok());
     return cm;
   }
 
@@ -75,19 +74,18 @@ TEST_F(DaemonTest, PeerWriteLandsInTheClientsOwnMapping) {
   auto g = daemon_->Register(s.id, va + 4096, 4096, kRw);
   ASSERT_TRUE(g.ok()) << g.status();
   const char text[] = "through the client's own address";
-  ASSERT_TRUE(daemon_->PeerWrite(s.id, g->rkey, va + 4096,
-                                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text),
-                                                     sizeof(text)))
-                  .ok());
+  ASSERT_TRUE(
+      daemon_
+          ->PeerWrite(s.id, g->rkey, va + 4096,
+                      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text), sizeof(text)))
+          .ok());
   EXPECT_STREQ(reinterpret_cast<const char*>(cm.client + 4096), text);
   auto back = daemon_->PeerRead(s.id, g->rkey, va + 4096, sizeof(text));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(std::memcmp(back->data(), text, sizeof(text)), 0);
   ASSERT_TRUE(daemon_->Invalidate(s.id, g->handle).ok());
-  absl::Status refused = daemon_->PeerWrite(s.id, g->rkey, va + 4096,
-                                            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(
-                                                                    "x"),
-                                                                1));
+  absl::Status refused = daemon_->PeerWrite(
+      s.id, g->rkey, va + 4096, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1));
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(hca::ErrorOf(refused)->syndrome, hca::Syndrome::kRemoteAccess);
   auto keys = daemon_->ListKeys(s.id);
@@ -120,13 +118,13 @@ TEST_F(DaemonTest, SessionsAreIsolated) {
   // b can neither use nor invalidate a's key, nor see it.
   EXPECT_EQ(daemon_->Invalidate(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(daemon_->Release(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(daemon_->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
-                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
+  EXPECT_EQ(daemon_
+                ->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
+                            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
                 .code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(daemon_->ListKeys(b.id)->empty());
-  EXPECT_EQ(daemon_->AttachMemory(b.id, am.id, 0x10000, false).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(daemon_->AttachMemory(b.id, am.id, 0x10000, false).code(), absl::StatusCode::kNotFound);
   ::munmap(am.client, am.length);
 }
 
@@ -164,14 +162,16 @@ TEST_F(DaemonTest, ImportedMemoryAndDetach) {
   EXPECT_EQ(daemon_->AttachMemory(s.id, *id, va, false).code(), absl::StatusCode::kAlreadyExists);
   auto g = daemon_->Register(s.id, va, 8192, kRw);
   ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(daemon_->PeerWrite(s.id, g->rkey, va + 10,
-                                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("imp"), 3))
+  ASSERT_TRUE(daemon_
+                  ->PeerWrite(s.id, g->rkey, va + 10,
+                              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("imp"), 3))
                   .ok());
   EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(client) + 10, "imp", 3), 0);
   ASSERT_TRUE(daemon_->DetachMemory(s.id, *id).ok());
   EXPECT_TRUE(daemon_->Query(s.id, g->handle)->revoked);
-  EXPECT_EQ(daemon_->PeerWrite(s.id, g->rkey, va,
-                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
+  EXPECT_EQ(daemon_
+                ->PeerWrite(s.id, g->rkey, va,
+                            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
                 .code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(daemon_->ListMemory(s.id)->empty());
@@ -195,8 +195,7 @@ TEST_F(DaemonTest, MemoryQuotasAndBadLengths) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ((*d)->AllocateMemory(s->id, 0, false).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*d)->AttachMemory(s->id, a->id, 0, false).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*d)->AttachMemory(s->id, a->id, 0, false).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*d)->AttachMemory(s->id, a->id, ~uint64_t{0} - 100, false).code(),
             absl::StatusCode::kInvalidArgument);  // wraps
 }

@@ -72,8 +72,7 @@ TEST(SharedMemoryTest, ImportRefusesWhatCouldShrinkOrDoesNotFit) {
   EXPECT_EQ(SharedMemory::Import(p[0], 0, 4096).status().code(),
             absl::StatusCode::kInvalidArgument);
   ::close(p[1]);
-  EXPECT_EQ(SharedMemory::Import(-1, 0, 4096).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemory::Import(-1, 0, 4096).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

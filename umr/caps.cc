@@ -9,34 +9,34 @@ namespace regcache::umr {
 namespace {
 
 // name, PRM bit offset inside cmd_hca_cap, width (docs/prm.md, HCA capabilities).
-#define RC_HCA_CAP_FIELDS(X)                      \
-  X(relaxed_ordering_write_umr, 0xd0, 1)          \
-  X(relaxed_ordering_read_umr, 0xd1, 1)           \
-  X(relaxed_ordering_write, 0xe8, 1)              \
-  X(relaxed_ordering_read_pci_enabled, 0xe9, 1)   \
-  X(log_max_mkey, 0xea, 6)                        \
-  X(terminate_scatter_list_mkey, 0xf6, 1)         \
-  X(repeated_mkey, 0xf7, 1)                       \
-  X(dump_fill_mkey, 0xf8, 1)                      \
-  X(max_indirection, 0x100, 8)                    \
-  X(fixed_buffer_size, 0x108, 1)                  \
-  X(log_max_mrw_sz, 0x109, 7)                     \
-  X(log_max_bsf_list_size, 0x112, 6)              \
-  X(umr_extended_translation_offset, 0x118, 1)    \
-  X(null_mkey, 0x119, 1)                          \
-  X(log_max_klm_list_size, 0x11a, 6)              \
-  X(repeated_block_disabled, 0x206, 1)            \
-  X(umr_modify_entity_size_disabled, 0x207, 1)    \
-  X(umr_modify_atomic_disabled, 0x208, 1)         \
-  X(umr_indirect_mkey_disabled, 0x209, 1)         \
-  X(umr_fence, 0x20a, 2)                          \
-  X(atomic, 0x21e, 1)                             \
-  X(pg, 0x227, 1)                                 \
-  X(umr_ptr_rlky, 0x230, 1)                       \
-  X(mkey_by_name, 0x266, 1)                       \
-  X(max_wqe_sz_sq, 0x290, 16)                     \
-  X(relaxed_ordering_read, 0x32a, 1)              \
-  X(ats, 0x461, 1)                                \
+#define RC_HCA_CAP_FIELDS(X)                    \
+  X(relaxed_ordering_write_umr, 0xd0, 1)        \
+  X(relaxed_ordering_read_umr, 0xd1, 1)         \
+  X(relaxed_ordering_write, 0xe8, 1)            \
+  X(relaxed_ordering_read_pci_enabled, 0xe9, 1) \
+  X(log_max_mkey, 0xea, 6)                      \
+  X(terminate_scatter_list_mkey, 0xf6, 1)       \
+  X(repeated_mkey, 0xf7, 1)                     \
+  X(dump_fill_mkey, 0xf8, 1)                    \
+  X(max_indirection, 0x100, 8)                  \
+  X(fixed_buffer_size, 0x108, 1)                \
+  X(log_max_mrw_sz, 0x109, 7)                   \
+  X(log_max_bsf_list_size, 0x112, 6)            \
+  X(umr_extended_translation_offset, 0x118, 1)  \
+  X(null_mkey, 0x119, 1)                        \
+  X(log_max_klm_list_size, 0x11a, 6)            \
+  X(repeated_block_disabled, 0x206, 1)          \
+  X(umr_modify_entity_size_disabled, 0x207, 1)  \
+  X(umr_modify_atomic_disabled, 0x208, 1)       \
+  X(umr_indirect_mkey_disabled, 0x209, 1)       \
+  X(umr_fence, 0x20a, 2)                        \
+  X(atomic, 0x21e, 1)                           \
+  X(pg, 0x227, 1)                               \
+  X(umr_ptr_rlky, 0x230, 1)                     \
+  X(mkey_by_name, 0x266, 1)                     \
+  X(max_wqe_sz_sq, 0x290, 16)                   \
+  X(relaxed_ordering_read, 0x32a, 1)            \
+  X(ats, 0x461, 1)                              \
   X(crypto, 0x469, 1)
 
 constexpr size_t kCapStart = 16;
@@ -62,8 +62,8 @@ std::vector<uint8_t> OutWithStatus(const CmdStatus& s) {
 
 absl::Status CheckOut(absl::Span<const uint8_t> out) {
   if (out.size() < kQueryHcaCapOutBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("QUERY_HCA_CAP output of ", out.size(),
-                                                   " B, need ", kQueryHcaCapOutBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("QUERY_HCA_CAP output of ", out.size(), " B, need ", kQueryHcaCapOutBytes));
   }
   return absl::OkStatus();
 }

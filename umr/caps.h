@@ -23,27 +23,27 @@ struct HcaCaps {
   bool relaxed_ordering_read_umr = false;
   bool relaxed_ordering_write = false;
   bool relaxed_ordering_read_pci_enabled = false;
-  uint8_t log_max_mkey = 0;               // 6 bits
+  uint8_t log_max_mkey = 0;  // 6 bits
   bool terminate_scatter_list_mkey = false;
   bool repeated_mkey = false;
   bool dump_fill_mkey = false;
-  uint8_t max_indirection = 0;            // 8 bits: mkey indirection depth
-  bool fixed_buffer_size = false;         // KSM supported
-  uint8_t log_max_mrw_sz = 0;             // 7 bits
-  uint8_t log_max_bsf_list_size = 0;      // 6 bits
+  uint8_t max_indirection = 0;        // 8 bits: mkey indirection depth
+  bool fixed_buffer_size = false;     // KSM supported
+  uint8_t log_max_mrw_sz = 0;         // 7 bits
+  uint8_t log_max_bsf_list_size = 0;  // 6 bits
   bool umr_extended_translation_offset = false;
   bool null_mkey = false;
-  uint8_t log_max_klm_list_size = 0;      // 6 bits: max KLM entries per key = 2^value
+  uint8_t log_max_klm_list_size = 0;  // 6 bits: max KLM entries per key = 2^value
   bool repeated_block_disabled = false;
   bool umr_modify_entity_size_disabled = false;
   bool umr_modify_atomic_disabled = false;
   bool umr_indirect_mkey_disabled = false;
-  uint8_t umr_fence = 0;                  // 2 bits: 0 strong, 1 small, 2 none
+  uint8_t umr_fence = 0;  // 2 bits: 0 strong, 1 small, 2 none
   bool atomic = false;
-  bool pg = false;                        // ODP page faults
+  bool pg = false;  // ODP page faults
   bool umr_ptr_rlky = false;
   bool mkey_by_name = false;
-  uint16_t max_wqe_sz_sq = 0;             // bytes
+  uint16_t max_wqe_sz_sq = 0;  // bytes
   bool relaxed_ordering_read = false;
   bool ats = false;
   bool crypto = false;

@@ -7,12 +7,12 @@ namespace {
 
 TEST(CapsTest, GoldenOffsets) {
   HcaCaps c;
-  c.max_indirection = 0x05;              // DW8[31:24] -> cap byte 32
-  c.log_max_klm_list_size = 0x10;        // DW8[5:0] -> cap byte 35
+  c.max_indirection = 0x05;                  // DW8[31:24] -> cap byte 32
+  c.log_max_klm_list_size = 0x10;            // DW8[5:0] -> cap byte 35
   c.umr_extended_translation_offset = true;  // DW8[7]
-  c.umr_fence = 2;                       // DW16[21:20] -> cap byte 65 bits 5:4
-  c.pg = true;                           // DW17[24] -> cap byte 68 bit 0
-  c.max_wqe_sz_sq = 0x0400;              // DW20[15:0] -> cap bytes 82..83
+  c.umr_fence = 2;                           // DW16[21:20] -> cap byte 65 bits 5:4
+  c.pg = true;                               // DW17[24] -> cap byte 68 bit 0
+  c.max_wqe_sz_sq = 0x0400;                  // DW20[15:0] -> cap bytes 82..83
   auto out = EncodeQueryHcaCapOut({}, c);
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out->size(), kQueryHcaCapOutBytes);
@@ -30,8 +30,8 @@ TEST(CapsTest, GoldenOffsets) {
 }
 
 TEST(CapsTest, AllFieldsRoundTrip) {
-  HcaCaps c{true, true, true, true, 63, true, true, true, 255, true, 127, 63, true, true, 63,
-            true, true, true, true, 3, true, true, true, true, 0xffff, true, true, true};
+  HcaCaps c{true, true, true, true, 63,   true, true, true, 255,  true, 127,    63,   true, true,
+            63,   true, true, true, true, 3,    true, true, true, true, 0xffff, true, true, true};
   auto out = EncodeQueryHcaCapOut({}, c);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(*DecodeHcaCaps(*out), c);

@@ -65,17 +65,28 @@ absl::StatusOr<Cqe> DecodeCqe(absl::Span<const uint8_t> bytes) {
 
 const char* CqeSyndromeName(uint8_t s) {
   switch (s) {
-    case kCqeSyndLocalLength: return "LOCAL_LENGTH_ERR";
-    case kCqeSyndLocalQpOp: return "LOCAL_QP_OP_ERR";
-    case kCqeSyndLocalProt: return "LOCAL_PROT_ERR";
-    case kCqeSyndWrFlush: return "WR_FLUSH_ERR";
-    case kCqeSyndMwBind: return "MW_BIND_ERR";
-    case kCqeSyndBadResp: return "BAD_RESP_ERR";
-    case kCqeSyndLocalAccess: return "LOCAL_ACCESS_ERR";
-    case kCqeSyndRemoteInvalReq: return "REMOTE_INVAL_REQ_ERR";
-    case kCqeSyndRemoteAccess: return "REMOTE_ACCESS_ERR";
-    case kCqeSyndRemoteOp: return "REMOTE_OP_ERR";
-    default: return "unknown";
+    case kCqeSyndLocalLength:
+      return "LOCAL_LENGTH_ERR";
+    case kCqeSyndLocalQpOp:
+      return "LOCAL_QP_OP_ERR";
+    case kCqeSyndLocalProt:
+      return "LOCAL_PROT_ERR";
+    case kCqeSyndWrFlush:
+      return "WR_FLUSH_ERR";
+    case kCqeSyndMwBind:
+      return "MW_BIND_ERR";
+    case kCqeSyndBadResp:
+      return "BAD_RESP_ERR";
+    case kCqeSyndLocalAccess:
+      return "LOCAL_ACCESS_ERR";
+    case kCqeSyndRemoteInvalReq:
+      return "REMOTE_INVAL_REQ_ERR";
+    case kCqeSyndRemoteAccess:
+      return "REMOTE_ACCESS_ERR";
+    case kCqeSyndRemoteOp:
+      return "REMOTE_OP_ERR";
+    default:
+      return "unknown";
   }
 }
 

@@ -18,17 +18,17 @@
 namespace regcache::umr {
 
 struct Cqe {
-  uint8_t opcode = kCqeOpReq;    // 4 bits
-  uint8_t format = 0;            // 2 bits
+  uint8_t opcode = kCqeOpReq;  // 4 bits
+  uint8_t format = 0;          // 2 bits
   bool se = false;
   bool owner = false;
   uint8_t signature = 0;
-  uint16_t wqe_counter = 0;      // WQE index of the completed WQE
-  uint32_t qpn = 0;              // 24 bits
-  uint8_t wqe_opcode = 0;        // sop_drop_qpn[31:24]: the WQE's opcode on requester CQEs
+  uint16_t wqe_counter = 0;  // WQE index of the completed WQE
+  uint32_t qpn = 0;          // 24 bits
+  uint8_t wqe_opcode = 0;    // sop_drop_qpn[31:24]: the WQE's opcode on requester CQEs
   uint32_t srqn_uidx = 0;
   // Good CQEs only (must be 0 in an error CQE):
-  uint32_t imm_inval_pkey = 0;   // RESP_SEND_INV: the invalidated key
+  uint32_t imm_inval_pkey = 0;  // RESP_SEND_INV: the invalidated key
   uint32_t byte_cnt = 0;
   uint64_t timestamp = 0;
   // Error CQEs only (must be 0 otherwise):

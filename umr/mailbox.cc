@@ -44,9 +44,8 @@ absl::StatusOr<CmdInHeaderLayout> CheckIn(absl::Span<const uint8_t> in, size_t n
   const auto h = Load<CmdInHeaderLayout>(in.data());
   const uint16_t op = static_cast<uint16_t>(h.opcode_uid.ToHost() >> 16);
   if (op != opcode) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " input has opcode 0x", absl::Hex(op), ", expected 0x",
-                     absl::Hex(opcode)));
+    return absl::InvalidArgumentError(absl::StrCat(name, " input has opcode 0x", absl::Hex(op),
+                                                   ", expected 0x", absl::Hex(opcode)));
   }
   return h;
 }
@@ -143,9 +142,9 @@ absl::StatusOr<CreateMkeyIn> DecodeCreateMkeyIn(absl::Span<const uint8_t> in) {
   d.mkey_umem_offset = l.mkey_umem_offset.ToHost();
   const uint64_t bytes = uint64_t{l.translations_octword_actual_size.ToHost()} * kOctoword;
   if (bytes > in.size() - sizeof(l)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CREATE_MKEY translations_octword_actual_size=", bytes / kOctoword, " needs ", bytes,
-        " B after the header, ", in.size() - sizeof(l), " given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CREATE_MKEY translations_octword_actual_size=", bytes / kOctoword, " needs ",
+                     bytes, " B after the header, ", in.size() - sizeof(l), " given"));
   }
   d.translation.assign(in.data() + sizeof(l), in.data() + sizeof(l) + bytes);
   return d;
@@ -161,27 +160,25 @@ absl::StatusOr<Mailbox16> EncodeCreateMkeyOut(const CreateMkeyOut& out) {
 
 absl::StatusOr<CreateMkeyOut> DecodeCreateMkeyOut(absl::Span<const uint8_t> out) {
   RETURN_IF_ERROR(CheckOutSize(out, 16, "CREATE_MKEY"));
-  return CreateMkeyOut{LoadStatus(out.data()),
-                       Load<be32>(out.data() + 8).ToHost() & 0xffffff};
+  return CreateMkeyOut{LoadStatus(out.data()), Load<be32>(out.data() + 8).ToHost() & 0xffffff};
 }
 
 absl::StatusOr<CreateMkeyIn> BuildCreateFreeMkey(const FreeMkeyParams& p) {
-  const bool listed = p.mode == AccessMode::kMtt || p.mode == AccessMode::kKlm ||
-                      p.mode == AccessMode::kKsm;
+  const bool listed =
+      p.mode == AccessMode::kMtt || p.mode == AccessMode::kKlm || p.mode == AccessMode::kKsm;
   const bool paged = p.mode == AccessMode::kMtt || p.mode == AccessMode::kKsm;
   if (static_cast<uint8_t>(p.mode) >= 32) {
     return absl::OutOfRangeError(
         absl::StrCat("access mode ", static_cast<int>(p.mode), " does not fit 5 bits"));
   }
-  if (paged &&
-      (p.log_entity_size < kMinLogEntitySize || p.log_entity_size > kMaxLogEntitySize)) {
+  if (paged && (p.log_entity_size < kMinLogEntitySize || p.log_entity_size > kMaxLogEntitySize)) {
     return absl::OutOfRangeError(
         absl::StrCat("log_entity_size=", p.log_entity_size, " outside 12..31"));
   }
   if (!paged && p.log_entity_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "log_entity_size=", p.log_entity_size, " given for access mode ",
-        AccessModeName(static_cast<uint8_t>(p.mode))));
+    return absl::InvalidArgumentError(absl::StrCat("log_entity_size=", p.log_entity_size,
+                                                   " given for access mode ",
+                                                   AccessModeName(static_cast<uint8_t>(p.mode))));
   }
   uint64_t octo = 0;
   if (listed) {

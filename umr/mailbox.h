@@ -73,8 +73,8 @@ struct FreeMkeyParams {
   uint32_t pd = 0;
   MkeyAccess access;
   bool en_rinval = false;
-  uint8_t log_entity_size = 0;         // MTT / KSM: 12..31; others: 0
-  bool pg_access = false;              // honour MTT rd_en/wr_en (ODP)
+  uint8_t log_entity_size = 0;  // MTT / KSM: 12..31; others: 0
+  bool pg_access = false;       // honour MTT rd_en/wr_en (ODP)
   friend bool operator==(const FreeMkeyParams&, const FreeMkeyParams&) = default;
 };
 // Fails: kInvalidArgument for zero capacity (MTT/KLM/KSM) or log_entity_size given for a mode
@@ -122,10 +122,10 @@ absl::StatusOr<DestroyMkeyIn> DecodeDestroyMkeyIn(absl::Span<const uint8_t> in);
 struct PageFaultResumeIn {
   uint16_t uid = 0;
   uint16_t op_mod = 0;
-  bool error = false;            // fail the faulting operation
-  uint8_t page_fault_type = 0;   // 3 bits, copied from the event
-  uint32_t wq_number = 0;        // 24 bits
-  uint32_t token = 0;            // 24 bits
+  bool error = false;           // fail the faulting operation
+  uint8_t page_fault_type = 0;  // 3 bits, copied from the event
+  uint32_t wq_number = 0;       // 24 bits
+  uint32_t token = 0;           // 24 bits
   friend bool operator==(const PageFaultResumeIn&, const PageFaultResumeIn&) = default;
 };
 absl::StatusOr<Mailbox16> EncodePageFaultResumeIn(const PageFaultResumeIn& in);

@@ -21,14 +21,14 @@ TEST(CreateMkeyTest, FreeKlmKeyGoldenBytes) {
   const auto& b = *bytes;
   EXPECT_EQ((std::vector<uint8_t>(b.begin(), b.begin() + 8)),
             (std::vector<uint8_t>{0x02, 0x00, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(b[16 + 0], 0x40);          // free
+  EXPECT_EQ(b[16 + 0], 0x40);                // free
   EXPECT_EQ(b[16 + 2], 0x80 | 0x04 | 0x02);  // umr_en | lr | KLM
   EXPECT_EQ((std::vector<uint8_t>(b.begin() + 20, b.begin() + 24)),
             (std::vector<uint8_t>{0xff, 0xff, 0xff, 0x3c}));
   EXPECT_EQ((std::vector<uint8_t>(b.begin() + 28, b.begin() + 32)),
             (std::vector<uint8_t>{0x01, 0x00, 0x01, 0x02}));  // en_rinval | pd
-  EXPECT_EQ(b[16 + 55], 8);  // translations_octword_size
-  EXPECT_EQ(b[99], 0);       // actual size
+  EXPECT_EQ(b[16 + 55], 8);                                   // translations_octword_size
+  EXPECT_EQ(b[99], 0);                                        // actual size
   auto back = DecodeCreateMkeyIn(b);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, *in);
@@ -104,8 +104,8 @@ TEST(QueryDestroyResumeTest, GoldenAndRoundTrip) {
   PageFaultResumeIn r{0, 0, true, 5, 0x000777, 0x00abcd};
   auto rb = EncodePageFaultResumeIn(r);
   ASSERT_TRUE(rb.ok());
-  EXPECT_EQ(*rb, (Mailbox16{0x02, 0x04, 0, 0, 0, 0, 0, 0, 0x85, 0x00, 0x07, 0x77, 0, 0x00, 0xab,
-                            0xcd}));
+  EXPECT_EQ(*rb,
+            (Mailbox16{0x02, 0x04, 0, 0, 0, 0, 0, 0, 0x85, 0x00, 0x07, 0x77, 0, 0x00, 0xab, 0xcd}));
   EXPECT_EQ(*DecodePageFaultResumeIn(*rb), r);
   r.page_fault_type = 8;
   EXPECT_EQ(EncodePageFaultResumeIn(r).status().code(), absl::StatusCode::kOutOfRange);

@@ -16,9 +16,7 @@ inline constexpr uint32_t kMaxMkeyIndex = 0xffffff;
 inline constexpr uint32_t kInvalidLkey = 0x100;
 
 // REQUIRES: index <= kMaxMkeyIndex (higher bits are dropped).
-constexpr uint32_t MakeKey(uint32_t index, uint8_t variant) {
-  return (index << 8) | variant;
-}
+constexpr uint32_t MakeKey(uint32_t index, uint8_t variant) { return (index << 8) | variant; }
 constexpr uint32_t KeyIndex(uint32_t key) { return key >> 8; }
 constexpr uint8_t KeyVariant(uint32_t key) { return static_cast<uint8_t>(key & 0xff); }
 // The same index with the next variant (wraps in 8 bits), as ibv_inc_rkey does.

@@ -28,8 +28,8 @@ inline constexpr uint32_t kMaxPageFaultToken = 0xffffff;
 struct PageFaultEvent {
   PageFaultSubtype subtype = PageFaultSubtype::kRdma;
   uint32_t bytes_committed = 0;
-  uint8_t type = 0;             // 3 bits
-  uint32_t wq_number = 0;       // 24 bits: WQE subtype: QPN/SRQN; RDMA subtype: token (= QPN)
+  uint8_t type = 0;        // 3 bits
+  uint32_t wq_number = 0;  // 24 bits: WQE subtype: QPN/SRQN; RDMA subtype: token (= QPN)
   uint16_t packet_length = 0;
   // WQE subtype only (must be 0 for RDMA):
   uint16_t wqe_index = 0;
@@ -38,7 +38,7 @@ struct PageFaultEvent {
   uint32_t rkey = 0;
   uint32_t rdma_op_len = 0;
   uint64_t rdma_va = 0;
-  uint8_t owner = 0;            // EQE byte 63 (owner bit in bit 0)
+  uint8_t owner = 0;  // EQE byte 63 (owner bit in bit 0)
   friend bool operator==(const PageFaultEvent&, const PageFaultEvent&) = default;
 };
 

@@ -32,11 +32,11 @@ using base::be64;
 
 // ---------------------------------------------------------------------------------------------
 // Units (docs/prm.md, UMR WQE; WQEBBs and the send queue).
-inline constexpr size_t kOctoword = 16;         // one DS unit, one KLM/KSM entry, two MTTs
-inline constexpr size_t kWqebb = 64;            // send WQE basic block
+inline constexpr size_t kOctoword = 16;  // one DS unit, one KLM/KSM entry, two MTTs
+inline constexpr size_t kWqebb = 64;     // send WQE basic block
 inline constexpr unsigned kWqebbShift = 6;
-inline constexpr unsigned kMaxDs = 63;          // 6-bit DS field
-inline constexpr size_t kTranslationAlign = 64;  // inline / offset granularity of translations
+inline constexpr unsigned kMaxDs = 63;            // 6-bit DS field
+inline constexpr size_t kTranslationAlign = 64;   // inline / offset granularity of translations
 inline constexpr unsigned kMaxWqebbsPerWqe = 16;  // ceil(63/4)
 
 // ---------------------------------------------------------------------------------------------
@@ -53,9 +53,9 @@ inline constexpr uint8_t kOpcodeAtomicFa = 0x12;
 inline constexpr uint8_t kOpcodeUmr = 0x25;
 
 // fm_ce_se byte of the control segment (docs/prm.md, UMR WQE; Fence modes).
-inline constexpr uint8_t kFmShift = 5;  // [7:5] fence mode
-inline constexpr uint8_t kCeShift = 2;  // [3:2] completion mode
-inline constexpr uint8_t kCeCqUpdate = 2;           // signalled: CQE on success
+inline constexpr uint8_t kFmShift = 5;     // [7:5] fence mode
+inline constexpr uint8_t kCeShift = 2;     // [3:2] completion mode
+inline constexpr uint8_t kCeCqUpdate = 2;  // signalled: CQE on success
 inline constexpr uint8_t kCeCqUpdateAndEqe = 3;
 inline constexpr uint8_t kSeSolicited = 1 << 1;
 
@@ -90,11 +90,10 @@ inline constexpr uint64_t kMaskFree = 1ull << 29;
 inline constexpr uint64_t kMaskRelaxedOrderingRead = 1ull << 47;
 inline constexpr uint64_t kMaskAccess = kMaskLr | kMaskLw | kMaskRr | kMaskRw | kMaskA;
 // Every mask bit this project knows; the decoder rejects others.
-inline constexpr uint64_t kMaskKnown = kMaskLen | kMaskPageSize | kMaskStartAddr | kMaskPd |
-                                       kMaskEnRinval | kMaskEnSigerr | kMaskBsfEn | kMaskKey |
-                                       kMaskQpn | kMaskAccessMode | kMaskAccess | kMaskSmallFence |
-                                       kMaskRelaxedOrderingWrite | kMaskFree |
-                                       kMaskRelaxedOrderingRead;
+inline constexpr uint64_t kMaskKnown =
+    kMaskLen | kMaskPageSize | kMaskStartAddr | kMaskPd | kMaskEnRinval | kMaskEnSigerr |
+    kMaskBsfEn | kMaskKey | kMaskQpn | kMaskAccessMode | kMaskAccess | kMaskSmallFence |
+    kMaskRelaxedOrderingWrite | kMaskFree | kMaskRelaxedOrderingRead;
 
 // Inline data segment marker (docs/prm.md, UMR WQE).
 inline constexpr uint32_t kInlineSegBit = 0x80000000u;
@@ -119,18 +118,19 @@ inline constexpr unsigned kMaxLogEntitySize = 31;
 // ---------------------------------------------------------------------------------------------
 // Mkey context (docs/prm.md, Mkey context (MKC)), 64 B. Bit positions are within the named dword.
 struct MkeyContext {
-  be32 dw0;                  // 0: free, access_mode_4_2, RO-write, small fence, umr_en, a/rw/rr/lw/lr, am_1_0, ma_tm
-  be32 qpn_mkey;             // 4: qpn[31:8], mkey_7_0[7:0]
-  be32 reserved2;            // 8
-  be32 flags_pd;             // 12: length64, bsf_en, sync_umr, sigerr, en_rinval, pd[23:0]
-  be64 start_addr;           // 16
-  be64 len;                  // 24
-  be32 bsf_octword_size;     // 32
-  be32 reserved3[3];         // 36..47
-  be32 dw12;                 // 48: crossing_target_vhca_id[31:16] (newer kernels)
+  be32
+      dw0;  // 0: free, access_mode_4_2, RO-write, small fence, umr_en, a/rw/rr/lw/lr, am_1_0, ma_tm
+  be32 qpn_mkey;                   // 4: qpn[31:8], mkey_7_0[7:0]
+  be32 reserved2;                  // 8
+  be32 flags_pd;                   // 12: length64, bsf_en, sync_umr, sigerr, en_rinval, pd[23:0]
+  be64 start_addr;                 // 16
+  be64 len;                        // 24
+  be32 bsf_octword_size;           // 32
+  be32 reserved3[3];               // 36..47
+  be32 dw12;                       // 48: crossing_target_vhca_id[31:16] (newer kernels)
   be32 translations_octword_size;  // 52
-  be32 dw14;                 // 56: relaxed_ordering_read[6], log_entity_size[4:0]
-  be32 dw15;                 // 60: crypto_en[28:27] (rdma-core v44)
+  be32 dw14;                       // 56: relaxed_ordering_read[6], log_entity_size[4:0]
+  be32 dw15;                       // 60: crypto_en[28:27] (rdma-core v44)
 };
 // dw0
 inline constexpr unsigned kMkcFreeBit = 30;
@@ -202,8 +202,8 @@ static_assert(sizeof(KsmEntryLayout) == 16 && offsetof(KsmEntryLayout, key) == 4
 
 // Repeated ("interleaved") block (docs/prm.md, Translation entries).
 struct RepeatBlockHeaderLayout {
-  be32 byte_count;    // per repetition
-  be32 op;            // kRepeatBlockOp
+  be32 byte_count;  // per repetition
+  be32 op;          // kRepeatBlockOp
   be32 repeat_count;
   be16 reserved;
   be16 num_ent;
@@ -223,25 +223,26 @@ static_assert(sizeof(RepeatEntryLayout) == 16 && offsetof(RepeatEntryLayout, byt
 
 // ---------------------------------------------------------------------------------------------
 // WQE segments (docs/prm.md, UMR WQE).
-struct CtrlSegLayout {             // 16 B
-  be32 opmod_idx_opcode;           // [31:24] opmod, [23:8] wqe index, [7:0] opcode
-  be32 qpn_ds;                     // [31:8] qpn, [5:0] ds
+struct CtrlSegLayout {    // 16 B
+  be32 opmod_idx_opcode;  // [31:24] opmod, [23:8] wqe index, [7:0] opcode
+  be32 qpn_ds;            // [31:8] qpn, [5:0] ds
   uint8_t signature;
-  uint8_t reserved[2];             // rdma-core: dci_stream_channel_id
+  uint8_t reserved[2];  // rdma-core: dci_stream_channel_id
   uint8_t fm_ce_se;
-  be32 imm;                        // UMR target key / key to invalidate
+  be32 imm;  // UMR target key / key to invalidate
 };
 static_assert(sizeof(CtrlSegLayout) == 16 && offsetof(CtrlSegLayout, qpn_ds) == 4 &&
               offsetof(CtrlSegLayout, signature) == 8 && offsetof(CtrlSegLayout, fm_ce_se) == 11 &&
               offsetof(CtrlSegLayout, imm) == 12);
 
-struct UmrCtrlSegLayout {          // 48 B
+struct UmrCtrlSegLayout {  // 48 B
   uint8_t flags;
   uint8_t reserved0[3];
   be16 klm_octowords;
-  be16 translation_offset_or_bsf;  // offset[15:0] with kUmrFlagTranslationOffset, else bsf octowords
+  be16
+      translation_offset_or_bsf;  // offset[15:0] with kUmrFlagTranslationOffset, else bsf octowords
   be64 mkey_mask;
-  be32 translation_offset_47_16;   // kernel xlt_offset_47_16
+  be32 translation_offset_47_16;  // kernel xlt_offset_47_16
   uint8_t reserved1[28];
 };
 static_assert(sizeof(UmrCtrlSegLayout) == 48 && offsetof(UmrCtrlSegLayout, klm_octowords) == 4 &&
@@ -284,13 +285,13 @@ static_assert(sizeof(CmdInHeaderLayout) == 8 && sizeof(CmdOutHeaderLayout) == 8)
 struct CreateMkeyInLayout {  // 272 B, translation entries follow
   CmdInHeaderLayout hdr;
   be32 reserved2;
-  be32 dw3;                  // pg_access[31], mkey_umem_valid[30]
-  MkeyContext mkc;           // 16
-  uint8_t reserved80[16];    // 80..95
+  be32 dw3;                               // pg_access[31], mkey_umem_valid[30]
+  MkeyContext mkc;                        // 16
+  uint8_t reserved80[16];                 // 80..95
   be32 translations_octword_actual_size;  // 96
-  be32 mkey_umem_id;         // 100
-  be64 mkey_umem_offset;     // 104
-  uint8_t reserved112[160];  // 112..271
+  be32 mkey_umem_id;                      // 100
+  be64 mkey_umem_offset;                  // 104
+  uint8_t reserved112[160];               // 112..271
 };
 inline constexpr unsigned kCreateMkeyPgAccessBit = 31;
 inline constexpr unsigned kCreateMkeyUmemValidBit = 30;
@@ -303,16 +304,16 @@ static_assert(sizeof(CreateMkeyInLayout) == 272 && offsetof(CreateMkeyInLayout, 
 struct MkeyIndexCmdLayout {  // 16 B: CREATE_MKEY out, DESTROY/QUERY_MKEY in
   be32 dw0;
   be32 dw1;
-  be32 mkey_index;           // [23:0]
-  be32 dw3;                  // QUERY_MKEY in: pg_access[31]
+  be32 mkey_index;  // [23:0]
+  be32 dw3;         // QUERY_MKEY in: pg_access[31]
 };
 static_assert(sizeof(MkeyIndexCmdLayout) == 16);
 
 struct QueryMkeyOutLayout {  // 272 B, translation entries follow (at least 2 octowords)
   CmdOutHeaderLayout hdr;
   uint8_t reserved8[8];
-  MkeyContext mkc;           // 16
-  uint8_t reserved80[192];   // 80..271
+  MkeyContext mkc;          // 16
+  uint8_t reserved80[192];  // 80..271
 };
 static_assert(sizeof(QueryMkeyOutLayout) == 272 && offsetof(QueryMkeyOutLayout, mkc) == 16);
 
@@ -330,7 +331,7 @@ struct QueryHcaCapInLayout {  // 16 B
   be32 dw3;
 };
 static_assert(sizeof(QueryHcaCapInLayout) == 16);
-inline constexpr size_t kHcaCapBytes = 0x1000;          // capability union (4 KiB)
+inline constexpr size_t kHcaCapBytes = 0x1000;  // capability union (4 KiB)
 inline constexpr size_t kQueryHcaCapOutBytes = 16 + kHcaCapBytes;
 inline constexpr uint16_t kCapTypeGeneral = 0x0;
 inline constexpr uint16_t kCapTypeOdp = 0x2;
@@ -339,11 +340,11 @@ inline constexpr uint16_t kCapTypeOdp = 0x2;
 // Event queue entry (docs/prm.md, Page faults (ODP)), 64 B.
 struct EqeLayout {
   uint8_t reserved0;
-  uint8_t type;       // 1
+  uint8_t type;  // 1
   uint8_t reserved2;
-  uint8_t sub_type;   // 3
+  uint8_t sub_type;  // 3
   uint8_t reserved4[28];
-  uint8_t data[28];   // 32..59
+  uint8_t data[28];  // 32..59
   uint8_t reserved60[2];
   uint8_t signature;  // 62
   uint8_t owner;      // 63
@@ -360,7 +361,7 @@ struct PageFaultDataLayout {
   be32 dw3;              // WQE: token; RDMA: rdma_op_len
   be32 rdma_va_hi;       // 16..23 RDMA: rdma_va (two dwords: only 4-byte aligned inside the EQE)
   be32 rdma_va_lo;
-  be32 dw6;              // type[26:24], wq number / token [23:0]
+  be32 dw6;  // type[26:24], wq number / token [23:0]
 };
 static_assert(sizeof(PageFaultDataLayout) == 28);
 
@@ -368,15 +369,15 @@ static_assert(sizeof(PageFaultDataLayout) == 28);
 // Completion queue entry, 64 B (rdma-core mlx5dv.h `struct mlx5_cqe64` / `mlx5_err_cqe`).
 struct CqeLayout {
   uint8_t reserved0[32];
-  be32 srqn_uidx;        // 32
-  be32 imm_inval_pkey;   // 36
+  be32 srqn_uidx;       // 32
+  be32 imm_inval_pkey;  // 36
   uint8_t reserved40[4];
-  be32 byte_cnt;         // 44
-  be64 timestamp;        // 48 (error CQE: bytes 54 vendor_err_synd, 55 syndrome overlay it)
-  be32 sop_drop_qpn;     // 56: [31:24] wqe opcode (requester / error), [23:0] qpn
-  be16 wqe_counter;      // 60
-  uint8_t signature;     // 62
-  uint8_t op_own;        // 63: opcode[7:4], format[3:2], se[1], owner[0]
+  be32 byte_cnt;      // 44
+  be64 timestamp;     // 48 (error CQE: bytes 54 vendor_err_synd, 55 syndrome overlay it)
+  be32 sop_drop_qpn;  // 56: [31:24] wqe opcode (requester / error), [23:0] qpn
+  be16 wqe_counter;   // 60
+  uint8_t signature;  // 62
+  uint8_t op_own;     // 63: opcode[7:4], format[3:2], se[1], owner[0]
 };
 static_assert(sizeof(CqeLayout) == 64 && offsetof(CqeLayout, imm_inval_pkey) == 36 &&
               offsetof(CqeLayout, byte_cnt) == 44 && offsetof(CqeLayout, sop_drop_qpn) == 56 &&

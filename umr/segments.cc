@@ -25,14 +25,22 @@ void Store(const T& v, uint8_t* p) {
 
 const char* AccessModeName(uint8_t mode) {
   switch (mode) {
-    case kAccessModePa: return "PA";
-    case kAccessModeMtt: return "MTT";
-    case kAccessModeKlm: return "KLM";
-    case kAccessModeKsm: return "KSM";
-    case kAccessModeSwIcm: return "SW_ICM";
-    case kAccessModeMemic: return "MEMIC";
-    case kAccessModeCrossing: return "CROSSING";
-    default: return "unknown";
+    case kAccessModePa:
+      return "PA";
+    case kAccessModeMtt:
+      return "MTT";
+    case kAccessModeKlm:
+      return "KLM";
+    case kAccessModeKsm:
+      return "KSM";
+    case kAccessModeSwIcm:
+      return "SW_ICM";
+    case kAccessModeMemic:
+      return "MEMIC";
+    case kAccessModeCrossing:
+      return "CROSSING";
+    default:
+      return "unknown";
   }
 }
 
@@ -126,9 +134,9 @@ absl::Status EncodeCtrlSeg(const CtrlSegDesc& d, CtrlSegLayout* out) {
       be32::FromHost((uint32_t{d.opmod} << 24) | (uint32_t{d.wqe_index} << 8) | d.opcode);
   out->qpn_ds = be32::FromHost((d.qpn << 8) | d.ds);
   out->signature = d.signature;
-  out->fm_ce_se = static_cast<uint8_t>((static_cast<uint8_t>(d.fence) << kFmShift) |
-                                       (d.completion_mode << kCeShift) |
-                                       (d.solicited ? kSeSolicited : 0));
+  out->fm_ce_se =
+      static_cast<uint8_t>((static_cast<uint8_t>(d.fence) << kFmShift) |
+                           (d.completion_mode << kCeShift) | (d.solicited ? kSeSolicited : 0));
   out->imm = be32::FromHost(d.imm);
   return absl::OkStatus();
 }
@@ -155,8 +163,8 @@ absl::StatusOr<CtrlSegDesc> DecodeCtrlSeg(const CtrlSegLayout& s) {
 
 absl::Status EncodeUmrCtrlSeg(const UmrCtrlSegDesc& d, UmrCtrlSegLayout* out) {
   if (!d.translation_offset_en && d.translation_offset != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "translation_offset=", d.translation_offset, " requires translation_offset_en"));
+    return absl::InvalidArgumentError(absl::StrCat("translation_offset=", d.translation_offset,
+                                                   " requires translation_offset_en"));
   }
   if (d.translation_offset_en && d.bsf_octowords != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -176,7 +184,8 @@ absl::Status EncodeUmrCtrlSeg(const UmrCtrlSegDesc& d, UmrCtrlSegLayout* out) {
   out->klm_octowords = be16::FromHost(d.klm_octowords);
   if (d.translation_offset_en) {
     out->translation_offset_or_bsf = be16::FromHost(static_cast<uint16_t>(d.translation_offset));
-    out->translation_offset_47_16 = be32::FromHost(static_cast<uint32_t>(d.translation_offset >> 16));
+    out->translation_offset_47_16 =
+        be32::FromHost(static_cast<uint32_t>(d.translation_offset >> 16));
   } else {
     out->translation_offset_or_bsf = be16::FromHost(d.bsf_octowords);
   }
@@ -228,8 +237,8 @@ absl::Status EncodeMttEntries(absl::Span<const MttEntry> in, uint8_t* out) {
   for (size_t i = 0; i < in.size(); ++i) {
     const MttEntry& e = in[i];
     if (e.addr & ~kMttAddrMask) {
-      return absl::InvalidArgumentError(absl::StrCat("MTT entry ", i, " address 0x",
-                                                     absl::Hex(e.addr), " has bits 7:0 set"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MTT entry ", i, " address 0x", absl::Hex(e.addr), " has bits 7:0 set"));
     }
     MttEntryLayout l;
     l.ptag_flags = be64::FromHost(e.addr | (e.read ? kMttRead : 0) | (e.write ? kMttWrite : 0));
@@ -268,8 +277,8 @@ absl::Status EncodeRepeatBlock(const RepeatBlock& in, uint8_t* out) {
   for (size_t i = 0; i < in.entries.size(); ++i) {
     const RepeatEntry& e = in.entries[i];
     if (e.stride < e.byte_count) {
-      return absl::InvalidArgumentError(absl::StrCat("repeat entry ", i, " stride=", e.stride,
-                                                     " < byte_count=", e.byte_count));
+      return absl::InvalidArgumentError(
+          absl::StrCat("repeat entry ", i, " stride=", e.stride, " < byte_count=", e.byte_count));
     }
     sum += e.byte_count;
     RepeatEntryLayout l;
@@ -291,8 +300,8 @@ absl::Status EncodeRepeatBlock(const RepeatBlock& in, uint8_t* out) {
 namespace {
 absl::Status CheckMultiple(absl::Span<const uint8_t> bytes, size_t unit, const char* what) {
   if (bytes.size() % unit != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " list of ", bytes.size(),
-                                                   " bytes is not a multiple of ", unit));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " list of ", bytes.size(), " bytes is not a multiple of ", unit));
   }
   return absl::OkStatus();
 }
@@ -345,8 +354,8 @@ absl::StatusOr<RepeatBlock> DecodeRepeatBlock(absl::Span<const uint8_t> bytes) {
   }
   const size_t n = h.num_ent.ToHost();
   if (n == 0 || (n + 1) * kOctoword > bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("repeat block num_ent=", n, " does not fit ",
-                                                   bytes.size(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("repeat block num_ent=", n, " does not fit ", bytes.size(), " bytes"));
   }
   RepeatBlock b;
   b.repeat_count = h.repeat_count.ToHost();
@@ -355,14 +364,13 @@ absl::StatusOr<RepeatBlock> DecodeRepeatBlock(absl::Span<const uint8_t> bytes) {
   for (size_t i = 0; i < n; ++i) {
     RepeatEntryLayout l;
     Load(bytes.data() + (i + 1) * kOctoword, &l);
-    b.entries[i] = RepeatEntry{l.stride.ToHost(), l.byte_count.ToHost(), l.memkey.ToHost(),
-                               l.va.ToHost()};
+    b.entries[i] =
+        RepeatEntry{l.stride.ToHost(), l.byte_count.ToHost(), l.memkey.ToHost(), l.va.ToHost()};
     sum += b.entries[i].byte_count;
   }
   if (sum != h.byte_count.ToHost()) {
-    return absl::InvalidArgumentError(absl::StrCat("repeat block byte_count=",
-                                                   h.byte_count.ToHost(), " but entries sum to ",
-                                                   sum));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repeat block byte_count=", h.byte_count.ToHost(), " but entries sum to ", sum));
   }
   return b;
 }

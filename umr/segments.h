@@ -98,16 +98,18 @@ inline constexpr uint8_t kMaxFenceMode = 4;
 
 struct CtrlSegDesc {
   uint8_t opmod = 0;
-  uint16_t wqe_index = 0;   // producer counter in WQEBBs mod 2^16
+  uint16_t wqe_index = 0;  // producer counter in WQEBBs mod 2^16
   uint8_t opcode = 0;
-  uint32_t qpn = 0;         // 24 bits (SQ number)
-  uint8_t ds = 0;           // 6 bits, 16-byte units
+  uint32_t qpn = 0;  // 24 bits (SQ number)
+  uint8_t ds = 0;    // 6 bits, 16-byte units
   uint8_t signature = 0;
   FenceMode fence = FenceMode::kNone;
   uint8_t completion_mode = 0;  // 2 bits; kCeCqUpdate = signalled
   bool solicited = false;
-  uint32_t imm = 0;         // host order: UMR target key, or key to invalidate
-  bool signaled() const { return completion_mode == kCeCqUpdate || completion_mode == kCeCqUpdateAndEqe; }
+  uint32_t imm = 0;  // host order: UMR target key, or key to invalidate
+  bool signaled() const {
+    return completion_mode == kCeCqUpdate || completion_mode == kCeCqUpdateAndEqe;
+  }
   friend bool operator==(const CtrlSegDesc&, const CtrlSegDesc&) = default;
 };
 
@@ -126,7 +128,7 @@ enum class FreeCheck : uint8_t { kNone = 0, kMustBeFree = 1, kMustNotBeFree = 2 
 inline constexpr uint64_t kMaxTranslationOffset = (uint64_t{1} << 48) - 1;  // octowords
 
 struct UmrCtrlSegDesc {
-  bool inline_translation = true;   // else one data (pointer) segment follows the mkey context
+  bool inline_translation = true;  // else one data (pointer) segment follows the mkey context
   FreeCheck check_free = FreeCheck::kNone;
   bool translation_offset_en = false;
   bool check_qpn = false;
@@ -162,9 +164,9 @@ absl::StatusOr<DataSegDesc> DecodeDataSeg(const DataSegLayout& seg);
 // (kTranslationAlign).
 
 struct MttEntry {
-  uint64_t addr = 0;  // DMA address of the page; bits 7:0 must be 0
-  bool read = false;  // rd_en (entry present)
-  bool write = false; // wr_en
+  uint64_t addr = 0;   // DMA address of the page; bits 7:0 must be 0
+  bool read = false;   // rd_en (entry present)
+  bool write = false;  // wr_en
   friend bool operator==(const MttEntry&, const MttEntry&) = default;
 };
 struct KlmEntry {
@@ -179,7 +181,7 @@ struct KsmEntry {
   friend bool operator==(const KsmEntry&, const KsmEntry&) = default;
 };
 struct RepeatEntry {
-  uint16_t stride = 0;      // byte_count + bytes skipped
+  uint16_t stride = 0;  // byte_count + bytes skipped
   uint16_t byte_count = 0;
   uint32_t mkey = 0;
   uint64_t va = 0;

@@ -18,13 +18,13 @@ std::vector<uint8_t> Bytes(const T& v) {
 // docs/prm.md, Mkey context (MKC): byte-level view of the mkey context.
 TEST(MkeyContextTest, GoldenBytesFromFactsTable) {
   MkeyContextDesc d;
-  d.free = true;                        // byte 0 0x40
-  d.access_mode = kAccessModeKsm;       // 0b00011: 4_2 = 0, 1_0 = 3
-  d.umr_en = true;                      // byte 2 0x80
-  d.access = {true, true, true, true, true};  // byte 2 0x7c
-  d.relaxed_ordering_write = true;      // byte 1 0x04
+  d.free = true;                               // byte 0 0x40
+  d.access_mode = kAccessModeKsm;              // 0b00011: 4_2 = 0, 1_0 = 3
+  d.umr_en = true;                             // byte 2 0x80
+  d.access = {true, true, true, true, true};   // byte 2 0x7c
+  d.relaxed_ordering_write = true;             // byte 1 0x04
   d.small_fence_on_rdma_read_response = true;  // byte 1 0x01
-  d.ma_translation_mode = 1;            // byte 3 bits 5:4
+  d.ma_translation_mode = 1;                   // byte 3 bits 5:4
   d.qpn = 0xffffff;
   d.mkey_7_0 = 0xab;
   d.length64 = true;
@@ -57,10 +57,9 @@ TEST(MkeyContextTest, GoldenBytesFromFactsTable) {
 
 TEST(MkeyContextTest, AccessModeSplitAcrossBytes) {
   // docs/prm.md, Access modes: SW_ICM -> 4_2 = 1, 1_0 = 0; MEMIC -> 1, 1; CROSSING -> 1, 2.
-  for (auto [mode, b0, b2] : {std::tuple{kAccessModeSwIcm, 0x04, 0x00},
-                              std::tuple{kAccessModeMemic, 0x04, 0x01},
-                              std::tuple{kAccessModeCrossing, 0x04, 0x02},
-                              std::tuple{uint8_t{31}, 0x1c, 0x03}}) {
+  for (auto [mode, b0, b2] :
+       {std::tuple{kAccessModeSwIcm, 0x04, 0x00}, std::tuple{kAccessModeMemic, 0x04, 0x01},
+        std::tuple{kAccessModeCrossing, 0x04, 0x02}, std::tuple{uint8_t{31}, 0x1c, 0x03}}) {
     MkeyContextDesc d;
     d.access = {false, false, false, false, false};
     d.access_mode = mode;

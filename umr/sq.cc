@@ -9,9 +9,12 @@ namespace regcache::umr {
 
 absl::StatusOr<FenceMode> FenceForUmrCap(uint8_t cap) {
   switch (cap) {
-    case 0: return FenceMode::kStrongOrdering;
-    case 1: return FenceMode::kInitiatorSmall;
-    case 2: return FenceMode::kNone;
+    case 0:
+      return FenceMode::kStrongOrdering;
+    case 1:
+      return FenceMode::kInitiatorSmall;
+    case 2:
+      return FenceMode::kNone;
     default:
       return absl::InvalidArgumentError(absl::StrCat("cap umr_fence=", cap, " is not defined"));
   }
@@ -20,8 +23,8 @@ absl::StatusOr<FenceMode> FenceForUmrCap(uint8_t cap) {
 absl::StatusOr<SqRing> SqRing::Create(absl::Span<uint8_t> ring, const Options& o) {
   const size_t n = ring.size() / kWqebb;
   if (ring.size() % kWqebb != 0 || n == 0 || (n & (n - 1)) != 0 || n > (size_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SQ ring of ", ring.size(), " B is not a power-of-two number of 64-B WQEBBs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SQ ring of ", ring.size(), " B is not a power-of-two number of 64-B WQEBBs"));
   }
   if (o.sqn > 0xffffff) {
     return absl::InvalidArgumentError(absl::StrCat("sqn=", o.sqn, " does not fit 24 bits"));
@@ -36,8 +39,8 @@ SqRing::SqRing(absl::Span<uint8_t> ring, const Options& o)
 
 absl::StatusOr<absl::Span<uint8_t>> SqRing::Begin(uint32_t consumer, unsigned max_wqebbs) {
   if (max_wqebbs == 0 || max_wqebbs > kMaxWqebbsPerWqe || max_wqebbs > num_wqebbs()) {
-    return absl::InvalidArgumentError(absl::StrCat("reservation of ", max_wqebbs,
-                                                   " WQEBBs (1..16, ring ", num_wqebbs(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reservation of ", max_wqebbs, " WQEBBs (1..16, ring ", num_wqebbs(), ")"));
   }
   const uint32_t free = FreeWqebbs(consumer);
   if (free < max_wqebbs) {
@@ -51,8 +54,7 @@ absl::StatusOr<absl::Span<uint8_t>> SqRing::Begin(uint32_t consumer, unsigned ma
   return absl::Span<uint8_t>(ring_ + size_t{slot} * kWqebb, max_wqebbs * kWqebb);
 }
 
-absl::StatusOr<uint32_t> SqRing::Commit(const WqeSize& size, const WqeHeader& header,
-                                        bool is_umr) {
+absl::StatusOr<uint32_t> SqRing::Commit(const WqeSize& size, const WqeHeader& header, bool is_umr) {
   if (reserved_wqebbs_ == 0) return absl::FailedPreconditionError("Commit without Begin");
   if (size.wqebbs == 0 || size.wqebbs > reserved_wqebbs_) {
     return absl::FailedPreconditionError(absl::StrCat(

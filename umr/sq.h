@@ -41,9 +41,9 @@ absl::StatusOr<FenceMode> FenceForUmrCap(uint8_t umr_fence_cap);
 class SqRing {
  public:
   struct Options {
-    uint32_t sqn = 0;              // 24 bits
+    uint32_t sqn = 0;  // 24 bits
     FenceMode umr_fence = FenceMode::kInitiatorSmall;
-    uint32_t signal_every = 0;     // 0: N / 2
+    uint32_t signal_every = 0;  // 0: N / 2
   };
 
   // `ring` must be a power-of-two number (>= 1) of WQEBBs and outlive the SqRing.
@@ -51,7 +51,7 @@ class SqRing {
   static absl::StatusOr<SqRing> Create(absl::Span<uint8_t> ring, const Options& options);
 
   uint32_t num_wqebbs() const { return mask_ + 1; }
-  uint32_t producer() const { return producer_; }           // WQEBBs posted, free-running
+  uint32_t producer() const { return producer_; }  // WQEBBs posted, free-running
   uint16_t wqe_index() const { return static_cast<uint16_t>(producer_); }
   uint32_t Slot(uint32_t counter) const { return counter & mask_; }
   // WQEBBs free given the consumer counter (WQEBBs completed, free-running).
@@ -95,7 +95,7 @@ class SqRing {
   uint32_t producer_ = 0;
   uint32_t unsignaled_run_ = 0;
   bool small_fence_pending_ = false;
-  unsigned reserved_wqebbs_ = 0;   // from the last Begin; 0 = none
+  unsigned reserved_wqebbs_ = 0;  // from the last Begin; 0 = none
   bool in_scratch_ = false;
   alignas(64) WqeScratch scratch_{};
 };

@@ -26,8 +26,8 @@ absl::Status CheckDs(unsigned ds, absl::Span<uint8_t> out) {
         absl::StrCat("WQE needs DS=", ds, " (", ds * kOctoword, " B), the 6-bit limit is 63"));
   }
   if (ds * kOctoword > out_size) {
-    return absl::OutOfRangeError(absl::StrCat("WQE needs ", ds * kOctoword,
-                                              " B, the output holds ", out_size, " B"));
+    return absl::OutOfRangeError(
+        absl::StrCat("WQE needs ", ds * kOctoword, " B, the output holds ", out_size, " B"));
   }
   return absl::OkStatus();
 }
@@ -48,8 +48,8 @@ CtrlSegDesc MakeCtrl(const WqeHeader& h, uint8_t opcode, unsigned ds, uint32_t i
 // Writes ctrl + UMR ctrl + mkey context (128 B) in place: building the segments in locals and
 // copying them out costs a store-forwarding stall per segment on the hot path.
 // REQUIRES: out is 8-byte aligned (CheckDs).
-absl::Status WriteUmrHead(const WqeHeader& h, uint32_t key, unsigned ds,
-                          const UmrCtrlSegDesc& u, const MkeyContextDesc& m, uint8_t* out) {
+absl::Status WriteUmrHead(const WqeHeader& h, uint32_t key, unsigned ds, const UmrCtrlSegDesc& u,
+                          const MkeyContextDesc& m, uint8_t* out) {
   RETURN_IF_ERROR(
       EncodeCtrlSeg(MakeCtrl(h, kOpcodeUmr, ds, key), reinterpret_cast<CtrlSegLayout*>(out)));
   RETURN_IF_ERROR(EncodeUmrCtrlSeg(u, reinterpret_cast<UmrCtrlSegLayout*>(out + 16)));
@@ -73,8 +73,8 @@ absl::StatusOr<size_t> ListCount(const Req& r) {
   static const char* const kNames[3] = {"MTT", "KLM", "KSM"};
   for (size_t i = 0; i < 3; ++i) {
     if (i != mine && n[i] != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(n[i], " ", kNames[i], " entries given for a ",
-                                                     kNames[mine], " key"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(n[i], " ", kNames[i], " entries given for a ", kNames[mine], " key"));
     }
   }
   return n[mine];
@@ -83,8 +83,8 @@ absl::StatusOr<size_t> ListCount(const Req& r) {
 absl::Status CheckKlmByteCounts(absl::Span<const KlmEntry> klm, bool allow_zero) {
   for (size_t i = 0; i < klm.size(); ++i) {
     if (klm[i].byte_count > kMaxKlmByteCount) {
-      return absl::OutOfRangeError(absl::StrCat("KLM entry ", i, " byte_count=", klm[i].byte_count,
-                                                " exceeds 2 GiB"));
+      return absl::OutOfRangeError(
+          absl::StrCat("KLM entry ", i, " byte_count=", klm[i].byte_count, " exceeds 2 GiB"));
     }
     if (!allow_zero && klm[i].byte_count == 0) {
       return absl::InvalidArgumentError(absl::StrCat("KLM entry ", i, " has byte_count 0"));
@@ -152,8 +152,8 @@ absl::StatusOr<WqeSize> EncodeWqe(const WqeDesc& d, absl::Span<uint8_t> out) {
       ds = kUmrHeadDs + 1;
     }
   } else {
-    if (d.umr != UmrCtrlSegDesc{} || d.mkc != MkeyContextDesc{} ||
-        !d.inline_translation.empty() || d.translation_pointer.has_value()) {
+    if (d.umr != UmrCtrlSegDesc{} || d.mkc != MkeyContextDesc{} || !d.inline_translation.empty() ||
+        d.translation_pointer.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("opcode 0x", absl::Hex(ctrl.opcode), " carries UMR parts"));
     }
@@ -202,8 +202,8 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
                                     uint32_t capacity_entries, absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(const size_t n, ListCount(r));
   if (n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("map of key 0x", absl::Hex(r.key),
-                                                   " with an empty translation list"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("map of key 0x", absl::Hex(r.key), " with an empty translation list"));
   }
   if (n > capacity_entries) {
     return absl::OutOfRangeError(absl::StrCat(n, " entries exceed the capacity of key 0x",
@@ -226,17 +226,17 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
     for (const KlmEntry& e : r.klm) covered += e.byte_count;
   } else {
     if (r.log_entity_size < kMinLogEntitySize || r.log_entity_size > kMaxLogEntitySize) {
-      return absl::OutOfRangeError(absl::StrCat("log_entity_size=", r.log_entity_size,
-                                                " outside 12..31"));
+      return absl::OutOfRangeError(
+          absl::StrCat("log_entity_size=", r.log_entity_size, " outside 12..31"));
     }
     mask |= kMaskPageSize;
     covered = static_cast<unsigned __int128>(n) << r.log_entity_size;
     if (r.mode == AccessMode::kMtt) lead = r.start_addr & ((uint64_t{1} << r.log_entity_size) - 1);
   }
   if (!r.length64 && static_cast<unsigned __int128>(lead) + r.length > covered) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "length=", r.length, " (+", lead, " B into the first page) exceeds the ",
-        static_cast<uint64_t>(covered), " B the ", n, " entries cover"));
+    return absl::OutOfRangeError(
+        absl::StrCat("length=", r.length, " (+", lead, " B into the first page) exceeds the ",
+                     static_cast<uint64_t>(covered), " B the ", n, " entries cover"));
   }
   const size_t padded = PaddedTranslationBytes(r.mode, n);
   const unsigned octo = static_cast<unsigned>(padded / kOctoword);
@@ -278,8 +278,9 @@ absl::StatusOr<WqeSize> BuildUpdateKey(const WqeHeader& h, const UpdateKeyReques
                                        absl::Span<uint8_t> out) {
   if (r.mask == 0) return absl::InvalidArgumentError("update with an empty mkey_mask");
   if (r.mask & ~kMaskKnown) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mkey_mask 0x", absl::Hex(r.mask), " has unknown bits 0x", absl::Hex(r.mask & ~kMaskKnown)));
+    return absl::InvalidArgumentError(absl::StrCat("mkey_mask 0x", absl::Hex(r.mask),
+                                                   " has unknown bits 0x",
+                                                   absl::Hex(r.mask & ~kMaskKnown)));
   }
   if (r.mask & (kMaskBsfEn | kMaskEnSigerr | kMaskAccessMode)) {
     return absl::UnimplementedError(absl::StrCat(
@@ -308,8 +309,8 @@ absl::StatusOr<WqeSize> BuildRewriteTranslation(const WqeHeader& h,
     }
     const uint32_t bc = r.pointer->byte_count;
     if (bc == 0 || bc % kTranslationAlign != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "translation pointer byte_count=", bc, " is not a non-zero multiple of 64"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("translation pointer byte_count=", bc, " is not a non-zero multiple of 64"));
     }
     n = bc / esz;
   } else if (listed == 0) {
@@ -331,9 +332,9 @@ absl::StatusOr<WqeSize> BuildRewriteTranslation(const WqeHeader& h,
   }
   const uint64_t offset = r.first_entry * esz / kOctoword;
   if (!extended_offset && offset > 0xffff) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "translation offset ", offset,
-        " octowords needs umr_extended_translation_offset (16-bit limit 65535)"));
+    return absl::OutOfRangeError(
+        absl::StrCat("translation offset ", offset,
+                     " octowords needs umr_extended_translation_offset (16-bit limit 65535)"));
   }
   const size_t bytes = n * esz;
   if (bytes / kOctoword > 0xffff) {

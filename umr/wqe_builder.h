@@ -28,8 +28,9 @@
 // support) and the output bytes are unspecified. On success the first WqeSize::bytes() bytes of
 // `out` hold the WQE; the tail of the last WQEBB is not touched. Builders never allocate.
 //
-// `out` is a contiguous, 8-byte aligned buffer (kInvalidArgument otherwise); to post into a ring use SqRing (umr/sq.h), which hands out either
-// the ring slot or a scratch buffer when the WQE may cross the ring end.
+// `out` is a contiguous, 8-byte aligned buffer (kInvalidArgument otherwise); to post into a ring
+// use SqRing (umr/sq.h), which hands out either the ring slot or a scratch buffer when the WQE may
+// cross the ring end.
 //
 // Thread safety: pure functions over caller-owned memory.
 #ifndef REGCACHE_UMR_WQE_BUILDER_H_
@@ -69,7 +70,7 @@ struct WqeHeader {
   uint16_t wqe_index = 0;  // producer counter in WQEBBs, mod 2^16
   uint32_t sqn = 0;        // 24 bits
   FenceMode fence = FenceMode::kNone;
-  bool signaled = true;    // CE = CQ_UPDATE, else no CQE on success
+  bool signaled = true;  // CE = CQ_UPDATE, else no CQE on success
   bool solicited = false;
   friend bool operator==(const WqeHeader&, const WqeHeader&) = default;
 };
@@ -82,7 +83,7 @@ struct WqeDesc {
   // Opcode UMR only:
   UmrCtrlSegDesc umr;
   MkeyContextDesc mkc;
-  std::vector<uint8_t> inline_translation;        // umr.klm_octowords * 16 bytes when inline
+  std::vector<uint8_t> inline_translation;         // umr.klm_octowords * 16 bytes when inline
   std::optional<DataSegDesc> translation_pointer;  // when !umr.inline_translation
   // Opcodes SEND_INVAL / SEND: the gather list.
   std::vector<DataSegDesc> data;
@@ -103,13 +104,13 @@ absl::StatusOr<WqeSize> EncodeWqe(const WqeDesc& d, absl::Span<uint8_t> out);
 // MTT and KSM. The mkc image also carries umr_en = 1, the access mode and qpn = 0xffffff
 // (not masked: the access mode is fixed at CREATE_MKEY).
 struct MapKeyRequest {
-  uint32_t key = 0;               // target key; its low byte is the new variant (mkey_7_0)
+  uint32_t key = 0;                    // target key; its low byte is the new variant (mkey_7_0)
   AccessMode mode = AccessMode::kKlm;  // kMtt, kKlm or kKsm
   MkeyAccess access;
   uint64_t start_addr = 0;
-  uint64_t length = 0;            // must be 0 with length64
+  uint64_t length = 0;  // must be 0 with length64
   bool length64 = false;
-  uint8_t log_entity_size = 0;    // MTT page / KSM entity size, 12..31; must be 0 for KLM
+  uint8_t log_entity_size = 0;  // MTT page / KSM entity size, 12..31; must be 0 for KLM
   bool en_rinval = false;
   FreeCheck check_free = FreeCheck::kMustBeFree;
   // Exactly the list matching `mode` is non-empty.
@@ -154,7 +155,7 @@ struct RewriteTranslationRequest {
   absl::InlinedVector<KlmEntry, 4> klm;  // inline lists: exactly the one matching `mode`
   absl::InlinedVector<KsmEntry, 4> ksm;
   absl::InlinedVector<MttEntry, 8> mtt;
-  std::optional<DataSegDesc> pointer;    // instead of an inline list
+  std::optional<DataSegDesc> pointer;  // instead of an inline list
   friend bool operator==(const RewriteTranslationRequest&,
                          const RewriteTranslationRequest&) = default;
 };

@@ -43,26 +43,26 @@ TEST(BuildMapKeyTest, GoldenKlm4) {
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(*size, (WqeSize{12, 3}));
   // ctrl: opmod 0, index 0x0102, opcode 0x25; qpn 0xabc, ds 12; fence small | signalled; imm key.
-  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0x00, 0x01, 0x02, 0x25, 0x00, 0x0a, 0xbc, 12,
-                                                   0, 0, 0, 0x28, 0x00, 0x01, 0x23, 0x07}));
+  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0x00, 0x01, 0x02, 0x25, 0x00, 0x0a, 0xbc, 12, 0,
+                                                   0, 0, 0x28, 0x00, 0x01, 0x23, 0x07}));
   // UMR ctrl: INLINE | must-be-free; 16 octowords; mask FREE|KEY|LEN|START|EN_RINVAL|LR..A.
   EXPECT_EQ(b[16], 0xa0);
   EXPECT_EQ(Slice(b, 20, 24), (std::vector<uint8_t>{0x00, 0x04, 0x00, 0x00}));
-  const uint64_t mask = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval |
-                        kMaskLr | kMaskLw | kMaskRr | kMaskRw | kMaskA;
+  const uint64_t mask = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval | kMaskLr |
+                        kMaskLw | kMaskRr | kMaskRw | kMaskA;
   EXPECT_EQ(mask, 0x203e2141u);
   EXPECT_EQ(Slice(b, 24, 32), (std::vector<uint8_t>{0, 0, 0, 0, 0x20, 0x3e, 0x21, 0x41}));
   for (size_t i = 32; i < 64; ++i) ASSERT_EQ(b[i], 0) << i;
   // mkey context: free 0, umr_en | rw rr lw lr | KLM (2); qpn unbound, variant 7.
-  EXPECT_EQ(Slice(b, 64, 72), (std::vector<uint8_t>{0x00, 0x00, 0x80 | 0x3c | 0x02, 0x00, 0xff,
-                                                    0xff, 0xff, 0x07}));
-  EXPECT_EQ(Slice(b, 80, 96), (std::vector<uint8_t>{0, 0, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                                    0, 0x40, 0}));
+  EXPECT_EQ(Slice(b, 64, 72),
+            (std::vector<uint8_t>{0x00, 0x00, 0x80 | 0x3c | 0x02, 0x00, 0xff, 0xff, 0xff, 0x07}));
+  EXPECT_EQ(Slice(b, 80, 96),
+            (std::vector<uint8_t>{0, 0, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0}));
   // KLM 0 at byte 128, KLM 3 at 176.
-  EXPECT_EQ(Slice(b, 128, 144), (std::vector<uint8_t>{0, 0, 0x10, 0, 0, 0, 0x05, 0x00, 0, 0, 0,
-                                                      0, 0, 0x01, 0, 0}));
-  EXPECT_EQ(Slice(b, 176, 192), (std::vector<uint8_t>{0, 0, 0x10, 0, 0, 0, 0x05, 0x03, 0, 0, 0,
-                                                      0, 0, 0x01, 0x30, 0}));
+  EXPECT_EQ(Slice(b, 128, 144),
+            (std::vector<uint8_t>{0, 0, 0x10, 0, 0, 0, 0x05, 0x00, 0, 0, 0, 0, 0, 0x01, 0, 0}));
+  EXPECT_EQ(Slice(b, 176, 192),
+            (std::vector<uint8_t>{0, 0, 0x10, 0, 0, 0, 0x05, 0x03, 0, 0, 0, 0, 0, 0x01, 0x30, 0}));
   EXPECT_EQ(b[192], 0xee);  // nothing written past DS
 }
 
@@ -86,11 +86,11 @@ TEST(BuildMapKeyTest, KlmPaddingAndMttPageSizeMask) {
   m.mtt = {{0x1000, true, true}, {0x3000, true, false}};
   size = BuildMapKey(Header(), m, 8, absl::MakeSpan(b));
   ASSERT_TRUE(size.ok()) << size.status();
-  EXPECT_EQ(size->ds, 12);  // 2 MTTs pad to 8 = 64 B
+  EXPECT_EQ(size->ds, 12);      // 2 MTTs pad to 8 = 64 B
   EXPECT_EQ(b[16 + 15], 0x43);  // mask low byte: LEN | PAGE_SIZE | START_ADDR
   EXPECT_EQ(b[64 + 59], 12);
-  EXPECT_EQ(Slice(b, 128, 144), (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0x10, 0x03, 0, 0, 0, 0,
-                                                      0, 0, 0x30, 0x01}));
+  EXPECT_EQ(Slice(b, 128, 144),
+            (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0x10, 0x03, 0, 0, 0, 0, 0, 0, 0x30, 0x01}));
 }
 
 TEST(BuildMapKeyTest, RejectsInvalidRequests) {
@@ -155,12 +155,12 @@ TEST(BuildMapKeyTest, RejectsInvalidRequests) {
 TEST(BuildLocalInvalidateTest, GoldenBytes) {
   Buf b;
   b.fill(0xee);
-  auto size = BuildLocalInvalidate(Header(), {MakeKey(0x42, 0x09), FreeCheck::kNone},
-                                   absl::MakeSpan(b));
+  auto size =
+      BuildLocalInvalidate(Header(), {MakeKey(0x42, 0x09), FreeCheck::kNone}, absl::MakeSpan(b));
   ASSERT_TRUE(size.ok());
   EXPECT_EQ(*size, (WqeSize{8, 2}));
-  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0, 0x01, 0x02, 0x25, 0, 0x0a, 0xbc, 8, 0, 0,
-                                                   0, 0x28, 0, 0, 0x42, 0x09}));
+  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0, 0x01, 0x02, 0x25, 0, 0x0a, 0xbc, 8, 0, 0, 0,
+                                                   0x28, 0, 0, 0x42, 0x09}));
   EXPECT_EQ(b[16], 0x80);
   EXPECT_EQ(Slice(b, 24, 32), (std::vector<uint8_t>{0, 0, 0, 0, 0x20, 0, 0, 0}));
   EXPECT_EQ(b[64], 0x40);  // free
@@ -184,14 +184,14 @@ TEST(BuildRewriteTranslationTest, OffsetSplitAndAlignment) {
   auto size = BuildRewriteTranslation(Header(), r, true, absl::MakeSpan(b));
   ASSERT_TRUE(size.ok()) << size.status();
   EXPECT_EQ(size->ds, 12);
-  EXPECT_EQ(b[64 + 2], 0);  // the image is empty: nothing is masked
+  EXPECT_EQ(b[64 + 2], 0);               // the image is empty: nothing is masked
   EXPECT_EQ(b[16], 0x80 | 0x40 | 0x10);  // INLINE | must-not-be-free | TRANSLATION_OFFSET
   EXPECT_EQ(Slice(b, 20, 24), (std::vector<uint8_t>{0x00, 0x04, 0x67, 0x88}));
   EXPECT_EQ(Slice(b, 24, 32), std::vector<uint8_t>(8, 0));  // no mkc field changes
   EXPECT_EQ(Slice(b, 32, 36), (std::vector<uint8_t>{0x00, 0x01, 0x23, 0x45}));
   EXPECT_EQ(BuildRewriteTranslation(Header(), r, false, absl::MakeSpan(b)).status().code(),
             absl::StatusCode::kOutOfRange);  // needs the extended offset
-  r.first_entry = 4;  // not a multiple of 8 MTTs
+  r.first_entry = 4;                         // not a multiple of 8 MTTs
   auto s = BuildRewriteTranslation(Header(), r, true, absl::MakeSpan(b)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("first_entry=4"), absl::string_view::npos) << s;
@@ -243,8 +243,8 @@ TEST(BuildSendInvalidateTest, GoldenBytes) {
   auto size = BuildSendInvalidate(h, r, absl::MakeSpan(b));
   ASSERT_TRUE(size.ok());
   EXPECT_EQ(*size, (WqeSize{2, 1}));
-  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0, 0x01, 0x02, 0x01, 0, 0x0a, 0xbc, 2, 0, 0,
-                                                   0, 0x08, 0xa1, 0xb2, 0xc3, 0xd4}));
+  EXPECT_EQ(Slice(b, 0, 16), (std::vector<uint8_t>{0, 0x01, 0x02, 0x01, 0, 0x0a, 0xbc, 2, 0, 0, 0,
+                                                   0x08, 0xa1, 0xb2, 0xc3, 0xd4}));
   EXPECT_EQ(Slice(b, 16, 24), (std::vector<uint8_t>{0, 0, 0, 16, 0, 0, 0, 0x11}));
   r.sgl.assign(63, DataSegDesc{1, 1, 1});
   EXPECT_EQ(BuildSendInvalidate(h, r, absl::MakeSpan(b)).status().code(),

@@ -33,8 +33,8 @@ absl::StatusOr<WqeDesc> DecodeWqe(absl::Span<const uint8_t> bytes) {
   const unsigned ds = d.ctrl.ds;
   if (ds == 0) return absl::InvalidArgumentError("WQE with DS=0");
   if (ds * kOctoword > bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DS=", ds, " needs ", ds * kOctoword,
-                                                   " B, only ", bytes.size(), " B given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DS=", ds, " needs ", ds * kOctoword, " B, only ", bytes.size(), " B given"));
   }
   const uint8_t* p = bytes.data();
   switch (d.ctrl.opcode) {
@@ -45,8 +45,8 @@ absl::StatusOr<WqeDesc> DecodeWqe(absl::Span<const uint8_t> bytes) {
       }
       ASSIGN_OR_RETURN(d.umr, DecodeUmrCtrlSeg(Load<UmrCtrlSegLayout>(p + 16)));
       if (d.umr.mkey_mask & ~kMaskKnown) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "UMR mkey_mask has unknown bits 0x", absl::Hex(d.umr.mkey_mask & ~kMaskKnown)));
+        return absl::InvalidArgumentError(absl::StrCat("UMR mkey_mask has unknown bits 0x",
+                                                       absl::Hex(d.umr.mkey_mask & ~kMaskKnown)));
       }
       if (!d.umr.translation_offset_en && d.umr.bsf_octowords != 0) {
         return absl::UnimplementedError(
@@ -56,13 +56,13 @@ absl::StatusOr<WqeDesc> DecodeWqe(absl::Span<const uint8_t> bytes) {
       const unsigned octo = d.umr.klm_octowords;
       if (d.umr.inline_translation) {
         if (kUmrHeadDs + octo > ds) {
-          return absl::InvalidArgumentError(absl::StrCat("klm_octowords=", octo,
-                                                         " exceeds the WQE (DS=", ds, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("klm_octowords=", octo, " exceeds the WQE (DS=", ds, ")"));
         }
         if (kUmrHeadDs + octo != ds) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "DS=", ds, " but an inline UMR with klm_octowords=", octo, " needs ",
-              kUmrHeadDs + octo));
+          return absl::InvalidArgumentError(
+              absl::StrCat("DS=", ds, " but an inline UMR with klm_octowords=", octo, " needs ",
+                           kUmrHeadDs + octo));
         }
         d.inline_translation.assign(p + kUmrHeadBytes, p + kUmrHeadBytes + octo * kOctoword);
       } else {

@@ -20,8 +20,7 @@ WqeHeader RandomHeader(std::mt19937_64& rng) {
   return h;
 }
 MkeyAccess RandomAccess(std::mt19937_64& rng) {
-  return {(rng() & 1) != 0, (rng() & 1) != 0, (rng() & 1) != 0, (rng() & 1) != 0,
-          (rng() & 1) != 0};
+  return {(rng() & 1) != 0, (rng() & 1) != 0, (rng() & 1) != 0, (rng() & 1) != 0, (rng() & 1) != 0};
 }
 
 MapKeyRequest RandomMap(std::mt19937_64& rng) {
@@ -35,8 +34,8 @@ MapKeyRequest RandomMap(std::mt19937_64& rng) {
   uint64_t covered = 0;
   if (r.mode == AccessMode::kKlm) {
     for (size_t i = 0; i < n; ++i) {
-      r.klm.push_back({1 + static_cast<uint32_t>(rng() % 0x80000000u),
-                       static_cast<uint32_t>(rng()), rng()});
+      r.klm.push_back(
+          {1 + static_cast<uint32_t>(rng() % 0x80000000u), static_cast<uint32_t>(rng()), rng()});
       covered += r.klm.back().byte_count;
     }
   } else {
@@ -127,7 +126,8 @@ TEST(DecodeWqeTest, OtherBuildersRoundTripRandomized) {
       const size_t n = per64 * (1 + rng() % (rw.mode == AccessMode::kMtt ? 13 : 13));
       for (size_t k = 0; k < n; ++k) {
         if (rw.mode == AccessMode::kMtt) rw.mtt.push_back({rng() & kMttAddrMask, true, false});
-        if (rw.mode == AccessMode::kKlm) rw.klm.push_back({static_cast<uint32_t>(rng() % 4096), 1, rng()});
+        if (rw.mode == AccessMode::kKlm)
+          rw.klm.push_back({static_cast<uint32_t>(rng() % 4096), 1, rng()});
         if (rw.mode == AccessMode::kKsm) rw.ksm.push_back({static_cast<uint32_t>(rng()), rng()});
       }
     }
@@ -140,8 +140,8 @@ TEST(DecodeWqeTest, OtherBuildersRoundTripRandomized) {
     SendInvalidateRequest si;
     si.invalidate_key = static_cast<uint32_t>(rng());
     for (size_t k = rng() % 10; k > 0; --k) {
-      si.sgl.push_back({static_cast<uint32_t>(rng() & 0x7fffffff), static_cast<uint32_t>(rng()),
-                        rng()});
+      si.sgl.push_back(
+          {static_cast<uint32_t>(rng() & 0x7fffffff), static_cast<uint32_t>(rng()), rng()});
     }
     size = BuildSendInvalidate(h, si, absl::MakeSpan(b));
     ASSERT_TRUE(size.ok());
@@ -179,7 +179,7 @@ TEST(DecodeWqeTest, MalformedBytesArePreciseErrors) {
   EXPECT_TRUE(code(128).ok());
   EXPECT_EQ(code(8).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(127).code(), absl::StatusCode::kInvalidArgument);  // DS beyond the bytes
-  b[7] = 0;                                                          // DS 0
+  b[7] = 0;                                                         // DS 0
   EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);
   b[7] = 4;  // DS too small for a UMR
   EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);

@@ -60,10 +60,10 @@ enum class HookPoint {
 };
 #ifndef NDEBUG
 extern std::atomic<void (*)(HookPoint)> test_hook;
-#define RC_CACHE_TEST_HOOK(point)                                                              \
-  do {                                                                                         \
-    if (auto* hook = ::regcache::cache::internal::test_hook.load(std::memory_order_acquire))             \
-      hook(::regcache::cache::internal::HookPoint::point);                                               \
+#define RC_CACHE_TEST_HOOK(point)                                                            \
+  do {                                                                                       \
+    if (auto* hook = ::regcache::cache::internal::test_hook.load(std::memory_order_acquire)) \
+      hook(::regcache::cache::internal::HookPoint::point);                                   \
   } while (0)
 #else
 #define RC_CACHE_TEST_HOOK(point) \
@@ -78,8 +78,7 @@ extern std::atomic<void (*)(HookPoint)> test_hook;
 Registration* AllocateRecord(Tenant& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
 
 // Writes the range a record will be published with (before Publish).
-void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access,
-              hca::Key key);
+void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access, hca::Key key);
 
 // Gives `r` its next generation and handle, published with one shared holder (the caller).
 void Publish(Tenant& t, Registration* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
@@ -228,8 +227,8 @@ inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
       RC_CACHE_TEST_HOOK(kReleaseStore);
       base::LightFence();  // the entry, before the state read (pairs with a stop's HeavyFence)
       const uint64_t s = h->state.load(std::memory_order_acquire);
-      if (st::SharedHolders(s) < 0 && st::PublishedAs(s, gen) &&
-          Holders(t, slot, s) < 0) [[unlikely]] {
+      if (st::SharedHolders(s) < 0 && st::PublishedAs(s, gen) && Holders(t, slot, s) < 0)
+          [[unlikely]] {
         // Released once more than held: this thread's hold was already released from another
         // thread. Put the count back and refuse, as the shared path does.
         entry.store(e, std::memory_order_relaxed);
@@ -260,8 +259,8 @@ inline constexpr uint32_t kAnyGen = UINT32_MAX;
 
 // After this no one can become a holder, and the record leaves the range index. Costs a
 // HeavyFence; StopReferences stops many for one.
-Stopped StopReference(Tenant& t, Registration* r, bool only_unheld = false,
-                      uint32_t gen = kAnyGen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+Stopped StopReference(Tenant& t, Registration* r, bool only_unheld = false, uint32_t gen = kAnyGen)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 // The same for every record in `rs`; keeps in `rs` those it stopped.
 void StopReferences(Tenant& t, std::vector<Registration*>& rs)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);

@@ -73,9 +73,7 @@ inline uint64_t WithShared(uint64_t s, int32_t n) {
 }
 inline uint32_t Gen(uint64_t s) { return static_cast<uint32_t>(s >> kGenShift) & kGenMask; }
 // Published with generation `gen`: the publication a handle names is still there.
-inline bool PublishedAs(uint64_t s, uint32_t gen) {
-  return (s & kPublished) != 0 && Gen(s) == gen;
-}
+inline bool PublishedAs(uint64_t s, uint32_t gen) { return (s & kPublished) != 0 && Gen(s) == gen; }
 // Published and not dead: a hit may hold it.
 inline bool Live(uint64_t s) { return (s & (kPublished | kDead)) == kPublished; }
 // Still the same publication, live: what a hit's recheck requires.
@@ -100,19 +98,17 @@ static_assert(sizeof(HotRecord) == 32);
 // One registration or window: its hot half, and the rest, guarded by the tenant mutex or fixed
 // while the record is published.
 struct Registration {
-  HotRecord* hot = nullptr;               // fixed: its hot half
-  uint32_t slot = 0;                      // fixed: position in the slab
-  uint32_t klm_entries = 0;               // fixed while published
-  Handle handle = 0;                      // fixed while published
-  PooledKey pooled;                       // fixed while published: the key as the pool has it
-  Registration* parent = nullptr;         // fixed while published (windows)
-  KeyLifecycle life;                      // tenant mutex
-  std::vector<Registration*> windows;     // tenant mutex
+  HotRecord* hot = nullptr;                    // fixed: its hot half
+  uint32_t slot = 0;                           // fixed: position in the slab
+  uint32_t klm_entries = 0;                    // fixed while published
+  Handle handle = 0;                           // fixed while published
+  PooledKey pooled;                            // fixed while published: the key as the pool has it
+  Registration* parent = nullptr;              // fixed while published (windows)
+  KeyLifecycle life;                           // tenant mutex
+  std::vector<Registration*> windows;          // tenant mutex
   absl::InlinedVector<BackingId, 1> backings;  // tenant mutex
 
-  bool is_window() const {
-    return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0;
-  }
+  bool is_window() const { return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0; }
 };
 
 // One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each
@@ -153,7 +149,8 @@ class HoldTables {
   // The calling thread's table, made on first use; nullptr if the thread has no index.
   HoldTable* Mine() {
     const uint32_t i = base::ThreadIndex();
-    if (i == base::kNoThreadIndex) [[unlikely]] return nullptr;
+    if (i == base::kNoThreadIndex) [[unlikely]]
+      return nullptr;
     HoldTable* h = tables_[i].load(std::memory_order_relaxed);  // this thread wrote it, if any
     if (h == nullptr) [[unlikely]] {
       h = new HoldTable;

@@ -28,20 +28,20 @@ absl::StatusOr<int> KeyPool::ClassFor(uint32_t entries) const {
   for (int i = 0; i < num_classes(); ++i) {
     if (classes_[i].capacity >= entries) return i;
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "layout needs %d KLM entries; the largest key class holds %d", entries,
-      classes_.back().capacity));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("layout needs %d KLM entries; the largest key class holds %d", entries,
+                      classes_.back().capacity));
 }
 
 absl::Status KeyPool::Create(int cls, uint32_t count) {
   Class& c = classes_[cls];
-  const uint64_t room = options_.max_keys_per_class - std::min<uint64_t>(
-                                                          c.total, options_.max_keys_per_class);
+  const uint64_t room =
+      options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
   count = static_cast<uint32_t>(std::min<uint64_t>(count, room));
   if (count == 0) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "key class %d (%d entries) is at its limit of %d keys", cls, c.capacity,
-        options_.max_keys_per_class));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls, c.capacity,
+                        options_.max_keys_per_class));
   }
   ASSIGN_OR_RETURN(std::vector<hca::Key> keys,
                    device_->CreateIndirectKeys(pd_, c.capacity, count, {}));

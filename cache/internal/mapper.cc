@@ -23,10 +23,10 @@ constexpr int kEvictionAttempts = 8;
 struct Mapping {
   uint64_t va = 0;
   uint64_t length = 0;
-  hca::AccessFlags access = 0;        // normalized
+  hca::AccessFlags access = 0;  // normalized
   std::vector<hca::KlmEntry> layout;
-  std::vector<BackingId> backings;    // a registration: the memory its layout uses
-  Registration* parent = nullptr;     // a window: its parent, held by the caller
+  std::vector<BackingId> backings;  // a registration: the memory its layout uses
+  Registration* parent = nullptr;   // a window: its parent, held by the caller
   int cls = 0;
 
   bool window() const { return parent != nullptr; }
@@ -185,8 +185,7 @@ absl::StatusOr<Registration*> HoldParent(Tenant& t, Handle handle) {
       return absl::ResourceExhaustedError("the parent has the most holders it can count");
     }
     if (p->hot->state.compare_exchange_weak(ps, st::WithShared(ps, st::SharedHolders(ps) + 1),
-                                            std::memory_order_acq_rel,
-                                            std::memory_order_acquire)) {
+                                            std::memory_order_acq_rel, std::memory_order_acquire)) {
       return p;
     }
   }
@@ -232,14 +231,14 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
   const uint64_t parent_length = p->hot->length.load(std::memory_order_relaxed);
   const hca::AccessFlags parent_access = p->hot->access.load(std::memory_order_relaxed);
   if (offset >= parent_length || length > parent_length - offset) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window [+0x%x, +0x%x) is outside its parent of 0x%x bytes", offset, length,
-        parent_length));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window [+0x%x, +0x%x) is outside its parent of 0x%x bytes", offset, length,
+                        parent_length));
   }
   if ((normalized & ~parent_access) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "window access %s is not narrower than its parent's %s", hca::AccessToString(normalized),
-        hca::AccessToString(parent_access)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("window access %s is not narrower than its parent's %s",
+                        hca::AccessToString(normalized), hca::AccessToString(parent_access)));
   }
   m.va = parent_va + offset;
   m.length = length;
@@ -266,8 +265,7 @@ Registration* PickVictim(Tenant& t) {
     uint64_t s = r->hot->state.load(std::memory_order_acquire);
     while (st::Live(s) && (s & st::kWindow) == 0 && st::SharedHolders(s) <= 0) {
       if ((s & st::kReferenced) != 0) {  // second chance
-        if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced,
-                                                std::memory_order_acq_rel,
+        if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced, std::memory_order_acq_rel,
                                                 std::memory_order_acquire)) {
           break;
         }

@@ -71,8 +71,8 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
       t.backings.total_bytes() + spec.length > t.options.max_backed_bytes) {
     t.stats().quota_refusals.Inc();
     return absl::ResourceExhaustedError(
-        absl::StrFormat("memory quota: %d bytes attached + %d > limit %d",
-                        t.backings.total_bytes(), spec.length, t.options.max_backed_bytes));
+        absl::StrFormat("memory quota: %d bytes attached + %d > limit %d", t.backings.total_bytes(),
+                        spec.length, t.options.max_backed_bytes));
   }
   BackingRecord rec;
   rec.id = t.next_backing++;
@@ -113,8 +113,8 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       }
       // Registrations over it: those whose range intersects it.
       const uint64_t lo = b->va > t.max_length ? b->va - t.max_length : 0;
-      for (auto it = t.cover.lower_bound(lo);
-           it != t.cover.end() && it->first < b->va + b->length; ++it) {
+      for (auto it = t.cover.lower_bound(lo); it != t.cover.end() && it->first < b->va + b->length;
+           ++it) {
         Registration* r = it->second;
         if (r->hot->va + r->hot->length <= b->va) continue;
         victims.push_back(r);
@@ -125,8 +125,8 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
     for (Registration* r : victims) Retire(t, r);
     if (victims.empty()) absl::SleepFor(absl::Microseconds(100));  // a map in flight
   }
-  return absl::UnavailableError(absl::StrFormat(
-      "attached memory %d is still in use by registrations being mapped", backing));
+  return absl::UnavailableError(
+      absl::StrFormat("attached memory %d is still in use by registrations being mapped", backing));
 }
 
 absl::Status CloseTenant(Tenant& t) {

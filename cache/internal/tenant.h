@@ -59,7 +59,7 @@ struct Tenant {
   // exact-range index misses, and the registrations over a backing being detached.
   absl::btree_multimap<uint64_t, Registration*> cover ABSL_GUARDED_BY(mu);
   uint64_t max_length ABSL_GUARDED_BY(mu) = 0;  // longest registration ever in `cover`
-  uint64_t live ABSL_GUARDED_BY(mu) = 0;  // quota-counted keys: from reserved to unmapped
+  uint64_t live ABSL_GUARDED_BY(mu) = 0;        // quota-counted keys: from reserved to unmapped
   BackingId next_backing ABSL_GUARDED_BY(mu) = 1;
   bool closing ABSL_GUARDED_BY(mu) = false;
 

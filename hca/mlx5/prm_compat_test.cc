@@ -53,8 +53,8 @@ TEST(PrmCompatTest, MapKlmBothWaysRandomized) {
     const size_t n = 1 + rng() % umr::kMaxInlineKlms;
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
-      r.klm.push_back({1 + static_cast<uint32_t>(rng() % (1u << 31)),
-                       static_cast<uint32_t>(rng()), rng()});
+      r.klm.push_back(
+          {1 + static_cast<uint32_t>(rng() % (1u << 31)), static_cast<uint32_t>(rng()), rng()});
       total += r.klm.back().byte_count;
     }
     r.length = total;
@@ -70,13 +70,13 @@ TEST(PrmCompatTest, MapKlmBothWaysRandomized) {
     auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(ctrl + 1);
     u->flags = MLX5_WQE_UMR_CTRL_FLAG_INLINE | MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE;
     u->klm_octowords = htobe16(octowords);
-    u->mkey_mask = htobe64(MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR | umr::kMaskEnRinval |
-                           umr::kMaskLr | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
-                           MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC);
+    u->mkey_mask =
+        htobe64(MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR |
+                umr::kMaskEnRinval | umr::kMaskLr | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
+                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC);
     auto* mkc = reinterpret_cast<mlx5_wqe_mkey_context_seg*>(u + 1);
     mkc->access_flags = 0x80 | AccessByte(r.access) | umr::kAccessModeKlm;
     mkc->qpn_mkey = htobe32(0xffffff00 | (r.key & 0xff));

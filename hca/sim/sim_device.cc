@@ -73,8 +73,8 @@ class SimDeviceImpl final : public SimDevice {
     caps_.translation_offset = caps_.peer = true;
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
-          *open.stats_registry,
-          open.stats_component.empty() ? "hca_sim" : open.stats_component, &stats_);
+          *open.stats_registry, open.stats_component.empty() ? "hca_sim" : open.stats_component,
+          &stats_);
     }
   }
 
@@ -93,15 +93,14 @@ class SimDeviceImpl final : public SimDevice {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length,
-                                          AccessFlags access,
+  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length, AccessFlags access,
                                           const BackingOptions& options) override {
     RETURN_IF_ERROR(CheckPd(pd));
     if (length == 0) return absl::InvalidArgumentError("backing of length 0");
     if (options.log_page_size < umr::kMinLogEntitySize ||
         options.log_page_size > umr::kMaxLogEntitySize) {
-      return absl::InvalidArgumentError(absl::StrCat("page size 2^", options.log_page_size,
-                                                     " unsupported (12..31)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("page size 2^", options.log_page_size, " unsupported (12..31)"));
     }
     if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
     const uint64_t page = uint64_t{1} << options.log_page_size;
@@ -153,8 +152,8 @@ class SimDeviceImpl final : public SimDevice {
                                                       const IndirectKeyOptions& o) override {
     RETURN_IF_ERROR(CheckPd(pd));
     if (capacity == 0 || capacity > caps_.max_klm_entries) {
-      return absl::InvalidArgumentError(absl::StrCat("capacity ", capacity, " outside 1..",
-                                                     caps_.max_klm_entries));
+      return absl::InvalidArgumentError(
+          absl::StrCat("capacity ", capacity, " outside 1..", caps_.max_klm_entries));
     }
     if (o.layout == Layout::kMtt) return absl::InvalidArgumentError("indirect key with kMtt");
     umr::FreeMkeyParams p;
@@ -221,10 +220,11 @@ class SimDeviceImpl final : public SimDevice {
     info.remote_invalidate = mkc.en_rinval;
     info.log_entity_size = mkc.log_entity_size;
     const auto mode = static_cast<umr::AccessMode>(mkc.access_mode);
-    info.capacity_entries = mkc.translations_octword_size *
-                            static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
-    const absl::Span<const uint8_t> xlt = absl::MakeConstSpan(o.translation).subspan(
-        0, size_t{info.capacity_entries} * umr::EntryBytes(mode));
+    info.capacity_entries =
+        mkc.translations_octword_size * static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
+    const absl::Span<const uint8_t> xlt =
+        absl::MakeConstSpan(o.translation)
+            .subspan(0, size_t{info.capacity_entries} * umr::EntryBytes(mode));
     ASSIGN_OR_RETURN(umr::Translation t, umr::DecodeTranslation(mode, xlt));
     for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(FromUmrMtt(e));
     for (const umr::KlmEntry& e : t.klm) info.klm.push_back(FromUmrKlm(e));
@@ -235,7 +235,8 @@ class SimDeviceImpl final : public SimDevice {
   absl::StatusOr<std::unique_ptr<Queue>> CreateQueue(Pd pd, const QueueOptions& o) override {
     RETURN_IF_ERROR(CheckPd(pd));
     if (o.depth > caps_.max_queue_depth) {
-      return absl::InvalidArgumentError(absl::StrCat("depth ", o.depth, " > ", caps_.max_queue_depth));
+      return absl::InvalidArgumentError(
+          absl::StrCat("depth ", o.depth, " > ", caps_.max_queue_depth));
     }
     QueueContext ctx;
     ctx.table = &table_;
@@ -292,8 +293,8 @@ class SimDeviceImpl final : public SimDevice {
     base::MutexLock lock(&slot->mu);
     const MkeyState s = slot->state;  // a copy: the lock analysis cannot follow a reference
     if (!slot->exists || !slot->on_demand || s.variant != KeyVariant(backing)) {
-      return absl::InvalidArgumentError(absl::StrFormat("key 0x%08x is not an on-demand backing",
-                                                        backing));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("key 0x%08x is not an on-demand backing", backing));
     }
     if (addr < s.start_addr || addr + length > s.start_addr + s.len || addr + length < addr) {
       return absl::InvalidArgumentError("prefetch range outside the backing");
@@ -441,7 +442,6 @@ class SimDeviceImpl final : public SimDevice {
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
 
-
   std::atomic<uint8_t> fail_next_umr_{0};
   std::atomic<int64_t> completion_delay_ns_{0};
   std::atomic<bool> fail_next_resume_{false};
@@ -490,7 +490,8 @@ absl::StatusOr<uint64_t> SimPeer::Atomic(Key rkey, uint64_t addr, bool cas, uint
   if (segs.size() != 1 || segs[0].addr % 8 != 0) {
     return DeviceError(Syndrome::kRemoteInvalReq,
                        absl::StrFormat("atomic at 0x%x does not translate to one aligned 8-byte "
-                                       "location", addr));
+                                       "location",
+                                       addr));
   }
   std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(segs[0].addr));
   if (cas) {
@@ -528,8 +529,8 @@ absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out
 absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) {
   dev_->mutable_stats().local_accesses.Inc();
   Segments segs;
-  RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, data.size(), AccessKind::kLocalWrite, &segs));
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, data.size(),
+                                        AccessKind::kLocalWrite, &segs));
   size_t off = 0;
   for (const Segment& s : segs) {
     std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
@@ -590,8 +591,9 @@ absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& option
 
 void RegisterBackend() {
   (void)hca::RegisterBackend(
-      "sim", [](const BackendSpec& spec,
-                const OpenOptions& open) -> absl::StatusOr<std::unique_ptr<Device>> {
+      "sim",
+      [](const BackendSpec& spec,
+         const OpenOptions& open) -> absl::StatusOr<std::unique_ptr<Device>> {
         ASSIGN_OR_RETURN(SimOptions o, SimOptionsFromSpec(spec));
         ASSIGN_OR_RETURN(std::unique_ptr<SimDevice> d, NewSimDevice(o, open));
         return std::unique_ptr<Device>(std::move(d));

@@ -54,42 +54,42 @@
 
 namespace regcache::hca::sim {
 
-#define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
-  COUNTER(translations, "accesses translated successfully")                      \
-  COUNTER(translation_errors, "accesses refused by a key check")                 \
-  COUNTER(bytes_moved, "bytes moved by the peer data path")                      \
-  COUNTER(peer_reads, "peer RDMA READs")                                         \
-  COUNTER(peer_writes, "peer RDMA WRITEs")                                       \
-  COUNTER(peer_atomics, "peer atomics")                                          \
-  COUNTER(local_accesses, "local SGE accesses by lkey")                          \
-  COUNTER(remote_invalidations, "keys invalidated by SEND with invalidate")      \
-  COUNTER(remote_invalidations_refused, "SEND with invalidate refused")          \
-  COUNTER(wqes_executed, "WQEs executed")                                        \
-  COUNTER(umrs_executed, "UMR WQEs executed successfully")                       \
-  COUNTER(umrs_failed, "WQEs completed with an error")                           \
-  COUNTER(local_invalidations, "local invalidate UMRs executed")                 \
-  COUNTER(cqes_written, "CQEs written")                                          \
-  COUNTER(doorbells, "doorbells rung")                                           \
-  COUNTER(commands, "firmware commands executed")                                \
-  COUNTER(command_errors, "firmware commands failed")                            \
-  COUNTER(page_faults, "ODP page-fault events raised")                           \
-  COUNTER(faults_resumed_ok, "faults resumed with success")                      \
-  COUNTER(faults_resumed_error, "faults resumed with error")                     \
-  COUNTER(fault_timeouts, "parked accesses that timed out")                      \
-  COUNTER(prefetches, "prefetch calls")                                          \
-  COUNTER(injected_failures, "failures injected by test hooks")                  \
-  GAUGE(live_keys, "keys in the key table")                                      \
+#define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
+  COUNTER(translations, "accesses translated successfully")                 \
+  COUNTER(translation_errors, "accesses refused by a key check")            \
+  COUNTER(bytes_moved, "bytes moved by the peer data path")                 \
+  COUNTER(peer_reads, "peer RDMA READs")                                    \
+  COUNTER(peer_writes, "peer RDMA WRITEs")                                  \
+  COUNTER(peer_atomics, "peer atomics")                                     \
+  COUNTER(local_accesses, "local SGE accesses by lkey")                     \
+  COUNTER(remote_invalidations, "keys invalidated by SEND with invalidate") \
+  COUNTER(remote_invalidations_refused, "SEND with invalidate refused")     \
+  COUNTER(wqes_executed, "WQEs executed")                                   \
+  COUNTER(umrs_executed, "UMR WQEs executed successfully")                  \
+  COUNTER(umrs_failed, "WQEs completed with an error")                      \
+  COUNTER(local_invalidations, "local invalidate UMRs executed")            \
+  COUNTER(cqes_written, "CQEs written")                                     \
+  COUNTER(doorbells, "doorbells rung")                                      \
+  COUNTER(commands, "firmware commands executed")                           \
+  COUNTER(command_errors, "firmware commands failed")                       \
+  COUNTER(page_faults, "ODP page-fault events raised")                      \
+  COUNTER(faults_resumed_ok, "faults resumed with success")                 \
+  COUNTER(faults_resumed_error, "faults resumed with error")                \
+  COUNTER(fault_timeouts, "parked accesses that timed out")                 \
+  COUNTER(prefetches, "prefetch calls")                                     \
+  COUNTER(injected_failures, "failures injected by test hooks")             \
+  GAUGE(live_keys, "keys in the key table")                                 \
   GAUGE(parked_accesses, "accesses waiting for a fault resume")
 RC_DEFINE_STATS(SimStats, HCA_SIM_STATS);
 
 enum class ExecutionMode { kInline, kThread };
 
 struct SimOptions {
-  ExecutionMode mode = ExecutionMode::kInline;   // spec "mode=inline|thread"
-  uint32_t max_keys = 1u << 16;                  // key table size; spec "max_keys="
-  uint32_t max_indirection = 4;                  // KLM/KSM hops; spec "max_indirection="
-  uint32_t log_max_klm_list_size = 16;           // max KLM entries = 2^n; spec "log_max_klm="
-  uint32_t max_queue_depth = 1u << 15;           // WQEBBs
+  ExecutionMode mode = ExecutionMode::kInline;      // spec "mode=inline|thread"
+  uint32_t max_keys = 1u << 16;                     // key table size; spec "max_keys="
+  uint32_t max_indirection = 4;                     // KLM/KSM hops; spec "max_indirection="
+  uint32_t log_max_klm_list_size = 16;              // max KLM entries = 2^n; spec "log_max_klm="
+  uint32_t max_queue_depth = 1u << 15;              // WQEBBs
   absl::Duration fault_timeout = absl::Seconds(5);  // parked access gives up; "fault_timeout_ms="
   std::string device_name = "sim0";
 };

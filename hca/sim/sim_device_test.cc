@@ -1,5 +1,7 @@
 // The Proof list of issue 4, against the sim through hca::Device: every key check of the
 // memory-key path (docs/prm.md), and every umr/ builder's WQE executed from the ring.
+#include "hca/sim/sim_device.h"
+
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -8,7 +10,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/backend.h"
-#include "hca/sim/sim_device.h"
 
 namespace regcache::hca::sim {
 namespace {
@@ -122,8 +123,10 @@ TEST_P(SimDeviceTest, UnalignedMttStartAndPageCount) {
 TEST_P(SimDeviceTest, KlmSplitAcrossEntries) {
   Key k = NewIndirect();
   // Two pieces of 3000 and 5000 bytes from non-adjacent places.
-  ASSERT_TRUE(MapKlm(k, 1, {{backing_.key, base_ + 8 * kPage, 3000}, {backing_.key, base_ + 100, 5000}},
-                     kAllAccess).ok());
+  ASSERT_TRUE(MapKlm(k, 1,
+                     {{backing_.key, base_ + 8 * kPage, 3000}, {backing_.key, base_ + 100, 5000}},
+                     kAllAccess)
+                  .ok());
   k = MakeKey(KeyIndex(k), 1);
   std::vector<uint8_t> out(200);
   // d = 2900: 100 bytes from entry 0 at offset 2900, 100 from entry 1 at offset 0.
@@ -144,7 +147,8 @@ TEST_P(SimDeviceTest, FixedBufferKsmMode) {
   r.new_variant = 3;
   r.layout = Layout::kKsm;
   r.log_entity_size = 12;
-  std::vector<KlmEntry> e = {{backing_.key, base_ + 5 * kPage, 0}, {backing_.key, base_ + 2 * kPage, 0}};
+  std::vector<KlmEntry> e = {{backing_.key, base_ + 5 * kPage, 0},
+                             {backing_.key, base_ + 2 * kPage, 0}};
   r.klm = e;
   r.access = kAllAccess;
   r.start_addr = 0;
@@ -226,7 +230,8 @@ TEST_P(SimDeviceTest, PdMismatchFails) {
 
 TEST_P(SimDeviceTest, RangeOverflowAndWrap) {
   std::vector<uint8_t> out(16);
-  EXPECT_EQ(Syn(peer_->Read(backing_.key, base_ - 1, absl::MakeSpan(out))), Syndrome::kRemoteAccess);
+  EXPECT_EQ(Syn(peer_->Read(backing_.key, base_ - 1, absl::MakeSpan(out))),
+            Syndrome::kRemoteAccess);
   EXPECT_EQ(Syn(peer_->Read(backing_.key, base_ + 16 * kPage - 8, absl::MakeSpan(out))),
             Syndrome::kRemoteAccess);
   // length64 key starting high: an access running past 2^64 must not wrap around.
@@ -494,7 +499,8 @@ TEST_P(SimDeviceTest, ConcurrentAccessesDuringRemaps) {
   }
   for (int round = 0; round < 200; ++round) {
     const uint64_t src = (round % 2) ? base_ + kPage : base_;
-    ASSERT_TRUE(MapKlm(k, static_cast<uint8_t>(round % 4), {{backing_.key, src, 64}}, kAllAccess, 0).ok());
+    ASSERT_TRUE(
+        MapKlm(k, static_cast<uint8_t>(round % 4), {{backing_.key, src, 64}}, kAllAccess, 0).ok());
     ASSERT_TRUE(Invalidate(MakeKey(KeyIndex(k), round % 4)).ok());
   }
   stop.store(true);

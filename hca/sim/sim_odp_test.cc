@@ -59,7 +59,8 @@ class SimOdpTest : public ::testing::Test {
 TEST_F(SimOdpTest, FaultResumeDataArrives) {
   const std::vector<uint8_t> data(100, 0x5c);
   absl::Status write_status;
-  std::thread writer([&] { write_status = peer_->Write(backing_.key, base_ + 3 * kPage + 10, data); });
+  std::thread writer(
+      [&] { write_status = peer_->Write(backing_.key, base_ + 3 * kPage + 10, data); });
   // The fd becomes readable when the event is pending.
   struct pollfd pfd = {dev_->FaultEventFd(), POLLIN, 0};
   ASSERT_EQ(poll(&pfd, 1, 5000), 1);
@@ -95,7 +96,8 @@ TEST_F(SimOdpTest, InjectedResumeFailure) {
 TEST_F(SimOdpTest, PrefetchAvoidsFaultAndTimeoutIsBounded) {
   ASSERT_TRUE(dev_->Prefetch(backing_.key, base_ + kPage, 2 * kPage, true).ok());
   std::vector<uint8_t> out(kPage);
-  EXPECT_TRUE(peer_->Write(backing_.key, base_ + kPage + 5, absl::MakeSpan(out).subspan(0, kPage)).ok());
+  EXPECT_TRUE(
+      peer_->Write(backing_.key, base_ + kPage + 5, absl::MakeSpan(out).subspan(0, kPage)).ok());
   EXPECT_EQ(dev_->stats().page_faults.value(), 0u);
   // A non-ODP key cannot be prefetched.
   EXPECT_EQ(dev_->Prefetch(MakeKey(1, 0), 0, 1, false).code(), absl::StatusCode::kInvalidArgument);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "hca/sim/sim_device.h"
 #include "hca/sim/internal/sim_queue.h"
+#include "hca/sim/sim_device.h"
 #include "umr/cqe.h"
 #include "umr/mailbox.h"
 #include "umr/odp_event.h"

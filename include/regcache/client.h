@@ -72,7 +72,7 @@ struct Key {
   uint64_t handle = 0;
   uint32_t lkey = 0;
   uint32_t rkey = 0;
-  uint64_t va = 0;      // the covering registration's range
+  uint64_t va = 0;  // the covering registration's range
   uint64_t length = 0;
   uint32_t access = 0;
   bool hit = false;

@@ -84,8 +84,8 @@ void AppendRewrites(const hca::Backing& b, uint32_t first, absl::Span<const uint
   }
 }
 
-ServicePlan PlanService(const hca::Backing& b, const MttState& state,
-                        absl::Span<const Need> needs, uint32_t max_entries) {
+ServicePlan PlanService(const hca::Backing& b, const MttState& state, absl::Span<const Need> needs,
+                        uint32_t max_entries) {
   ServicePlan plan;
   // Runs of whole blocks touched by the pending needs, merged where they meet.
   std::vector<EntryRange> runs;

@@ -11,10 +11,10 @@
 //
 // A service plan covers the pending needs' entries widened to whole blocks (a UMR writes 64-byte
 // blocks of 8 MTT entries: its translation offset and size are 64-byte aligned, docs/prm.md,
-// UMR WQE), runs that meet merged into one; a run is rewritten only if its state changes (or the state is
-// uncertain), in rewrites of at most `max_entries` entries each (what one WQE carries inline).
-// Entries around a need inside its blocks are rewritten with their current state, so a rewrite
-// never takes a neighbour's rights away.
+// UMR WQE), runs that meet merged into one; a run is rewritten only if its state changes (or the
+// state is uncertain), in rewrites of at most `max_entries` entries each (what one WQE carries
+// inline). Entries around a need inside its blocks are rewritten with their current state, so a
+// rewrite never takes a neighbour's rights away.
 //
 // Thread safety: plain functions of their arguments; the caller holds the backing's lock.
 #ifndef REGCACHE_ODP_INTERNAL_FAULT_PLAN_H_
@@ -49,10 +49,10 @@ hca::MttEntry EntryFor(const hca::Backing& b, uint32_t i, uint8_t state);
 
 // What one fault or prefetch needs from a backing, and how it ended.
 struct Need {
-  uint64_t addr = 0;    // daemon addresses (the backing key's address space)
+  uint64_t addr = 0;  // daemon addresses (the backing key's address space)
   uint64_t length = 0;
   bool write = false;
-  EntryRange range;     // set by CheckNeeds: the entries holding [addr, addr + length)
+  EntryRange range;  // set by CheckNeeds: the entries holding [addr, addr + length)
   bool done = false;
   absl::Status result;  // once done
 };
@@ -98,8 +98,8 @@ struct ServicePlan {
   std::vector<MttRewrite> rewrites;        // empty: nothing changes (the needs are served)
 };
 // REQUIRES: CheckNeeds ran over `needs`; max_entries a non-zero multiple of 8.
-ServicePlan PlanService(const hca::Backing& b, const MttState& state,
-                        absl::Span<const Need> needs, uint32_t max_entries);
+ServicePlan PlanService(const hca::Backing& b, const MttState& state, absl::Span<const Need> needs,
+                        uint32_t max_entries);
 // After the plan's rewrites: `ok` — the runs take their next state; failed — some WQEs may have
 // executed, so the new entries count as present too (a zap then clears them) and the state
 // becomes uncertain.

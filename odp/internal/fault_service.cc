@@ -136,8 +136,8 @@ void ServicerImpl::ServiceNeeds(BackingState& b, absl::Span<Need> needs, bool* r
   *rewrote = false;
   const hca::Backing& dev = b.device();
   size_t pending = CheckNeeds(dev, b.writable, needs);
-  const absl::Status removed = absl::FailedPreconditionError(
-      absl::StrFormat("backing 0x%08x is being removed", dev.key));
+  const absl::Status removed =
+      absl::FailedPreconditionError(absl::StrFormat("backing 0x%08x is being removed", dev.key));
 
   for (int attempt = 0; attempt < kMaxServiceAttempts && pending > 0; ++attempt) {
     uint64_t generation;

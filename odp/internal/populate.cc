@@ -68,8 +68,8 @@ void InstallGuardHandlers() {
 // else writes the byte meanwhile.
 inline void TouchForWrite(uint8_t* p) {
   uint8_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(p, &v, v, /*weak=*/false, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED)) {
+  while (
+      !__atomic_compare_exchange_n(p, &v, v, /*weak=*/false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 }
 
@@ -96,10 +96,10 @@ absl::Status GuardedTouch(uint64_t start, uint64_t end, uint64_t page, bool writ
   volatile bool for_write = write;
   const int sig = sigsetjmp(env, /*savemask=*/1);
   if (sig != 0) {
-    return absl::UnavailableError(absl::StrFormat(
-        "page at 0x%x cannot be made resident (%s while touching it for %s)",
-        static_cast<uint64_t>(at), sig == SIGBUS ? "SIGBUS" : "SIGSEGV",
-        for_write ? "write" : "read"));
+    return absl::UnavailableError(
+        absl::StrFormat("page at 0x%x cannot be made resident (%s while touching it for %s)",
+                        static_cast<uint64_t>(at), sig == SIGBUS ? "SIGBUS" : "SIGSEGV",
+                        for_write ? "write" : "read"));
   }
   t_guard = &env;
   std::atomic_signal_fence(std::memory_order_seq_cst);

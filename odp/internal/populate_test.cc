@@ -97,8 +97,8 @@ TEST(PopulateGuardTest, FaultsOutsideAGuardStillReachThePreviousHandler) {
   // Install the guard (a touch), then fault outside it: the process must die of the signal as
   // it would have without odp/.
   void* m = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_TRUE(MakeResident(reinterpret_cast<uint64_t>(m), kPage, false, /*use_madvise=*/false)
-                  .ok());
+  ASSERT_TRUE(
+      MakeResident(reinterpret_cast<uint64_t>(m), kPage, false, /*use_madvise=*/false).ok());
   munmap(m, kPage);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(

@@ -41,9 +41,9 @@ absl::Status ServicerImpl::Prefetch(hca::Key key, uint64_t addr, uint64_t length
   }
   const hca::Backing& dev = b->device();
   if (addr < dev.addr || addr + length < addr || addr + length > dev.addr + dev.length) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "prefetch [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length, key, dev.addr,
-        dev.length));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prefetch [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length,
+                        key, dev.addr, dev.length));
   }
   if (write && !b->writable) {
     return absl::PermissionDeniedError(
@@ -55,8 +55,8 @@ absl::Status ServicerImpl::Prefetch(hca::Key key, uint64_t addr, uint64_t length
     base::MutexLock lock(&prefetch_mu_);
     if (prefetch_queue_.size() >= options_.max_queued_prefetches) {
       stats_.prefetch_queue_overflow.Inc();
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "%u asynchronous prefetches already queued", prefetch_queue_.size()));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%u asynchronous prefetches already queued", prefetch_queue_.size()));
     }
     prefetch_queue_.push_back(AsyncPrefetch{std::move(b), addr, length, write});
     stats_.queued_prefetches.Add();
@@ -65,8 +65,8 @@ absl::Status ServicerImpl::Prefetch(hca::Key key, uint64_t addr, uint64_t length
   return absl::OkStatus();
 }
 
-absl::Status ServicerImpl::PrefetchTenantRange(cache::TenantId tenant, uint64_t va,
-                                               uint64_t length, bool write, PrefetchMode mode) {
+absl::Status ServicerImpl::PrefetchTenantRange(cache::TenantId tenant, uint64_t va, uint64_t length,
+                                               bool write, PrefetchMode mode) {
   if (length == 0) return absl::OkStatus();
   if (va + length < va) return absl::InvalidArgumentError("prefetch range wraps");
   struct Piece {
@@ -94,9 +94,9 @@ absl::Status ServicerImpl::PrefetchTenantRange(cache::TenantId tenant, uint64_t 
       }
     }
     if (at < end) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "tenant %u: 0x%x is not in attached memory (prefetch [0x%x, +%u))", tenant, at, va,
-          length));
+      return absl::OutOfRangeError(
+          absl::StrFormat("tenant %u: 0x%x is not in attached memory (prefetch [0x%x, +%u))",
+                          tenant, at, va, length));
     }
   }
   for (const Piece& p : pieces) RETURN_IF_ERROR(Prefetch(p.key, p.addr, p.length, write, mode));

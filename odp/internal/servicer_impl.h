@@ -101,8 +101,8 @@ class ServicerImpl final : public Servicer {
   void OnBackingRemoving(const cache::BackingEvent& event) override;
   absl::Status Prefetch(hca::Key key, uint64_t addr, uint64_t length, bool write,
                         PrefetchMode mode) override;
-  absl::Status PrefetchTenantRange(cache::TenantId tenant, uint64_t va, uint64_t length,
-                                   bool write, PrefetchMode mode) override;
+  absl::Status PrefetchTenantRange(cache::TenantId tenant, uint64_t va, uint64_t length, bool write,
+                                   PrefetchMode mode) override;
   absl::Status WaitForPrefetches(absl::Duration timeout) override;
   absl::Status Zap(hca::Key key, uint64_t addr, uint64_t length) override;
   const OdpStats& stats() const override { return stats_; }

@@ -43,9 +43,9 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(uint64_t leng
                                                                    absl::string_view name) {
   const uint64_t page = hugetlb ? kHugePage : PageSize();
   if (length == 0 || length % page != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "memory length %d is not a positive multiple of the %s page size %d", length,
-        hugetlb ? "huge" : "", page));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("memory length %d is not a positive multiple of the %s page size %d",
+                        length, hugetlb ? "huge" : "", page));
   }
   unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
   if (hugetlb) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
@@ -82,9 +82,9 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
         "client memory range +0x%x/0x%x is empty or not page aligned", offset, length));
   }
   if (offset + length < offset || offset + length > static_cast<uint64_t>(st.st_size)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "client memory range [0x%x, +0x%x) is outside the file of %d bytes", offset, length,
-        st.st_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("client memory range [0x%x, +0x%x) is outside the file of %d bytes", offset,
+                        length, st.st_size));
   }
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
@@ -100,8 +100,8 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
   if (offset + length > static_cast<uint64_t>(st.st_size)) {
     return absl::InvalidArgumentError("client memory shrank below the requested range");
   }
-  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                   static_cast<off_t>(offset));
+  void* p =
+      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     return base::ErrnoToStatus(errno, absl::StrFormat("mmap client memory of %d bytes", length));
   }

@@ -40,9 +40,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "regcache/client.h"
-#include "api/internal/client_testing.h"
 #include "api/control_protocol.h"
+#include "api/internal/client_testing.h"
+#include "regcache/client.h"
 
 ABSL_FLAG(std::string, socket_dir, "", "regcached's socket directory");
 ABSL_FLAG(int32_t, uid, -1, "drop to this uid (and gid) before connecting");
@@ -64,8 +64,8 @@ bool Num(const std::string& t, uint64_t* out) {
 }
 
 std::string KeyLine(const regcache::api::Key& k) {
-  return absl::StrCat("ok handle=0x", absl::Hex(k.handle), " rkey=0x", absl::Hex(k.rkey),
-                      " va=0x", absl::Hex(k.va), " len=", k.length, " hit=", k.hit ? 1 : 0);
+  return absl::StrCat("ok handle=0x", absl::Hex(k.handle), " rkey=0x", absl::Hex(k.rkey), " va=0x",
+                      absl::Hex(k.va), " len=", k.length, " hit=", k.hit ? 1 : 0);
 }
 
 std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
@@ -83,7 +83,8 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
   if (cmd == "alloc") {
     auto m = c.AllocateMemory(n(1));
     if (!m.ok()) return Err(m.status());
-    return absl::StrCat("ok mem=", m->id, " ptr=0x", absl::Hex(reinterpret_cast<uint64_t>(m->data)));
+    return absl::StrCat("ok mem=", m->id, " ptr=0x",
+                        absl::Hex(reinterpret_cast<uint64_t>(m->data)));
   }
   if (cmd == "allocfd") {
     int fd = memfd_create("e2e", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -91,12 +92,14 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     auto m = c.AttachFd(fd, 0, n(1));
     close(fd);
     if (!m.ok()) return Err(m.status());
-    return absl::StrCat("ok mem=", m->id, " ptr=0x", absl::Hex(reinterpret_cast<uint64_t>(m->data)));
+    return absl::StrCat("ok mem=", m->id, " ptr=0x",
+                        absl::Hex(reinterpret_cast<uint64_t>(m->data)));
   }
   if (cmd == "allocodp") {  // on-demand memory: translations absent until faulted/prefetched
     auto m = c.AllocateMemory(n(1), /*hugetlb=*/false, /*on_demand=*/true);
     if (!m.ok()) return Err(m.status());
-    return absl::StrCat("ok mem=", m->id, " ptr=0x", absl::Hex(reinterpret_cast<uint64_t>(m->data)));
+    return absl::StrCat("ok mem=", m->id, " ptr=0x",
+                        absl::Hex(reinterpret_cast<uint64_t>(m->data)));
   }
   if (cmd == "regp") {  // reg with prefetch mode: 0 none, 1 sync, 2 async
     auto k = c.Register(reinterpret_cast<const void*>(n(1)), n(2), static_cast<uint32_t>(n(3)),
@@ -104,8 +107,9 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     return k.ok() ? KeyLine(*k) : Err(k.status());
   }
   if (cmd == "prefetch") {  // prefetch <va> <len> <write 0|1> <sync 0|1>
-    absl::Status s = c.Prefetch(reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0,
-                                n(4) != 0 ? regcache::api::PrefetchMode::kSync : regcache::api::PrefetchMode::kAsync);
+    absl::Status s = c.Prefetch(
+        reinterpret_cast<const void*>(n(1)), n(2), n(3) != 0,
+        n(4) != 0 ? regcache::api::PrefetchMode::kSync : regcache::api::PrefetchMode::kAsync);
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "reg") {
@@ -128,8 +132,7 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
   if (cmd == "check" && a.size() == 3) {
     const char* p = reinterpret_cast<const char*>(n(1));
     if (std::memcmp(p, a[2].data(), a[2].size()) == 0) return "ok";
-    return absl::StrCat("err MISMATCH got=",
-                        absl::CHexEscape(absl::string_view(p, a[2].size())));
+    return absl::StrCat("err MISMATCH got=", absl::CHexEscape(absl::string_view(p, a[2].size())));
   }
   if (cmd == "pwrite" && a.size() >= 4) {
     absl::Status s = c.PeerWrite(static_cast<uint32_t>(n(1)), n(2), a[3], n(4));
@@ -168,7 +171,8 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     if (write(regcache::api::testing::ControlFd(c), junk, sizeof(junk)) != sizeof(junk)) {
       return "err INTERNAL write";
     }
-    auto reply = regcache::api::ReceiveControlMessage(regcache::api::testing::ControlFd(c), absl::Seconds(5));
+    auto reply = regcache::api::ReceiveControlMessage(regcache::api::testing::ControlFd(c),
+                                                      absl::Seconds(5));
     if (!reply.ok()) return Err(reply.status());
     if (reply->type != regcache::api::ControlType::kError) return "err INTERNAL not an error reply";
     absl::Status s = regcache::api::StatusFromErrorMessage(reply->As<regcache::api::ErrorMsg>());
@@ -177,8 +181,8 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
   if (cmd == "traffic") {
     uint64_t base = n(1);
     threads->emplace_back([&c, base, stop] {
-      const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite | regcache::api::kRemoteRead |
-                          regcache::api::kRemoteWrite;
+      const uint32_t rw = regcache::api::kLocalRead | regcache::api::kLocalWrite |
+                          regcache::api::kRemoteRead | regcache::api::kRemoteWrite;
       for (uint64_t i = 0; !stop->load(); ++i) {
         auto k = c.Register(reinterpret_cast<const void*>(base + (i % 256) * 4096), 4096, rw);
         if (k.ok()) (void)c.Release(k->handle);

@@ -140,7 +140,8 @@ std::map<std::string, std::string> Fields(const std::string& line) {
       continue;
     }
     size_t eq = w.find('=');
-    if (eq != absl::string_view::npos) out[std::string(w.substr(0, eq))] = std::string(w.substr(eq + 1));
+    if (eq != absl::string_view::npos)
+      out[std::string(w.substr(0, eq))] = std::string(w.substr(eq + 1));
   }
   return out;
 }
@@ -180,9 +181,8 @@ class Daemon {
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc_ = std::make_unique<Process>(argv);
     absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline &&
-           !(std::filesystem::exists(dir_ + "/control.sock") &&
-             std::filesystem::exists(dir_ + "/grpc.sock"))) {
+    while (absl::Now() < deadline && !(std::filesystem::exists(dir_ + "/control.sock") &&
+                                       std::filesystem::exists(dir_ + "/grpc.sock"))) {
       absl::SleepFor(absl::Milliseconds(10));
     }
   }
@@ -306,7 +306,8 @@ TEST(E2E, OnDemandMemoryFaultsAndPrefetchesAcrossProcesses) {
   EXPECT_EQ(stat("faults"), faults);
   EXPECT_EQ(c->Do(absl::StrCat("prefetch ", Addr(p + 131072), " 4096 1 1")), "ok");
   EXPECT_EQ(Fields(c->Do(absl::StrCat("prefetch ", Addr(p + 4 * 1048576), " 4096 1 1")))["_"],
-            "err") << "outside the attached memory";
+            "err")
+      << "outside the attached memory";
 }
 
 TEST(E2E, BadInputTable) {
@@ -327,32 +328,54 @@ TEST(E2E, BadInputTable) {
     std::vector<std::string> codes;  // any of these
   };
   std::vector<Case> cases = {
-      {"zero length", a.proc.get(), absl::StrCat("reg ", Addr(p), " 0 ", kRw),
+      {"zero length",
+       a.proc.get(),
+       absl::StrCat("reg ", Addr(p), " 0 ", kRw),
        {"INVALID_ARGUMENT"}},
-      {"overflowing length", a.proc.get(), absl::StrCat("reg ", Addr(p), " 0xfffffffffffff000 ", kRw),
+      {"overflowing length",
+       a.proc.get(),
+       absl::StrCat("reg ", Addr(p), " 0xfffffffffffff000 ", kRw),
        {"INVALID_ARGUMENT"}},
-      {"range outside the attached memory", a.proc.get(),
-       absl::StrCat("reg ", Addr(p + (4 << 20)), " 4096 ", kRw), {"OUT_OF_RANGE"}},
-      {"unknown access bits", a.proc.get(), absl::StrCat("reg ", Addr(p), " 4096 0x40"),
+      {"range outside the attached memory",
+       a.proc.get(),
+       absl::StrCat("reg ", Addr(p + (4 << 20)), " 4096 ", kRw),
+       {"OUT_OF_RANGE"}},
+      {"unknown access bits",
+       a.proc.get(),
+       absl::StrCat("reg ", Addr(p), " 4096 0x40"),
        {"INVALID_ARGUMENT"}},
-      {"remote write without local write", a.proc.get(), absl::StrCat("reg ", Addr(p), " 4096 9"),
+      {"remote write without local write",
+       a.proc.get(),
+       absl::StrCat("reg ", Addr(p), " 4096 9"),
        {"INVALID_ARGUMENT"}},
-      {"window beyond its parent", a.proc.get(),
-       absl::StrCat("window ", parent["handle"], " 4096 8192 ", kRw), {"INVALID_ARGUMENT"}},
+      {"window beyond its parent",
+       a.proc.get(),
+       absl::StrCat("window ", parent["handle"], " 4096 8192 ", kRw),
+       {"INVALID_ARGUMENT"}},
       {"unknown handle", a.proc.get(), "query 0x12345", {"NOT_FOUND", "PERMISSION_DENIED"}},
-      {"another tenant's handle: invalidate", b.proc.get(), "inval " + victim["handle"],
+      {"another tenant's handle: invalidate",
+       b.proc.get(),
+       "inval " + victim["handle"],
        {"PERMISSION_DENIED"}},
-      {"another tenant's handle: query", b.proc.get(), "query " + victim["handle"],
+      {"another tenant's handle: query",
+       b.proc.get(),
+       "query " + victim["handle"],
        {"PERMISSION_DENIED"}},
-      {"another tenant's handle: window", b.proc.get(),
-       absl::StrCat("window ", victim["handle"], " 0 4096 ", kRw), {"PERMISSION_DENIED"}},
-      {"another tenant's rkey through its own peer", b.proc.get(),
+      {"another tenant's handle: window",
+       b.proc.get(),
+       absl::StrCat("window ", victim["handle"], " 0 4096 ", kRw),
+       {"PERMISSION_DENIED"}},
+      {"another tenant's rkey through its own peer",
+       b.proc.get(),
        absl::StrCat("pwrite ", victim["rkey"], " ", Addr(p + 65536), " x"),
        {"PERMISSION_DENIED"}},
-      {"oversized request (> 64 KiB)", a.proc.get(),
+      {"oversized request (> 64 KiB)",
+       a.proc.get(),
        absl::StrCat("pwrite_big ", parent["rkey"], " ", Addr(p), " 100000"),
        {"RESOURCE_EXHAUSTED"}},
-      {"malformed request bytes", a.proc.get(), "raw /regcache.v1.RegCache/Register ffffffffff",
+      {"malformed request bytes",
+       a.proc.get(),
+       "raw /regcache.v1.RegCache/Register ffffffffff",
        {"INTERNAL", "INVALID_ARGUMENT"}},
       {"unknown method", a.proc.get(), "raw /regcache.v1.RegCache/Nope 00", {"UNIMPLEMENTED"}},
       {"garbage on the control socket", a.proc.get(), "ctlgarbage", {"ok"}},
@@ -374,8 +397,8 @@ TEST(E2E, BadInputTable) {
   // Session tokens: missing, garbage, well-formed but unknown.
   for (const char* t : {"none", "garbage", "wrong"}) {
     ASSERT_EQ(b.proc->Do(absl::StrCat("token ", t)), "ok");
-    EXPECT_EQ(Code(b.proc->Do(absl::StrCat("reg ", Addr(b.ptr), " 4096 ", kRw))),
-              "UNAUTHENTICATED") << t;
+    EXPECT_EQ(Code(b.proc->Do(absl::StrCat("reg ", Addr(b.ptr), " 4096 ", kRw))), "UNAUTHENTICATED")
+        << t;
     EXPECT_EQ(b.proc->Do("ping"), "ok") << "Ping needs no session";
   }
 
@@ -433,15 +456,15 @@ TEST(E2E, KillNineMidTraffic) {
   Session victim = Open(d);
   std::vector<std::map<std::string, std::string>> keys;
   for (int i = 0; i < 8; ++i) {
-    keys.push_back(
-        Fields(victim.proc->Do(absl::StrCat("reg ", Addr(victim.ptr + i * 65536), " 65536 ", kRw))));
+    keys.push_back(Fields(
+        victim.proc->Do(absl::StrCat("reg ", Addr(victim.ptr + i * 65536), " 65536 ", kRw))));
     ASSERT_EQ(keys.back()["_"], "ok");
   }
   ASSERT_EQ(victim.proc->Do(absl::StrCat("traffic ", Addr(victim.ptr + (2 << 20)))), "ok");
   absl::SleepFor(absl::Milliseconds(200));  // traffic in flight
   EXPECT_GT(stat("cache", "live_registrations"), live0);
-  EXPECT_EQ(observer->Do(absl::StrCat("pwrite ", keys[0]["rkey"], " ", Addr(victim.ptr),
-                                      " before ", victim.id)),
+  EXPECT_EQ(observer->Do(absl::StrCat("pwrite ", keys[0]["rkey"], " ", Addr(victim.ptr), " before ",
+                                      victim.id)),
             "ok");
 
   kill(victim.proc->pid(), SIGKILL);
@@ -452,8 +475,8 @@ TEST(E2E, KillNineMidTraffic) {
     gone = true;
     for (absl::string_view id : absl::StrSplit(ids, ',')) gone &= id != absl::StrCat(victim.id);
     balanced = stat("cache", "live_registrations") == live0 &&
-               stat("cache", "keys_in_use") == in_use0 &&
-               stat("cache", "bytes_backed") == bytes0 && stat("cache", "tenants") == tenants0;
+               stat("cache", "keys_in_use") == in_use0 && stat("cache", "bytes_backed") == bytes0 &&
+               stat("cache", "tenants") == tenants0;
     if (!(gone && balanced)) absl::SleepFor(absl::Milliseconds(10));
   }
   absl::Duration took = absl::Now() - killed;
@@ -463,8 +486,8 @@ TEST(E2E, KillNineMidTraffic) {
                         << " bytes=" << stat("cache", "bytes_backed") << "/" << bytes0;
   EXPECT_LT(took, absl::Seconds(1)) << "cleanup took " << took;
   for (auto& k : keys) {
-    std::string r = observer->Do(absl::StrCat("pwrite ", k["rkey"], " ", Addr(victim.ptr),
-                                              " after ", victim.id));
+    std::string r = observer->Do(
+        absl::StrCat("pwrite ", k["rkey"], " ", Addr(victim.ptr), " after ", victim.id));
     EXPECT_NE(Code(r), "ok") << "old rkey " << k["rkey"] << " still writable: " << r;
   }
   EXPECT_TRUE(d.process().Alive());

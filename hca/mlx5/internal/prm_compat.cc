@@ -97,21 +97,22 @@ static_assert(offsetof(mlx5_err_cqe, op_own) == offsetof(umr::CqeLayout, op_own)
 static_assert(MLX5_SEND_WQE_BB == umr::kWqebb && MLX5_SEND_WQE_SHIFT == umr::kWqebbShift);
 static_assert(MLX5_INLINE_SEG == umr::kInlineSegBit);
 static_assert(MLX5_INVALID_LKEY == 0x100);
-static_assert(MLX5_OPCODE_UMR == umr::kOpcodeUmr && MLX5_OPCODE_SEND_INVAL == umr::kOpcodeSendInval &&
+static_assert(MLX5_OPCODE_UMR == umr::kOpcodeUmr &&
+              MLX5_OPCODE_SEND_INVAL == umr::kOpcodeSendInval &&
               MLX5_OPCODE_NOP == umr::kOpcodeNop && MLX5_OPCODE_SEND == umr::kOpcodeSend &&
               MLX5_OPCODE_RDMA_WRITE == umr::kOpcodeRdmaWrite &&
               MLX5_OPCODE_RDMA_READ == umr::kOpcodeRdmaRead);
 static_assert(MLX5_WQE_CTRL_CQ_UPDATE == umr::kCeCqUpdate << umr::kCeShift);
 static_assert(MLX5_WQE_CTRL_SOLICITED == umr::kSeSolicited);
 // rdma-core's "FENCE" is the kernel's SMALL_AND_FENCE (docs/prm.md, Fence modes).
-static_assert(MLX5_WQE_CTRL_FENCE ==
-              static_cast<int>(umr::FenceMode::kSmallAndFence) << umr::kFmShift);
+static_assert(MLX5_WQE_CTRL_FENCE == static_cast<int>(umr::FenceMode::kSmallAndFence)
+                                         << umr::kFmShift);
 static_assert(MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE ==
               static_cast<int>(umr::FenceMode::kInitiatorSmall) << umr::kFmShift);
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_INLINE == umr::kUmrFlagInline);
 // rdma-core's CHECK_FREE is value 1 ("must be free") of the 2-bit field (docs/prm.md, UMR WQE).
-static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE ==
-              static_cast<int>(umr::FreeCheck::kMustBeFree) << umr::kUmrCheckFreeShift);
+static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE == static_cast<int>(umr::FreeCheck::kMustBeFree)
+                                                       << umr::kUmrCheckFreeShift);
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET == umr::kUmrFlagTranslationOffset);
 static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN == umr::kUmrFlagCheckQpn);
 static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN == umr::kMaskLen);

@@ -23,9 +23,12 @@ absl::Status Fail(std::vector<uint8_t>* out, uint8_t status, uint32_t syndrome,
   const std::string msg = absl::StrCat(why, " (status 0x", absl::Hex(status), ", syndrome 0x",
                                        absl::Hex(syndrome), ")");
   switch (status) {
-    case kCmdStatusBadResource: return absl::NotFoundError(msg);
-    case kCmdStatusLimit: return absl::ResourceExhaustedError(msg);
-    default: return absl::InvalidArgumentError(msg);
+    case kCmdStatusBadResource:
+      return absl::NotFoundError(msg);
+    case kCmdStatusLimit:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::InvalidArgumentError(msg);
   }
 }
 
@@ -34,7 +37,7 @@ void Succeed(const umr::Mailbox16& m, std::vector<uint8_t>* out) {
 }
 
 // Sim-chosen command syndromes (the real ones are firmware-internal).
-constexpr uint32_t kSynBadMailbox = 0x5a0001;   // short, wrong opcode for its decoder
+constexpr uint32_t kSynBadMailbox = 0x5a0001;  // short, wrong opcode for its decoder
 constexpr uint32_t kSynBadOpcode = 0x5a0002;
 constexpr uint32_t kSynBadMode = 0x5a0003;
 constexpr uint32_t kSynTooManyEntries = 0x5a0004;
@@ -51,13 +54,17 @@ absl::Status CommandProcessor::Execute(absl::Span<const uint8_t> in, std::vector
   const absl::StatusOr<uint16_t> opcode = umr::PeekCommandOpcode(in);
   if (!opcode.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, opcode.status().message());
   switch (*opcode) {
-    case umr::kCmdCreateMkey: return CreateMkey(in, out, on_demand);
-    case umr::kCmdQueryMkey: return QueryMkey(in, out);
-    case umr::kCmdDestroyMkey: return DestroyMkey(in, out);
+    case umr::kCmdCreateMkey:
+      return CreateMkey(in, out, on_demand);
+    case umr::kCmdQueryMkey:
+      return QueryMkey(in, out);
+    case umr::kCmdDestroyMkey:
+      return DestroyMkey(in, out);
     case umr::kCmdPageFaultResume:
       if (resume_) return PageFaultResume(in, out);
       break;
-    default: break;
+    default:
+      break;
   }
   return Fail(out, kCmdStatusBadParam, kSynBadOpcode,
               absl::StrCat("opcode 0x", absl::Hex(*opcode), " not modelled"));
@@ -118,8 +125,7 @@ absl::Status CommandProcessor::QueryMkey(absl::Span<const uint8_t> in, std::vect
   {
     base::ReaderMutexLock lock(&slot->mu);
     if (!slot->exists) {
-      return Fail(out, kCmdStatusBadResource, kSynNoSuchKey,
-                  absl::StrCat("no mkey index ", index));
+      return Fail(out, kCmdStatusBadResource, kSynNoSuchKey, absl::StrCat("no mkey index ", index));
     }
     o.mkc = ToMkc(slot->state);
     // The whole table (capacity entries: whole octowords), as the kernel sizes its outbox to
@@ -160,8 +166,7 @@ absl::Status CommandProcessor::DestroyMkey(absl::Span<const uint8_t> in,
   {
     base::MutexLock lock(&slot->mu);
     if (!slot->exists) {
-      return Fail(out, kCmdStatusBadResource, kSynNoSuchKey,
-                  absl::StrCat("no mkey index ", index));
+      return Fail(out, kCmdStatusBadResource, kSynNoSuchKey, absl::StrCat("no mkey index ", index));
     }
     slot->exists = false;
     slot->on_demand = false;

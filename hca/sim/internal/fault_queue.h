@@ -42,8 +42,8 @@
 #include "absl/time/time.h"
 #include "base/mutex.h"
 #include "hca/device.h"
-#include "hca/sim/sim_device.h"
 #include "hca/sim/internal/translator.h"
+#include "hca/sim/sim_device.h"
 #include "umr/odp_event.h"
 #include "umr/prm.h"
 

@@ -14,7 +14,8 @@ void MkeySlot::RecomputeKlmEnds() {
 }
 
 uint32_t MkeySlot::CapacityEntries(const MkeyState& s) {
-  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (docs/prm.md, Mkey context (MKC)).
+  // MTT: two 8-byte entries per octoword; KLM/KSM: one 16-byte entry (docs/prm.md, Mkey context
+  // (MKC)).
   const auto mode = static_cast<umr::AccessMode>(s.access_mode);
   return s.translations_octword_size * static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
 }

@@ -12,8 +12,9 @@
 //
 // Thread safety: the table is safe for concurrent use. Each slot has its own reader/writer lock:
 // translations take it shared for a few loads (no global lock on the access path), every writer
-// takes it exclusively (a UMR or a command for the whole check-and-commit of one WQE), so a failing WQE leaves
-// the slot unchanged and a reader never sees half an update. Slot allocation uses one table lock.
+// takes it exclusively (a UMR or a command for the whole check-and-commit of one WQE), so a failing
+// WQE leaves the slot unchanged and a reader never sees half an update. Slot allocation uses one
+// table lock.
 #ifndef REGCACHE_HCA_SIM_MKEY_TABLE_H_
 #define REGCACHE_HCA_SIM_MKEY_TABLE_H_
 
@@ -35,9 +36,9 @@ namespace regcache::hca::sim {
 struct MkeyState {
   bool free = true;
   bool umr_en = false;
-  uint8_t access_mode = 0;    // umr::kAccessModeMtt, kAccessModeKlm or kAccessModeKsm
-  AccessFlags access = 0;     // lr/lw/rr/rw/a as hca::AccessBits
-  uint8_t variant = 0;        // mkey_7_0
+  uint8_t access_mode = 0;  // umr::kAccessModeMtt, kAccessModeKlm or kAccessModeKsm
+  AccessFlags access = 0;   // lr/lw/rr/rw/a as hca::AccessBits
+  uint8_t variant = 0;      // mkey_7_0
   uint32_t qpn = umr::kQpnUnbound;
   uint32_t pd = 0;
   bool length64 = false;
@@ -95,9 +96,7 @@ class MkeyTable {
   void Release(uint32_t index);
 
   // The slot of `index`, or nullptr when out of range. Slots live as long as the table.
-  MkeySlot* Slot(uint32_t index) const {
-    return index < size_ ? &slots_[index] : nullptr;
-  }
+  MkeySlot* Slot(uint32_t index) const { return index < size_ ? &slots_[index] : nullptr; }
 
   uint32_t live_count() const;
 

@@ -26,7 +26,8 @@ unsigned UmrWqebbs(size_t translation_bytes) {
 
 absl::Status PostError(absl::Status s) {
   // Builder failures are the caller's request breaking its REQUIRES.
-  if (s.code() == absl::StatusCode::kResourceExhausted || s.code() == absl::StatusCode::kUnimplemented) {
+  if (s.code() == absl::StatusCode::kResourceExhausted ||
+      s.code() == absl::StatusCode::kUnimplemented) {
     return s;
   }
   return absl::InvalidArgumentError(s.message());
@@ -37,8 +38,8 @@ absl::Status PostError(absl::Status s) {
 absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd pd, uint32_t sqn,
                                                            uint32_t depth, ExecutionMode mode) {
   if (depth < 4 || (depth & (depth - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("queue depth ", depth,
-                                                   " is not a power of two >= 4"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue depth ", depth, " is not a power of two >= 4"));
   }
   std::unique_ptr<SimQueue> q(new SimQueue(std::move(ctx), pd, sqn, depth, mode));
   umr::SqRing::Options o;
@@ -113,8 +114,8 @@ absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
       m.mode = umr::AccessMode::kKlm;
       for (const KlmEntry& e : r.klm) {
         if (e.length == 0 || e.length > umr::kMaxKlmByteCount) {
-          return absl::InvalidArgumentError(absl::StrCat("KLM length ", e.length,
-                                                         " outside (0, 2^31]"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("KLM length ", e.length, " outside (0, 2^31]"));
         }
         m.klm.push_back(ToUmrKlm(e));
       }
@@ -174,9 +175,8 @@ absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint
                                               PostOptions options) {
   constexpr size_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
   if (entries.empty() || entries.size() % kBlock != 0 || first_entry % kBlock != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("MTT rewrite [", first_entry, ", +",
-                                                   entries.size(),
-                                                   ") is not whole blocks of 8 entries"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MTT rewrite [", first_entry, ", +", entries.size(), ") is not whole blocks of 8 entries"));
   }
   umr::RewriteTranslationRequest r;
   r.key = key;
@@ -186,10 +186,9 @@ absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint
   for (const MttEntry& e : entries) r.mtt.push_back(ToUmrMtt(e));
   const unsigned wqebbs =
       UmrWqebbs(umr::PaddedTranslationBytes(umr::AccessMode::kMtt, entries.size()));
-  return Post(request_id, options, wqebbs,
-              [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                return umr::BuildRewriteTranslation(h, r, /*extended_offset=*/true, out);
-              });
+  return Post(request_id, options, wqebbs, [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+    return umr::BuildRewriteTranslation(h, r, /*extended_offset=*/true, out);
+  });
 }
 
 absl::Status SimQueue::Doorbell() {
@@ -248,7 +247,8 @@ uint32_t SimQueue::ExecuteOne(uint32_t counter) {
       } else if (opcode != umr::kOpcodeUmr) {
         status = DeviceError(Syndrome::kLocalQpOp,
                              absl::StrCat("opcode 0x", absl::Hex(opcode), " on a UMR queue"));
-      } else if (Syndrome injected = ctx_.take_injected_umr_failure(); injected != Syndrome::kNone) {
+      } else if (Syndrome injected = ctx_.take_injected_umr_failure();
+                 injected != Syndrome::kNone) {
         ctx_.stats->injected_failures.Inc();
         status = DeviceError(injected, "injected UMR failure");
       } else {
@@ -303,7 +303,8 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
         << "CQE " << cq_consumer_ << " not valid";
     ++cq_consumer_;
     const uint16_t wqe_counter = cqe->wqe_counter;
-    const uint32_t counter = retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
+    const uint32_t counter =
+        retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
     const Shadow& sh = shadow_[counter & (depth_ - 1)];
     retired_ = counter + sh.wqebbs;
     const bool error = cqe->is_error();

@@ -98,17 +98,17 @@ class SimQueue final : public Queue {
   struct AlignedDelete {
     void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
   };
-  std::unique_ptr<uint8_t[], AlignedDelete> ring_;   // depth_ WQEBBs, 64-byte aligned
+  std::unique_ptr<uint8_t[], AlignedDelete> ring_;  // depth_ WQEBBs, 64-byte aligned
   // CQ ring: written by the engine (under engine_mu_), read by the poster after the acquire of
   // cq_producer_.
   std::unique_ptr<umr::CqeBytes[]> cq_;
-  std::unique_ptr<umr::SqRing> sq_;   // poster side
-  std::vector<Shadow> shadow_;        // poster side, by slot of a WQE's first WQEBB
+  std::unique_ptr<umr::SqRing> sq_;  // poster side
+  std::vector<Shadow> shadow_;       // poster side, by slot of a WQE's first WQEBB
   // The executor's status for an error CQE, by the WQE's slot: a CQE only carries syndromes, the
   // sim adds the reason text to the completion. Written before the CQE is published.
   std::vector<absl::Status> error_status_;
-  uint32_t retired_ = 0;              // poster side: WQEBBs whose completion was polled
-  uint32_t cq_consumer_ = 0;          // poster side
+  uint32_t retired_ = 0;      // poster side: WQEBBs whose completion was polled
+  uint32_t cq_consumer_ = 0;  // poster side
 
   std::atomic<uint32_t> published_{0};    // doorbell record: producer counter
   std::atomic<uint32_t> cq_producer_{0};  // CQEs written

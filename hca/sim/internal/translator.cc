@@ -16,11 +16,16 @@ absl::Status Fail(AccessKind kind, Key key, absl::string_view why) {
 
 AccessFlags NeededBit(AccessKind kind) {
   switch (kind) {
-    case AccessKind::kLocalRead: return kLocalRead;
-    case AccessKind::kLocalWrite: return kLocalWrite;
-    case AccessKind::kRemoteRead: return kRemoteRead;
-    case AccessKind::kRemoteWrite: return kRemoteWrite;
-    case AccessKind::kRemoteAtomic: return kRemoteAtomic;
+    case AccessKind::kLocalRead:
+      return kLocalRead;
+    case AccessKind::kLocalWrite:
+      return kLocalWrite;
+    case AccessKind::kRemoteRead:
+      return kRemoteRead;
+    case AccessKind::kRemoteWrite:
+      return kRemoteWrite;
+    case AccessKind::kRemoteAtomic:
+      return kRemoteAtomic;
   }
   return kLocalRead;
 }
@@ -42,9 +47,8 @@ struct Hop {
 
 }  // namespace
 
-absl::Status Translator::Translate(uint32_t pd, Key key, uint64_t va, uint64_t len,
-                                   AccessKind kind, Segments* out,
-                                   std::optional<FaultNeed>* fault) const {
+absl::Status Translator::Translate(uint32_t pd, Key key, uint64_t va, uint64_t len, AccessKind kind,
+                                   Segments* out, std::optional<FaultNeed>* fault) const {
   fault->reset();
   return Walk(pd, key, va, len, kind, 0, out, fault);
 }
@@ -66,14 +70,14 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
     // 2. free
     if (s.free) return Fail(kind, key, "key is free");
     // 3. PD
-    if (s.pd != pd) return Fail(kind, key, absl::StrFormat("PD mismatch (key pd %u, qp pd %u)", s.pd, pd));
+    if (s.pd != pd)
+      return Fail(kind, key, absl::StrFormat("PD mismatch (key pd %u, qp pd %u)", s.pd, pd));
     // 4. range, in 128-bit arithmetic: no wrap of va+len, none of start+len.
     const unsigned __int128 end = static_cast<unsigned __int128>(va) + len;
     const unsigned __int128 key_end =
         static_cast<unsigned __int128>(s.start_addr) +
         (s.length64 ? (static_cast<unsigned __int128>(1) << 64) : s.len);
-    if (va < s.start_addr || end > key_end ||
-        end > (static_cast<unsigned __int128>(1) << 64)) {
+    if (va < s.start_addr || end > key_end || end > (static_cast<unsigned __int128>(1) << 64)) {
       return Fail(kind, key,
                   absl::StrFormat("range [0x%x, +%u) outside key [0x%x, +%s)", va, len,
                                   s.start_addr, s.length64 ? "2^64" : absl::StrCat(s.len)));
@@ -81,9 +85,9 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
     // 5. access bits: lr always, then the bit of this access.
     const AccessFlags need = kLocalRead | NeededBit(kind);
     if ((s.access & need) != need) {
-      return Fail(kind, key, absl::StrCat("access ", AccessToString(need & ~s.access),
-                                          " not granted (key has ", AccessToString(s.access),
-                                          ")"));
+      return Fail(kind, key,
+                  absl::StrCat("access ", AccessToString(need & ~s.access),
+                               " not granted (key has ", AccessToString(s.access), ")"));
     }
     if (len == 0) return absl::OkStatus();
     // 6. translation.
@@ -100,19 +104,19 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
           const uint64_t delta = u & (page - 1);
           const uint64_t n = std::min(remaining, page - delta);
           if (i >= slot->mtt.size()) {
-            return Fail(kind, key, absl::StrCat("MTT index ", i, " beyond ", slot->mtt.size(),
-                                                " entries"));
+            return Fail(kind, key,
+                        absl::StrCat("MTT index ", i, " beyond ", slot->mtt.size(), " entries"));
           }
           const uint64_t e = slot->mtt[i];
           if ((e & need_bit) == 0) {
             const uint64_t at = va + (len - remaining);
             if (slot->on_demand) {
               *fault = FaultNeed{key, at, remaining, IsWrite(kind)};
-              return absl::UnavailableError(absl::StrFormat(
-                  "page fault: key 0x%08x MTT[%u] absent at 0x%x", key, i, at));
+              return absl::UnavailableError(
+                  absl::StrFormat("page fault: key 0x%08x MTT[%u] absent at 0x%x", key, i, at));
             }
-            return Fail(kind, key, absl::StrCat("MTT[", i, "] lacks ",
-                                                IsWrite(kind) ? "wr_en" : "rd_en"));
+            return Fail(kind, key,
+                        absl::StrCat("MTT[", i, "] lacks ", IsWrite(kind) ? "wr_en" : "rd_en"));
           }
           Append(out, (e & umr::kMttAddrMask) + delta, n);
           u += n;
@@ -127,8 +131,8 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
         uint64_t remaining = len;
         while (remaining > 0) {
           if (j >= ends.size() || slot->klm[j].byte_count == 0) {
-            return Fail(kind, key, absl::StrCat("offset ", d + len - remaining,
-                                                " beyond the KLM entries"));
+            return Fail(kind, key,
+                        absl::StrCat("offset ", d + len - remaining, " beyond the KLM entries"));
           }
           const umr::KlmEntry& e = slot->klm[j];
           const uint64_t n = std::min<uint64_t>(remaining, e.byte_count - off);
@@ -148,8 +152,8 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
           const uint64_t j = pos >> log;
           const uint64_t off = pos & (entity - 1);
           if (j >= slot->klm.size()) {
-            return Fail(kind, key, absl::StrCat("KSM index ", j, " beyond ", slot->klm.size(),
-                                                " entries"));
+            return Fail(kind, key,
+                        absl::StrCat("KSM index ", j, " beyond ", slot->klm.size(), " entries"));
           }
           const uint64_t n = std::min(remaining, entity - off);
           hops.push_back(Hop{slot->klm[j].mkey, slot->klm[j].address + off, n});
@@ -164,8 +168,8 @@ absl::Status Translator::Walk(uint32_t pd, Key key, uint64_t va, uint64_t len, A
   }
   // 7. nested keys, each checked again from step 1.
   if (depth + 1 > max_indirection_) {
-    return Fail(kind, key, absl::StrCat("indirection deeper than max_indirection ",
-                                        max_indirection_));
+    return Fail(kind, key,
+                absl::StrCat("indirection deeper than max_indirection ", max_indirection_));
   }
   for (const Hop& hop : hops) {
     absl::Status s = Walk(pd, hop.key, hop.va, hop.len, kind, depth + 1, out, fault);

@@ -40,7 +40,13 @@
 
 namespace regcache::hca::sim {
 
-enum class AccessKind : uint8_t { kLocalRead, kLocalWrite, kRemoteRead, kRemoteWrite, kRemoteAtomic };
+enum class AccessKind : uint8_t {
+  kLocalRead,
+  kLocalWrite,
+  kRemoteRead,
+  kRemoteWrite,
+  kRemoteAtomic
+};
 
 inline bool IsRemote(AccessKind k) { return k >= AccessKind::kRemoteRead; }
 inline bool IsWrite(AccessKind k) {

@@ -22,10 +22,9 @@ absl::Status QpOp(uint32_t key, absl::string_view why) {
 
 // Mask bits the sim applies or accepts.
 constexpr uint64_t kModelledMask =
-    umr::kMaskLen | umr::kMaskPageSize | umr::kMaskStartAddr | umr::kMaskPd |
-    umr::kMaskEnRinval | umr::kMaskKey | umr::kMaskQpn | umr::kMaskAccess |
-    umr::kMaskSmallFence | umr::kMaskRelaxedOrderingWrite | umr::kMaskFree |
-    umr::kMaskRelaxedOrderingRead;
+    umr::kMaskLen | umr::kMaskPageSize | umr::kMaskStartAddr | umr::kMaskPd | umr::kMaskEnRinval |
+    umr::kMaskKey | umr::kMaskQpn | umr::kMaskAccess | umr::kMaskSmallFence |
+    umr::kMaskRelaxedOrderingWrite | umr::kMaskFree | umr::kMaskRelaxedOrderingRead;
 
 }  // namespace
 
@@ -66,8 +65,7 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   if (mask & umr::kMaskPd) return Bind(key, "PD change needs a REG_UMR queue");
   if (offset + u.klm_octowords > cur.translations_octword_size) {
     return Bind(key, absl::StrCat("translation [", offset, ", +", u.klm_octowords,
-                                  ") octowords exceeds capacity ",
-                                  cur.translations_octword_size));
+                                  ") octowords exceeds capacity ", cur.translations_octword_size));
   }
   umr::Translation t;
   if (u.klm_octowords > 0) {
@@ -89,9 +87,11 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   if (mask & umr::kMaskEnRinval) next.en_rinval = in.en_rinval;
   if (mask & umr::kMaskKey) next.variant = in.variant;
   if (mask & umr::kMaskQpn) next.qpn = in.qpn;
-  const std::pair<uint64_t, AccessFlags> bits[] = {
-      {umr::kMaskLr, kLocalRead}, {umr::kMaskLw, kLocalWrite}, {umr::kMaskRr, kRemoteRead},
-      {umr::kMaskRw, kRemoteWrite}, {umr::kMaskA, kRemoteAtomic}};
+  const std::pair<uint64_t, AccessFlags> bits[] = {{umr::kMaskLr, kLocalRead},
+                                                   {umr::kMaskLw, kLocalWrite},
+                                                   {umr::kMaskRr, kRemoteRead},
+                                                   {umr::kMaskRw, kRemoteWrite},
+                                                   {umr::kMaskA, kRemoteAtomic}};
   for (const auto& [m, bit] : bits) {
     if (mask & m) next.access = (next.access & ~bit) | (in.access & bit);
   }
