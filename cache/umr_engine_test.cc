@@ -85,6 +85,17 @@ class UmrEngineTest : public ::testing::Test {
         rkey, mem_.va() + page * kPage,
         absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   }
+  // `count` new keys, each mapped over one page (key i over page i) in one batch; every map
+  // must succeed.
+  void MapBatch(uint32_t count, std::vector<hca::Key>* keys, std::vector<UmrOp>* maps) {
+    *keys = MakeKeys(count, pd_);
+    ASSERT_EQ(keys->size(), count);
+    for (uint32_t i = 0; i < count; ++i) maps->push_back(Map((*keys)[i], 1, i));
+    Execute(*maps);
+    for (uint32_t i = 0; i < count; ++i) {
+      ASSERT_TRUE((*maps)[i].result.ok()) << i << ": " << (*maps)[i].result;
+    }
+  }
   std::string PageText(uint64_t page, size_t length) {
     return std::string(reinterpret_cast<const char*>(mem_.data() + page * kPage), length);
   }
@@ -153,13 +164,10 @@ TEST_F(UmrEngineTest, EmptyBatchDoesNothing) {
 TEST_F(UmrEngineTest, ABatchOfManyOpsGetsEveryResult) {
   Init();
   constexpr uint32_t kOps = 60;
-  const std::vector<hca::Key> keys = MakeKeys(kOps, pd_);
-  ASSERT_EQ(keys.size(), kOps);
+  std::vector<hca::Key> keys;
   std::vector<UmrOp> maps;
-  for (uint32_t i = 0; i < kOps; ++i) maps.push_back(Map(keys[i], 1, i));
-  Execute(maps);
+  ASSERT_NO_FATAL_FAILURE(MapBatch(kOps, &keys, &maps));
   for (uint32_t i = 0; i < kOps; ++i) {
-    ASSERT_TRUE(maps[i].result.ok()) << i << ": " << maps[i].result;
     const hca::Key mapped = hca::MakeKey(hca::KeyIndex(keys[i]), 1);
     ASSERT_FALSE(Query(mapped).free) << i;
     ASSERT_TRUE(PeerWrite(mapped, i, "page " + std::to_string(i)).ok()) << i;
@@ -186,15 +194,9 @@ TEST_F(UmrEngineTest, ABatchLargerThanTheRingRetiresItsHeadWhileItPosts) {
   small.queues_per_tenant = 1;
   small.queue_depth = 64;  // 21 single-entry maps of 3 basic blocks each
   Init(small, hca::sim::ExecutionMode::kThread);
-  constexpr uint32_t kOps = 60;
-  const std::vector<hca::Key> keys = MakeKeys(kOps, pd_);
-  ASSERT_EQ(keys.size(), kOps);
+  std::vector<hca::Key> keys;
   std::vector<UmrOp> maps;
-  for (uint32_t i = 0; i < kOps; ++i) maps.push_back(Map(keys[i], 1, i));
-  Execute(maps);
-  for (uint32_t i = 0; i < kOps; ++i) {
-    ASSERT_TRUE(maps[i].result.ok()) << i << ": " << maps[i].result;
-  }
+  ASSERT_NO_FATAL_FAILURE(MapBatch(60, &keys, &maps));
   // The queue is still healthy: a later single op goes through.
   std::vector<UmrOp> inv;
   inv.push_back(UmrOp::Invalidate(hca::MakeKey(hca::KeyIndex(keys[0]), 1), /*fence=*/true));

@@ -133,7 +133,9 @@ void ServicerImpl::OnBackingRemoving(const cache::BackingEvent& event) {
 // ---------------------------------------------------------------------------------------------
 // Zap
 
-absl::Status ServicerImpl::Zap(hca::Key key, uint64_t addr, uint64_t length) {
+absl::StatusOr<std::shared_ptr<BackingState>> ServicerImpl::FindRange(hca::Key key, uint64_t addr,
+                                                                      uint64_t length,
+                                                                      const char* what) {
   std::shared_ptr<BackingState> b = Find(key);
   if (b == nullptr) {
     return absl::NotFoundError(absl::StrFormat("no tracked backing with key 0x%08x", key));
@@ -141,9 +143,15 @@ absl::Status ServicerImpl::Zap(hca::Key key, uint64_t addr, uint64_t length) {
   const hca::Backing& dev = b->device();
   if (addr < dev.addr || addr + length < addr || addr + length > dev.addr + dev.length) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("zap [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length, key,
-                        dev.addr, dev.length));
+        absl::StrFormat("%s [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", what, addr, length,
+                        key, dev.addr, dev.length));
   }
+  return b;
+}
+
+absl::Status ServicerImpl::Zap(hca::Key key, uint64_t addr, uint64_t length) {
+  ASSIGN_OR_RETURN(std::shared_ptr<BackingState> b, FindRange(key, addr, length, "zap"));
+  const hca::Backing& dev = b->device();
   if (!dev.on_demand || path_ == FaultPath::kKernel || length == 0) return absl::OkStatus();
   base::MutexLock lock(&b->mu);
   if (b->removed) {

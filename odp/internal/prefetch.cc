@@ -35,16 +35,8 @@ absl::Status ServicerImpl::RunPrefetch(BackingState& b, uint64_t addr, uint64_t 
 
 absl::Status ServicerImpl::Prefetch(hca::Key key, uint64_t addr, uint64_t length, bool write,
                                     PrefetchMode mode) {
-  std::shared_ptr<BackingState> b = Find(key);
-  if (b == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("no tracked backing with key 0x%08x", key));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<BackingState> b, FindRange(key, addr, length, "prefetch"));
   const hca::Backing& dev = b->device();
-  if (addr < dev.addr || addr + length < addr || addr + length > dev.addr + dev.length) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prefetch [0x%x, +%u) outside backing 0x%08x [0x%x, +%u)", addr, length,
-                        key, dev.addr, dev.length));
-  }
   if (write && !b->writable) {
     return absl::PermissionDeniedError(
         absl::StrFormat("prefetch for write of backing 0x%08x, which is not writable", key));

@@ -109,6 +109,10 @@ class ServicerImpl final : public Servicer {
 
  private:
   std::shared_ptr<BackingState> Find(hca::Key key);
+  // The tracked backing `key` if [addr, +length) lies inside it: kNotFound (untracked),
+  // kInvalidArgument (outside; the message names `what` the caller was asked to do).
+  absl::StatusOr<std::shared_ptr<BackingState>> FindRange(hca::Key key, uint64_t addr,
+                                                          uint64_t length, const char* what);
   void Wake();
 
   // The thread (fault_service.cc): faults (daemon path) and queued prefetches.

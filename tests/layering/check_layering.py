@@ -55,51 +55,62 @@ def folder_of(path, folders):
     return best
 
 
+def sources(root, top):
+    """(relative path, file name) of every C++ source under root/top, sorted per folder."""
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+        for name in sorted(files):
+            if name.endswith(SOURCE_EXT):
+                yield os.path.relpath(os.path.join(dirpath, name), root), name
+
+
+def includes(root, rel):
+    """(line number, quote or angle, included path) of every #include in root/rel."""
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            m = INCLUDE_RE.match(line)
+            if m:
+                yield lineno, m.group(1), m.group(2)
+
+
+def check_include(where, own, allowed, quote, inc, folders):
+    """The problems with one #include of a file in folder `own` (rules 1-4)."""
+    problems = []
+    if inc.startswith("infiniband/") and own not in RDMA_CORE_FOLDERS:
+        problems.append(f"{where}: '{own}' may not include <{inc}>: "
+                        "rdma-core belongs to hca/mlx5 and hca/verbs only")
+    if inc.startswith(RPC_PREFIXES) or inc.endswith((".pb.h", ".grpc.pb.h")):
+        if own not in RPC_FOLDERS:
+            problems.append(f"{where}: '{own}' may not include '{inc}': "
+                            "gRPC and protobuf belong to api/ only")
+    target = folder_of(inc, folders)
+    if quote != '"' or target is None:
+        return problems
+    if target != own and inc.startswith(target + "/internal/"):
+        problems.append(f"{where}: '{own}' may not include '{inc}': internal to '{target}'")
+    if target not in allowed:
+        problems.append(f"{where}: '{own}' may not include '{inc}' (folder '{target}'); "
+                        f"allowed: {', '.join(sorted(allowed))}")
+    return problems
+
+
 def check(root):
     table = load_table(root)
     folders = sorted(table)
     problems = []
     for folder in folders:
-        top = os.path.join(root, folder)
-        if not os.path.isdir(top):
+        if not os.path.isdir(os.path.join(root, folder)):
             continue
-        for dirpath, _, files in os.walk(top):
-            for name in sorted(files):
-                if not name.endswith(SOURCE_EXT):
-                    continue
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root)
-                own = folder_of(rel, folders)
-                if own != folder:
-                    continue  # belongs to a nested folder, checked there
-                allowed = table[own] | {own}
-                if name.endswith("_test.cc") or name.startswith("test_util."):
-                    allowed = allowed | {"hca/sim"}
-                if name.endswith("_main.cc"):  # a binary's composition root links backends
-                    allowed = allowed | BACKENDS
-                with open(full, encoding="utf-8", errors="replace") as f:
-                    for lineno, line in enumerate(f, 1):
-                        m = INCLUDE_RE.match(line)
-                        if not m:
-                            continue
-                        inc = m.group(2)
-                        where = f"{rel}:{lineno}"
-                        if inc.startswith("infiniband/") and own not in RDMA_CORE_FOLDERS:
-                            problems.append(f"{where}: '{own}' may not include <{inc}>: "
-                                            "rdma-core belongs to hca/mlx5 and hca/verbs only")
-                        if inc.startswith(RPC_PREFIXES) or inc.endswith((".pb.h", ".grpc.pb.h")):
-                            if own not in RPC_FOLDERS:
-                                problems.append(f"{where}: '{own}' may not include '{inc}': "
-                                                "gRPC and protobuf belong to api/ only")
-                        target = folder_of(inc, folders)
-                        if (m.group(1) == '"' and target is not None and target != own
-                                and inc.startswith(target + "/internal/")):
-                            problems.append(f"{where}: '{own}' may not include '{inc}': "
-                                            f"internal to '{target}'")
-                        if m.group(1) == '"' and target is not None and target not in allowed:
-                            problems.append(
-                                f"{where}: '{own}' may not include '{inc}' (folder '{target}'); "
-                                f"allowed: {', '.join(sorted(allowed))}")
+        for rel, name in sources(root, folder):
+            own = folder_of(rel, folders)
+            if own != folder:
+                continue  # belongs to a nested folder, checked there
+            allowed = table[own] | {own}
+            if name.endswith("_test.cc") or name.startswith("test_util."):
+                allowed = allowed | {"hca/sim"}
+            if name.endswith("_main.cc"):  # a binary's composition root links backends
+                allowed = allowed | BACKENDS
+            for lineno, quote, inc in includes(root, rel):
+                problems += check_include(f"{rel}:{lineno}", own, allowed, quote, inc, folders)
     problems.extend(check_public_client(root, folders))
     return problems
 
@@ -107,21 +118,13 @@ def check(root):
 def check_public_client(root, folders):
     """Rule 5: include/regcache/ headers include only each other (and libraries)."""
     problems = []
-    top = os.path.join(root, "include", "regcache")
-    if not os.path.isdir(top):
+    if not os.path.isdir(os.path.join(root, "include", "regcache")):
         return problems
-    for dirpath, _, files in os.walk(top):
-        for name in sorted(files):
-            if not name.endswith(SOURCE_EXT):
-                continue
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root)
-            with open(full, encoding="utf-8", errors="replace") as f:
-                for lineno, line in enumerate(f, 1):
-                    m = INCLUDE_RE.match(line)
-                    if m and m.group(1) == '"' and folder_of(m.group(2), folders) is not None:
-                        problems.append(f"{rel}:{lineno}: the public client may not include "
-                                        f"'{m.group(2)}': only include/regcache/ headers")
+    for rel, _ in sources(root, os.path.join("include", "regcache")):
+        for lineno, quote, inc in includes(root, rel):
+            if quote == '"' and folder_of(inc, folders) is not None:
+                problems.append(f"{rel}:{lineno}: the public client may not include '{inc}': "
+                                "only include/regcache/ headers")
     return problems
 
 
