@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "cache/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 
@@ -28,12 +29,7 @@ PoolOptions NoQuarantine() {
 class KeyPoolTest : public ::testing::Test {
  protected:
   void Init(const PoolOptions& options, hca::sim::SimOptions sim = {}) {
-    auto dev = hca::sim::NewSimDevice(sim);
-    ASSERT_TRUE(dev.ok()) << dev.status();
-    device_ = std::move(*dev);
-    auto pd = device_->AllocPd();
-    ASSERT_TRUE(pd.ok());
-    pd_ = *pd;
+    ASSERT_NO_FATAL_FAILURE(::regcache::cache::testing::OpenSimWithPd(sim, &device_, &pd_));
     pool_ = std::make_unique<KeyPool>(device_.get(), pd_, options, &stats_);
   }
 

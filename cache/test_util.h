@@ -36,6 +36,18 @@ class Memory {
   size_t length_ = 0;
 };
 
+// A sim device with one PD, for tests of the cache's pieces below RegCache. Use under
+// ASSERT_NO_FATAL_FAILURE.
+inline void OpenSimWithPd(const hca::sim::SimOptions& sim,
+                          std::unique_ptr<hca::sim::SimDevice>* device, hca::Pd* pd) {
+  auto dev = hca::sim::NewSimDevice(sim);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  *device = std::move(*dev);
+  auto p = (*device)->AllocPd();
+  ASSERT_TRUE(p.ok()) << p.status();
+  *pd = *p;
+}
+
 inline CacheOptions TestCacheOptions() {
   CacheOptions o;
   o.background_maintenance = false;

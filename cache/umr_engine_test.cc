@@ -35,12 +35,7 @@ class UmrEngineTest : public ::testing::Test {
             hca::sim::ExecutionMode mode = hca::sim::ExecutionMode::kInline) {
     hca::sim::SimOptions sim;
     sim.mode = mode;
-    auto dev = hca::sim::NewSimDevice(sim);
-    ASSERT_TRUE(dev.ok()) << dev.status();
-    device_ = std::move(*dev);
-    auto pd = device_->AllocPd();
-    ASSERT_TRUE(pd.ok());
-    pd_ = *pd;
+    ASSERT_NO_FATAL_FAILURE(::regcache::cache::testing::OpenSimWithPd(sim, &device_, &pd_));
     auto backing = device_->RegisterBacking(pd_, mem_.va(), mem_.size(), hca::kAllAccess, {});
     ASSERT_TRUE(backing.ok()) << backing.status();
     backing_ = *backing;
