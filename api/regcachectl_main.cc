@@ -145,8 +145,9 @@ int Drain(regcache::api::Client& c, const std::vector<std::string>& args) {
 }
 
 int Peer(regcache::api::Client& c, const std::vector<std::string>& args) {
-  if (args.size() != 2 || (args[1] != "write" && args[1] != "read"))
+  if (args.size() != 2 || (args[1] != "write" && args[1] != "read")) {
     return Usage("peer needs write or read");
+  }
   uint64_t rkey = 0, addr = 0;
   if (!ParseNumber(absl::GetFlag(FLAGS_rkey), &rkey) || rkey > UINT32_MAX ||
       !ParseNumber(absl::GetFlag(FLAGS_addr), &addr)) {

@@ -51,9 +51,9 @@ struct UmrOp {
   uint32_t first_entry = 0;
   absl::Span<const hca::MttEntry> mtt;
   bool fence = false;
-  // Ask for a completion even when the op is not the batch's last (the last always asks). A
-  // batch larger than the ring needs it: an unsignalled request frees its ring space only when
-  // a later completion is polled.
+  // Ask for a completion even when the op is not the batch's last (the last, and every
+  // UmrEngine::kSignalEvery-th, always ask). For WQEs so large that that many may not fit the
+  // ring: an unsignalled request frees its ring space only when a later completion is polled.
   bool signaled = false;
 
   absl::Status result;  // set by Execute

@@ -166,10 +166,10 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
   return grant;
 }
 
-// Takes one shared hold on the registration `handle` names, for a window on it: the parent's
-// range and rights are fixed while it is held.
-absl::StatusOr<Registration*> HoldParent(Tenant& t, Handle handle) {
-  ASSIGN_OR_RETURN(Registration * p, Resolve(t, handle));
+// Takes one shared hold on `p`, the record `handle` resolved to, for a window on it: the
+// parent's range and rights are fixed while it is held. Fails if the record is no longer that
+// publication, or is not a live registration.
+absl::Status HoldParent(Registration* p, Handle handle) {
   const uint32_t gen = HandleGen(handle);
   uint64_t ps = p->hot->state.load(std::memory_order_acquire);
   for (;;) {
@@ -186,7 +186,7 @@ absl::StatusOr<Registration*> HoldParent(Tenant& t, Handle handle) {
     }
     if (p->hot->state.compare_exchange_weak(ps, st::WithShared(ps, st::SharedHolders(ps) + 1),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
-      return p;
+      return absl::OkStatus();
     }
   }
 }
@@ -214,7 +214,7 @@ absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length
 
 absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, uint64_t length,
                                    hca::AccessFlags access) {
-  RETURN_IF_ERROR(Resolve(t, parent).status());
+  ASSIGN_OR_RETURN(Registration * p, Resolve(t, parent));
   ASSIGN_OR_RETURN(hca::AccessFlags normalized, NormalizeAccess(access));
   if (length == 0) return absl::InvalidArgumentError("window length 0");
   Mapping m;
@@ -223,7 +223,7 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
     ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(1));
   }
   // The hold first, then the checks against the parent it pins.
-  ASSIGN_OR_RETURN(Registration * p, HoldParent(t, parent));
+  RETURN_IF_ERROR(HoldParent(p, parent));
   absl::Cleanup drop_parent = [&] {
     (void)DropHold(t, p->slot, HandleGen(parent), parent, /*user_release=*/false);
   };

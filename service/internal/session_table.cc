@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<SessionRef>> SessionTable::Pin(SessionId id) cons
 
 std::optional<SessionId> SessionTable::FindToken(absl::string_view token) const {
   base::MutexLock lock(&mu_);
-  auto it = by_token_.find(std::string(token));
+  auto it = by_token_.find(token);  // heterogeneous: no string built per call
   if (it == by_token_.end()) return std::nullopt;
   return it->second;
 }
