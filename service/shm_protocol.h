@@ -110,10 +110,10 @@ inline constexpr uint16_t kFlagWrite = 1u << 0;  // kPrefetch: make pages writab
 inline constexpr uint16_t kKnownRequestFlags = kFlagWrite;
 
 // RingCompletion::flags
-inline constexpr uint16_t kFlagHit = 1u << 0;       // the grant came from the daemon's cache
-inline constexpr uint16_t kFlagRevoked = 1u << 1;   // kQuery: the key was invalidated
-inline constexpr uint16_t kFlagWindow = 1u << 2;    // kQuery: a window
-inline constexpr uint16_t kFlagSameKey = 1u << 3;   // kReregister: the rkey was kept
+inline constexpr uint16_t kFlagHit = 1u << 0;      // the grant came from the daemon's cache
+inline constexpr uint16_t kFlagRevoked = 1u << 1;  // kQuery: the key was invalidated
+inline constexpr uint16_t kFlagWindow = 1u << 2;   // kQuery: a window
+inline constexpr uint16_t kFlagSameKey = 1u << 3;  // kReregister: the rkey was kept
 
 // Prefetch values: those of odp::PrefetchMode + 1 (0 = none); tied by static_assert where
 // both are visible.
@@ -122,16 +122,16 @@ inline constexpr uint32_t kPrefetchSync = 1;
 inline constexpr uint32_t kPrefetchAsync = 2;
 
 struct RingRequest {
-  uint64_t seq;       // the client's; echoed in the completion
-  uint16_t op;        // RingOp
-  uint16_t flags;     // kKnownRequestFlags only
-  uint32_t access;    // hca::AccessFlags bits (register, window, reregister)
-  uint64_t handle;    // window parent, release, invalidate, reregister, query
-  uint64_t va;        // register, reregister, prefetch: client address; window: offset
-  uint64_t length;    // register, window, reregister, prefetch
-  uint32_t prefetch;  // register, prefetch: kPrefetch*
-  uint32_t reserved0;       // must be 0
-  uint64_t reserved1[2];    // must be 0
+  uint64_t seq;           // the client's; echoed in the completion
+  uint16_t op;            // RingOp
+  uint16_t flags;         // kKnownRequestFlags only
+  uint32_t access;        // hca::AccessFlags bits (register, window, reregister)
+  uint64_t handle;        // window parent, release, invalidate, reregister, query
+  uint64_t va;            // register, reregister, prefetch: client address; window: offset
+  uint64_t length;        // register, window, reregister, prefetch
+  uint32_t prefetch;      // register, prefetch: kPrefetch*
+  uint32_t reserved0;     // must be 0
+  uint64_t reserved1[2];  // must be 0
 };
 static_assert(sizeof(RingRequest) == 64);
 
@@ -146,9 +146,9 @@ struct RingCompletion {
   uint64_t va;
   uint64_t length;
   uint32_t access;
-  uint32_t slot;             // grant state slot, kNoSlot if none
-  uint32_t slot_generation;  // the slot's generation while this grant holds it
-  uint32_t holders;          // kQuery
+  uint32_t slot;                // grant state slot, kNoSlot if none
+  uint32_t slot_generation;     // the slot's generation while this grant holds it
+  uint32_t holders;             // kQuery
   char message[kMessageBytes];  // error text, NUL-terminated; empty on OK
 };
 static_assert(sizeof(RingCompletion) == 128);
@@ -156,13 +156,13 @@ static_assert(sizeof(RingCompletion) == 128);
 // One channel's indices. Client-written and daemon-written words sit on separate cache lines.
 struct ChannelControl {
   // Written by the client.
-  alignas(64) std::atomic<uint32_t> req_head;      // requests posted
-  std::atomic<uint32_t> cpl_tail;                  // completions consumed
-  std::atomic<uint32_t> client_waiting;            // the client sleeps (or is about to) on cpl_head
+  alignas(64) std::atomic<uint32_t> req_head;  // requests posted
+  std::atomic<uint32_t> cpl_tail;              // completions consumed
+  std::atomic<uint32_t> client_waiting;        // the client sleeps (or is about to) on cpl_head
   // Written by the daemon.
-  alignas(64) std::atomic<uint32_t> req_tail;      // requests taken (published copy)
-  std::atomic<uint32_t> cpl_head;                  // completions posted; the client's futex
-  std::atomic<uint32_t> state;                     // kChannelOk or kChannelBroken
+  alignas(64) std::atomic<uint32_t> req_tail;  // requests taken (published copy)
+  std::atomic<uint32_t> cpl_head;              // completions posted; the client's futex
+  std::atomic<uint32_t> state;                 // kChannelOk or kChannelBroken
 };
 inline constexpr uint32_t kChannelOk = 0;
 inline constexpr uint32_t kChannelBroken = 1;
@@ -193,17 +193,17 @@ struct RevocationEvent {
   uint32_t key;
   uint32_t slot;
   uint32_t generation;
-  uint32_t reason;  // RevokeReason
+  uint32_t reason;    // RevokeReason
   uint64_t sequence;  // the event's index since the session opened (detects overwrite)
 };
 static_assert(sizeof(RevocationEvent) == 32);
 
 enum class RevokeReason : uint32_t {
-  kInvalidated = 1,         // Invalidate (from any thread of the client, or an admin)
-  kParentInvalidated = 2,   // a window whose registration was invalidated
-  kMemoryDetached = 3,      // the memory under the key was detached
-  kReregistered = 4,        // re-registration replaced or narrowed it
-  kSessionClosing = 5,      // not sent per key: StateHeader::session_state says it
+  kInvalidated = 1,        // Invalidate (from any thread of the client, or an admin)
+  kParentInvalidated = 2,  // a window whose registration was invalidated
+  kMemoryDetached = 3,     // the memory under the key was detached
+  kReregistered = 4,       // re-registration replaced or narrowed it
+  kSessionClosing = 5,     // not sent per key: StateHeader::session_state says it
 };
 
 inline constexpr uint32_t kSessionOpen = 0;
@@ -215,11 +215,11 @@ struct StateHeader {
   uint32_t slots;
   uint32_t event_capacity;
   uint64_t session_id;
-  uint64_t event_offset;  // of the event ring in the file
-  uint64_t slot_offset;   // of slot word 0 in the file
+  uint64_t event_offset;                            // of the event ring in the file
+  uint64_t slot_offset;                             // of slot word 0 in the file
   alignas(64) std::atomic<uint32_t> session_state;  // kSessionOpen / kSessionClosing
   std::atomic<uint32_t> reclaim;                    // raised under pressure
-  alignas(64) std::atomic<uint32_t> event_head;     // events written; a futex the client may wait on
+  alignas(64) std::atomic<uint32_t> event_head;  // events written; a futex the client may wait on
 };
 static_assert(sizeof(StateHeader) <= kPageBytes);
 

@@ -61,8 +61,7 @@ bool GrantCache::Current(const Entry& e) const {
       state_.session_state->load(std::memory_order_acquire) != shm::kSessionOpen) {
     return false;
   }
-  return state_.slots[e.slot].load(std::memory_order_acquire) ==
-         shm::SlotWord(e.generation, false);
+  return state_.slots[e.slot].load(std::memory_order_acquire) == shm::SlotWord(e.generation, false);
 }
 
 bool GrantCache::TryRef(Entry& e, uint32_t inc) {

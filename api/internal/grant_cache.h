@@ -79,8 +79,8 @@ class GrantCache {
   bool Insert(const Key& key, uint32_t slot, uint32_t generation);
 
   struct ReleaseOutcome {
-    bool cached = false;       // the handle is ours: nothing to send unless daemon_releases
-    bool no_reference = false; // cached, but no local reference was left to give back
+    bool cached = false;           // the handle is ours: nothing to send unless daemon_releases
+    bool no_reference = false;     // cached, but no local reference was left to give back
     uint32_t daemon_releases = 0;  // daemon holds to give back now (a stale grant's last ref)
   };
   // Gives back one local reference of `handle`. A grant found revoked whose last reference
@@ -130,7 +130,8 @@ class GrantCache {
   const uint64_t id_;  // this cache in the per-thread tables; never reused in a process
 
   mutable base::Mutex mu_;  // the index and the entry pool
-  absl::btree_map<std::pair<uint64_t, uint64_t>, Entry*> index_ ABSL_GUARDED_BY(mu_);  // (va, handle)
+  absl::btree_map<std::pair<uint64_t, uint64_t>, Entry*> index_
+      ABSL_GUARDED_BY(mu_);  // (va, handle)
   std::deque<Entry> pool_ ABSL_GUARDED_BY(mu_);
   std::vector<Entry*> free_ ABSL_GUARDED_BY(mu_);
   std::array<Shard, kShards> shards_;
