@@ -4,11 +4,14 @@
 #
 #   unit, integration   in the dev build; again under asan+ubsan, and under tsan
 #   unit                in the clang build (-Werror=thread-safety: the build is the lock check)
+#   fuzz                the fuzz build (clang, libFuzzer, asan+ubsan): each target of tests/fuzz
+#                       for a bounded number of inputs (every other build replays their corpus
+#                       and regressions as unit tests)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (qemu, a Debian kernel package)
 #
 # Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
-# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_CLANG=1 skip those passes. JOBS overrides the build/test
+# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_CLANG=1, REGCACHE_SKIP_FUZZ=1 skip those passes. JOBS overrides the build/test
 # parallelism (default: nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -116,6 +119,20 @@ preset_pass asan REGCACHE_SKIP_ASAN "unit+integration under asan+ubsan" '^(unit|
 preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
 preset_pass clang REGCACHE_SKIP_CLANG "unit in the clang -Werror=thread-safety build" \
   '^unit$'
+
+# fuzz: only the fuzz targets are built in this preset (its build preset names them).
+if [ "${REGCACHE_SKIP_FUZZ:-0}" = "1" ]; then
+  notes+=("fuzz: skipped because REGCACHE_SKIP_FUZZ=1")
+else
+  echo "=== build (fuzz)"
+  if cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"; then
+    run_label fuzz '^unit$' "fuzz targets (libFuzzer, bounded runs)"
+  else
+    failed=$((failed + 1))
+    notes+=("fuzz: build failed")
+  fi
+  phase_done "fuzz build + fuzz runs"
+fi
 
 echo
 echo "=== what ran and what did not"
