@@ -25,6 +25,24 @@
 
 namespace regcache::api {
 
+void KeyRef::reset() {
+  if (client_ == nullptr) return;
+  (void)client_->Release(key_.handle);
+  client_ = nullptr;
+}
+
+absl::StatusOr<KeyRef> Client::Acquire(const void* addr, uint64_t length, uint32_t access,
+                                       PrefetchMode prefetch) {
+  ASSIGN_OR_RETURN(Key k, Register(addr, length, access, prefetch));
+  return KeyRef(this, k);
+}
+
+absl::StatusOr<KeyRef> Client::AcquireWindow(uint64_t parent, uint64_t offset, uint64_t length,
+                                             uint32_t access) {
+  ASSIGN_OR_RETURN(Key k, Window(parent, offset, length, access));
+  return KeyRef(this, k);
+}
+
 absl::StatusOr<int64_t> StatsSnapshot::Get(const std::string& component,
                                            const std::string& name) const {
   for (const StatValue& s : stats) {

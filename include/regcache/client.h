@@ -135,6 +135,46 @@ struct SessionRecord {
   uint64_t memories = 0;
 };
 
+class Client;
+
+// One hold on a key, released when the KeyRef is destroyed or reset (RAII). Move-only. The
+// Client must outlive it. Thread-compatible: one KeyRef is used by one thread at a time; any
+// number of KeyRefs of one client may be used concurrently.
+class KeyRef {
+ public:
+  KeyRef() = default;
+  KeyRef(Client* client, const Key& key) : client_(client), key_(key) {}
+  ~KeyRef() { reset(); }
+  KeyRef(KeyRef&& o) noexcept : client_(o.client_), key_(o.key_) { o.client_ = nullptr; }
+  KeyRef& operator=(KeyRef&& o) noexcept {
+    if (this != &o) {
+      reset();
+      client_ = o.client_;
+      key_ = o.key_;
+      o.client_ = nullptr;
+    }
+    return *this;
+  }
+  KeyRef(const KeyRef&) = delete;
+  KeyRef& operator=(const KeyRef&) = delete;
+
+  explicit operator bool() const { return client_ != nullptr; }
+  const Key& key() const { return key_; }
+  const Key* operator->() const { return &key_; }
+  // Releases the hold now (a release error — the daemon gone — is not reported: the session's
+  // end releases everything anyway).
+  void reset();
+  // Gives up ownership without releasing: the caller releases key().handle itself.
+  Key Detach() {
+    client_ = nullptr;
+    return key_;
+  }
+
+ private:
+  Client* client_ = nullptr;
+  Key key_;
+};
+
 class Client {
  public:
   // kPermissionDenied when this process's credentials are not on the daemon's allow-list;
@@ -161,6 +201,12 @@ class Client {
   // `prefetch` applies to on-demand memory only.
   virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
                                        PrefetchMode prefetch = PrefetchMode::kNone) = 0;
+  // Register, with the hold owned by the returned KeyRef (released when it goes).
+  absl::StatusOr<KeyRef> Acquire(const void* addr, uint64_t length, uint32_t access,
+                                 PrefetchMode prefetch = PrefetchMode::kNone);
+  // Window, likewise.
+  absl::StatusOr<KeyRef> AcquireWindow(uint64_t parent, uint64_t offset, uint64_t length,
+                                       uint32_t access);
   // Makes the translations of on-demand memory present (writable too when `write`).
   virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write,
                                 PrefetchMode mode) = 0;
