@@ -252,8 +252,13 @@ class Client:
         return False
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        # A client dropped without close(): end its session. At interpreter exit the module's
+        # globals may already be gone; the process's exit ends the session then anyway.
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.close()
+        except Exception:
+            pass
 
     def close(self):
         """Closes the session: the daemon invalidates every key of it; memory is unmapped."""
