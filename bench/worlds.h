@@ -110,7 +110,9 @@ struct CacheWorld {
 
 // --- The anchor: ucs_rcache with no-op callbacks ---
 
-inline ucs_status_t NoopReg(void*, ucs_rcache_t*, void*, ucs_rcache_region_t*, uint16_t) { return UCS_OK; }
+inline ucs_status_t NoopReg(void*, ucs_rcache_t*, void*, ucs_rcache_region_t*, uint16_t) {
+  return UCS_OK;
+}
 inline void NoopDereg(void*, ucs_rcache_t*, ucs_rcache_region_t*) {}
 inline void NoopDump(void*, ucs_rcache_t*, ucs_rcache_region_t*, char* buf, size_t max) {
   if (max > 0) buf[0] = '\0';

@@ -99,7 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Server& srv = TheServer();
   // The previous input's session must be gone before the next opens (bounded wait).
   absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (srv.control->connections() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(50));
+  while (srv.control->connections() > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Microseconds(50));
   Check(srv.control->connections() == 0, "a closed connection's session never closed");
 
   int sock = Connect(srv.dir);

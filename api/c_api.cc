@@ -1,0 +1,298 @@
+// The C ABI (include/regcache/regcache.h) over regcache::api::Client: argument checks, struct
+// conversion and the per-thread last error. No call lets a C++ exception out (a C or FFI caller
+// cannot catch one): anything thrown becomes REGCACHE_INTERNAL (REGCACHE_RESOURCE_EXHAUSTED for
+// std::bad_alloc).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "regcache/client.h"
+#include "regcache/regcache.h"
+
+namespace rc = ::regcache::api;
+
+// The ABI's numbers are the C++ client's: one static_assert per shared value.
+static_assert(REGCACHE_LOCAL_READ == rc::kLocalRead);
+static_assert(REGCACHE_LOCAL_WRITE == rc::kLocalWrite);
+static_assert(REGCACHE_REMOTE_READ == rc::kRemoteRead);
+static_assert(REGCACHE_REMOTE_WRITE == rc::kRemoteWrite);
+static_assert(REGCACHE_REMOTE_ATOMIC == rc::kRemoteAtomic);
+static_assert(REGCACHE_PREFETCH_NONE == static_cast<int>(rc::PrefetchMode::kNone));
+static_assert(REGCACHE_PREFETCH_SYNC == static_cast<int>(rc::PrefetchMode::kSync));
+static_assert(REGCACHE_PREFETCH_ASYNC == static_cast<int>(rc::PrefetchMode::kAsync));
+static_assert(REGCACHE_OK == static_cast<int>(absl::StatusCode::kOk));
+static_assert(REGCACHE_INVALID_ARGUMENT == static_cast<int>(absl::StatusCode::kInvalidArgument));
+static_assert(REGCACHE_NOT_FOUND == static_cast<int>(absl::StatusCode::kNotFound));
+static_assert(REGCACHE_RESOURCE_EXHAUSTED ==
+              static_cast<int>(absl::StatusCode::kResourceExhausted));
+static_assert(REGCACHE_OUT_OF_RANGE == static_cast<int>(absl::StatusCode::kOutOfRange));
+static_assert(REGCACHE_UNAVAILABLE == static_cast<int>(absl::StatusCode::kUnavailable));
+static_assert(REGCACHE_UNAUTHENTICATED == static_cast<int>(absl::StatusCode::kUnauthenticated));
+
+struct regcache_client {
+  std::unique_ptr<rc::Client> impl;
+};
+
+namespace {
+
+// This thread's last message. A fixed buffer (trivially destructible: no thread-exit work in a
+// library that may be dlopen'ed and dlclose'd by an FFI host); long messages are truncated.
+thread_local char last_error[1024];
+
+regcache_code_t SetError(regcache_code_t code, const char* message) {
+  std::snprintf(last_error, sizeof(last_error), "%s", message == nullptr ? "" : message);
+  return code;
+}
+
+regcache_code_t Ok() {
+  last_error[0] = '\0';
+  return REGCACHE_OK;
+}
+
+regcache_code_t FromStatus(const absl::Status& s) {
+  if (s.ok()) return Ok();
+  std::string msg(s.message());
+  return SetError(static_cast<regcache_code_t>(s.code()), msg.c_str());
+}
+
+regcache_code_t Invalid(const char* what) {
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "%s is NULL", what);
+  return SetError(REGCACHE_INVALID_ARGUMENT, buf);
+}
+
+// Runs `body` (which returns a regcache_code_t) with every exception turned into a code.
+template <typename Body>
+regcache_code_t Guard(Body body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return SetError(REGCACHE_RESOURCE_EXHAUSTED, "out of memory in the client library");
+  } catch (const std::exception& e) {
+    return SetError(REGCACHE_INTERNAL, e.what());
+  } catch (...) {
+    return SetError(REGCACHE_INTERNAL, "unknown exception in the client library");
+  }
+}
+
+void ToC(const rc::Memory& m, regcache_memory_t* out) {
+  out->id = m.id;
+  out->data = m.data;
+  out->length = m.length;
+}
+
+void ToC(const rc::Key& k, regcache_key_t* out) {
+  out->handle = k.handle;
+  out->lkey = k.lkey;
+  out->rkey = k.rkey;
+  out->va = k.va;
+  out->length = k.length;
+  out->access = k.access;
+  out->hit = k.hit ? 1 : 0;
+}
+
+void ToC(const rc::KeyInfo& k, regcache_key_info_t* out) {
+  *out = regcache_key_info_t{};
+  out->handle = k.handle;
+  out->key = k.key;
+  out->access = k.access;
+  out->va = k.va;
+  out->length = k.length;
+  out->holders = k.holders;
+  out->revoked = k.revoked ? 1 : 0;
+  out->is_window = k.is_window ? 1 : 0;
+  out->parent = k.parent;
+  std::snprintf(out->key_state, sizeof(out->key_state), "%s", k.key_state.c_str());
+}
+
+void ToC(const rc::SessionUsage& u, regcache_usage_t* out) {
+  out->live_registrations = u.live_registrations;
+  out->revoked_held = u.revoked_held;
+  out->cached_unreferenced = u.cached_unreferenced;
+  out->backings = u.backings;
+  out->backed_bytes = u.backed_bytes;
+  out->pool_outstanding = u.pool_outstanding;
+  out->pool_total = u.pool_total;
+}
+
+// The common shape of a call that returns a value: check the client and the output pointer,
+// run `call` (which returns an absl::StatusOr<T>), convert its value into *out.
+template <typename Out, typename Call>
+regcache_code_t Fetch(regcache_client_t* client, Out* out, const char* out_name, Call call) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (out == nullptr) return Invalid(out_name);
+    auto result = call(*client->impl);
+    if (!result.ok()) return FromStatus(result.status());
+    ToC(*result, out);
+    return Ok();
+  });
+}
+
+// A call that returns only a status.
+template <typename Call>
+regcache_code_t Do(regcache_client_t* client, Call call) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    return FromStatus(call(*client->impl));
+  });
+}
+
+bool ValidPrefetch(regcache_prefetch_t p) {
+  return p == REGCACHE_PREFETCH_NONE || p == REGCACHE_PREFETCH_SYNC || p == REGCACHE_PREFETCH_ASYNC;
+}
+
+regcache_code_t BadPrefetch(regcache_prefetch_t p) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "prefetch mode %d is none of REGCACHE_PREFETCH_*",
+                static_cast<int>(p));
+  return SetError(REGCACHE_INVALID_ARGUMENT, buf);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* regcache_last_error(void) { return last_error; }
+
+const char* regcache_code_name(int code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  if (code < 0 || code >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) {
+    return "UNKNOWN_CODE";
+  }
+  return kNames[code];
+}
+
+regcache_code_t regcache_set_last_error(regcache_code_t code, const char* message) {
+  if (code == REGCACHE_OK) return Ok();
+  return SetError(code, message);
+}
+
+regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_t* options,
+                                 regcache_client_t** out) {
+  return Guard([&] {
+    if (socket_dir == nullptr) return Invalid("socket_dir");
+    if (out == nullptr) return Invalid("out");
+    rc::ClientOptions opts;
+    if (options != nullptr) {
+      if (options->call_timeout_ms != 0) {
+        opts.call_timeout = absl::Milliseconds(options->call_timeout_ms);
+      }
+      opts.tcp_port = options->tcp_port;
+    }
+    absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(socket_dir, opts);
+    if (!c.ok()) return FromStatus(c.status());
+    *out = new regcache_client{std::move(*c)};
+    return Ok();
+  });
+}
+
+void regcache_close(regcache_client_t* client) {
+  Guard([&] {
+    delete client;  // the client's destructor closes the session
+    return Ok();
+  });
+}
+
+uint64_t regcache_session_id(const regcache_client_t* client) {
+  return client == nullptr ? 0 : client->impl->session_id();
+}
+
+regcache_code_t regcache_allocate(regcache_client_t* client, uint64_t length, int hugetlb,
+                                  int on_demand, regcache_memory_t* out) {
+  return Fetch(client, out, "out", [&](rc::Client& c) {
+    return c.AllocateMemory(length, hugetlb != 0, on_demand != 0);
+  });
+}
+
+regcache_code_t regcache_attach_fd(regcache_client_t* client, int fd, uint64_t offset,
+                                   uint64_t length, int on_demand, regcache_memory_t* out) {
+  if (client != nullptr && out != nullptr && fd < 0) {
+    return SetError(REGCACHE_INVALID_ARGUMENT, "fd is negative");
+  }
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.AttachFd(fd, offset, length, on_demand != 0); });
+}
+
+regcache_code_t regcache_detach(regcache_client_t* client, const regcache_memory_t* memory) {
+  if (client != nullptr && memory == nullptr) return Invalid("memory");
+  return Do(client, [&](rc::Client& c) {
+    return c.DetachMemory(rc::Memory{memory->id, memory->data, memory->length});
+  });
+}
+
+regcache_code_t regcache_register(regcache_client_t* client, const void* addr, uint64_t length,
+                                  uint32_t access, regcache_prefetch_t prefetch,
+                                  regcache_key_t* out) {
+  if (client != nullptr && out != nullptr) {
+    if (addr == nullptr) return Invalid("addr");
+    if (length == 0) return SetError(REGCACHE_INVALID_ARGUMENT, "length is 0");
+    if (!ValidPrefetch(prefetch)) return BadPrefetch(prefetch);
+  }
+  return Fetch(client, out, "out", [&](rc::Client& c) {
+    return c.Register(addr, length, access, static_cast<rc::PrefetchMode>(prefetch));
+  });
+}
+
+regcache_code_t regcache_window(regcache_client_t* client, uint64_t parent, uint64_t offset,
+                                uint64_t length, uint32_t access, regcache_key_t* out) {
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.Window(parent, offset, length, access); });
+}
+
+regcache_code_t regcache_release(regcache_client_t* client, uint64_t handle) {
+  return Do(client, [&](rc::Client& c) { return c.Release(handle); });
+}
+
+regcache_code_t regcache_invalidate(regcache_client_t* client, uint64_t handle) {
+  return Do(client, [&](rc::Client& c) { return c.Invalidate(handle); });
+}
+
+regcache_code_t regcache_query(regcache_client_t* client, uint64_t handle,
+                               regcache_key_info_t* out) {
+  return Fetch(client, out, "out", [&](rc::Client& c) { return c.Query(handle); });
+}
+
+regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr, uint64_t length,
+                                  int write, regcache_prefetch_t mode) {
+  if (client != nullptr) {
+    if (addr == nullptr) return Invalid("addr");
+    if (!ValidPrefetch(mode)) return BadPrefetch(mode);
+  }
+  return Do(client, [&](rc::Client& c) {
+    return c.Prefetch(addr, length, write != 0, static_cast<rc::PrefetchMode>(mode));
+  });
+}
+
+regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out) {
+  return Fetch(client, out, "out", [&](rc::Client& c) -> absl::StatusOr<rc::SessionUsage> {
+    absl::StatusOr<rc::StatsSnapshot> s = c.Stats();
+    if (!s.ok()) return s.status();
+    return s->session;
+  });
+}
+
+}  // extern "C"

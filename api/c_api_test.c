@@ -1,0 +1,294 @@
+/* The C ABI from a C11 translation unit (include/regcache/regcache.h), against a real regcached
+ * on the simulated device that this test starts itself (fork/exec of REGCACHED_PATH, sockets in
+ * a fresh temp dir, every wait bounded). It walks every call: connect, allocate, attach an fd,
+ * register, window, query, usage, invalidate, release, prefetch, detach, close; and checks that
+ * bad input (NULL pointers, length 0, unknown handles, a bad enum) gets its code and a message,
+ * never a crash. Exit status 0 = every check passed; the failures are printed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "regcache/regcache.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: \"%s\")\n", __FILE__, __LINE__, #cond, \
+              regcache_last_error());                                                              \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+/* A call's code is `want`, with a message containing `needle` (NULL: any nonempty message);
+ * a success leaves the message "". */
+static void CheckCode(int line, const char* call, regcache_code_t got, regcache_code_t want,
+                      const char* needle) {
+  const char* msg = regcache_last_error();
+  if (got != want) {
+    fprintf(stderr, "%s:%d: %s returned %s, want %s (\"%s\")\n", __FILE__, line, call,
+            regcache_code_name(got), regcache_code_name(want), msg);
+    failures++;
+  } else if (want != REGCACHE_OK && (msg[0] == '\0' || (needle && !strstr(msg, needle)))) {
+    fprintf(stderr, "%s:%d: %s: message \"%s\" lacks \"%s\"\n", __FILE__, line, call, msg,
+            needle ? needle : "(any)");
+    failures++;
+  } else if (want == REGCACHE_OK && msg[0] != '\0') {
+    fprintf(stderr, "%s:%d: %s succeeded but left \"%s\"\n", __FILE__, line, call, msg);
+    failures++;
+  }
+}
+#define CHECK_CODE(call, want, needle) CheckCode(__LINE__, #call, (call), (want), (needle))
+
+static const uint32_t kRw =
+    REGCACHE_LOCAL_READ | REGCACHE_LOCAL_WRITE | REGCACHE_REMOTE_READ | REGCACHE_REMOTE_WRITE;
+
+static char dir[64];
+static pid_t daemon_pid = -1;
+
+static int Exists(const char* name) {
+  char path[128];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  return stat(path, &st) == 0;
+}
+
+/* Starts regcached in a fresh temp dir and waits (at most 10 s) for its two sockets. */
+static int StartDaemon(void) {
+  snprintf(dir, sizeof(dir), "/tmp/regcache-capi-XXXXXX");
+  if (mkdtemp(dir) == NULL) return 0;
+  daemon_pid = fork();
+  if (daemon_pid == 0) {
+    char socket_flag[96];
+    snprintf(socket_flag, sizeof(socket_flag), "--socket_dir=%s", dir);
+    execl(REGCACHED_PATH, REGCACHED_PATH, "--device=sim", socket_flag, "--log_level=warning",
+          (char*)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; i++) {
+    if (Exists("control.sock") && Exists("grpc.sock")) return 1;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+static void StopDaemon(void) {
+  if (daemon_pid > 0) {
+    kill(daemon_pid, SIGTERM);
+    int reaped = 0;
+    for (int i = 0; i < 1000 && !reaped; i++) {
+      reaped = waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      if (!reaped) nanosleep(&ts, NULL);
+    }
+    if (!reaped) { /* it did not drain within 10 s */
+      fprintf(stderr, "regcached ignored SIGTERM; killing it\n");
+      kill(daemon_pid, SIGKILL);
+      waitpid(daemon_pid, NULL, 0);
+      failures++;
+    }
+  }
+  char cmd[96];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void TestConnectErrors(void) {
+  regcache_client_t* c = NULL;
+  CHECK_CODE(regcache_connect(NULL, NULL, &c), REGCACHE_INVALID_ARGUMENT, "socket_dir");
+  CHECK_CODE(regcache_connect(dir, NULL, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_connect("/nonexistent-regcache-dir", NULL, &c), REGCACHE_UNAVAILABLE, NULL);
+  CHECK(c == NULL);
+  CHECK(regcache_session_id(NULL) == 0);
+  regcache_close(NULL); /* a no-op */
+  CHECK(strcmp(regcache_code_name(REGCACHE_NOT_FOUND), "NOT_FOUND") == 0);
+  CHECK(strcmp(regcache_code_name(REGCACHE_UNAUTHENTICATED), "UNAUTHENTICATED") == 0);
+  CHECK(strcmp(regcache_code_name(99), "UNKNOWN_CODE") == 0);
+  CHECK(strcmp(regcache_code_name(-1), "UNKNOWN_CODE") == 0);
+}
+
+/* Every call refuses a NULL client and a NULL output pointer. */
+static void TestNullPointers(regcache_client_t* c, const regcache_memory_t* m) {
+  regcache_memory_t mem;
+  regcache_key_t key;
+  regcache_key_info_t info;
+  regcache_usage_t usage;
+  CHECK_CODE(regcache_allocate(NULL, 4096, 0, 0, &mem), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_allocate(c, 4096, 0, 0, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_attach_fd(NULL, 0, 0, 4096, 0, &mem), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_attach_fd(c, 0, 0, 4096, 0, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_attach_fd(c, -1, 0, 4096, 0, &mem), REGCACHE_INVALID_ARGUMENT, "fd");
+  CHECK_CODE(regcache_detach(NULL, m), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_detach(c, NULL), REGCACHE_INVALID_ARGUMENT, "memory");
+  CHECK_CODE(regcache_register(NULL, m->data, 4096, kRw, REGCACHE_PREFETCH_NONE, &key),
+             REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_register(c, m->data, 4096, kRw, REGCACHE_PREFETCH_NONE, NULL),
+             REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_register(c, NULL, 4096, kRw, REGCACHE_PREFETCH_NONE, &key),
+             REGCACHE_INVALID_ARGUMENT, "addr");
+  CHECK_CODE(regcache_window(NULL, 1, 0, 4096, kRw, &key), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_window(c, 1, 0, 4096, kRw, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_release(NULL, 1), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_invalidate(NULL, 1), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_query(NULL, 1, &info), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_query(c, 1, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_prefetch(NULL, m->data, 4096, 0, REGCACHE_PREFETCH_SYNC),
+             REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_prefetch(c, NULL, 4096, 0, REGCACHE_PREFETCH_SYNC), REGCACHE_INVALID_ARGUMENT,
+             "addr");
+  CHECK_CODE(regcache_usage(NULL, &usage), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_usage(c, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+}
+
+/* Bad values: each gets its canonical code and a message; the session keeps working. */
+static void TestBadValues(regcache_client_t* c, const regcache_memory_t* m) {
+  regcache_memory_t mem;
+  regcache_key_t key;
+  regcache_key_info_t info;
+  static char not_attached[8192];
+  CHECK_CODE(regcache_allocate(c, 0, 0, 0, &mem), REGCACHE_INVALID_ARGUMENT, NULL);
+  CHECK_CODE(regcache_allocate(c, 1000, 0, 0, &mem), REGCACHE_INVALID_ARGUMENT, NULL);
+  CHECK_CODE(regcache_register(c, m->data, 0, kRw, REGCACHE_PREFETCH_NONE, &key),
+             REGCACHE_INVALID_ARGUMENT, "length");
+  CHECK_CODE(regcache_register(c, m->data, 4096, kRw, (regcache_prefetch_t)7, &key),
+             REGCACHE_INVALID_ARGUMENT, "prefetch");
+  CHECK_CODE(regcache_register(c, not_attached, 4096, kRw, REGCACHE_PREFETCH_NONE, &key),
+             REGCACHE_OUT_OF_RANGE, NULL);
+  CHECK_CODE(regcache_register(c, (const char*)m->data + m->length - 4096, 8192, kRw,
+                               REGCACHE_PREFETCH_NONE, &key),
+             REGCACHE_OUT_OF_RANGE, NULL);
+  /* A handle this session never held (its tenant bits name another): refused. */
+  CHECK_CODE(regcache_release(c, 0xdead0000ull), REGCACHE_PERMISSION_DENIED, "tenant");
+  CHECK_CODE(regcache_invalidate(c, 0xdead0000ull), REGCACHE_PERMISSION_DENIED, "tenant");
+  CHECK_CODE(regcache_query(c, 0xdead0000ull, &info), REGCACHE_PERMISSION_DENIED, "tenant");
+  CHECK_CODE(regcache_window(c, 0xdead0000ull, 0, 4096, kRw, &key), REGCACHE_PERMISSION_DENIED,
+             "tenant");
+  CHECK_CODE(regcache_prefetch(c, m->data, 4096, 0, (regcache_prefetch_t)-3),
+             REGCACHE_INVALID_ARGUMENT, "prefetch");
+  regcache_memory_t unknown = {0xdead0000ull, NULL, 4096};
+  CHECK_CODE(regcache_detach(c, &unknown), REGCACHE_NOT_FOUND, NULL);
+}
+
+/* Register (miss, then hit), window, query, usage, invalidate, release. */
+static void TestKeyLifecycle(regcache_client_t* c, const regcache_memory_t* m) {
+  char* buf = (char*)m->data + 3 * 4096;
+  regcache_key_t k1, k2, w;
+  regcache_key_info_t info;
+  regcache_usage_t usage;
+  CHECK_CODE(regcache_register(c, buf, 65536, kRw, REGCACHE_PREFETCH_NONE, &k1), REGCACHE_OK, NULL);
+  CHECK(k1.handle != 0);
+  CHECK(k1.rkey != 0 && k1.lkey != 0);
+  CHECK(k1.va <= (uint64_t)(uintptr_t)buf && k1.va + k1.length >= (uint64_t)(uintptr_t)buf + 65536);
+  CHECK((k1.access & kRw) == kRw);
+  CHECK(k1.hit == 0);
+  CHECK_CODE(
+      regcache_register(c, buf + 4096, 4096, REGCACHE_LOCAL_READ, REGCACHE_PREFETCH_NONE, &k2),
+      REGCACHE_OK, NULL);
+  CHECK(k2.hit == 1);
+  CHECK(k2.rkey == k1.rkey);
+
+  CHECK_CODE(regcache_window(c, k1.handle, 4096, 8192, REGCACHE_LOCAL_READ, &w), REGCACHE_OK, NULL);
+  CHECK(w.handle != 0 && w.handle != k1.handle);
+  CHECK(w.length == 8192);
+  CHECK_CODE(regcache_query(c, w.handle, &info), REGCACHE_OK, NULL);
+  CHECK(info.is_window == 1);
+  CHECK(info.parent == k1.handle);
+  CHECK(info.revoked == 0);
+  CHECK(info.key_state[0] != '\0');
+  CHECK_CODE(regcache_query(c, k1.handle, &info), REGCACHE_OK, NULL);
+  CHECK(info.handle == k1.handle && info.holders >= 1 && info.is_window == 0);
+  CHECK(info.va == k1.va && info.length == k1.length);
+
+  CHECK_CODE(regcache_usage(c, &usage), REGCACHE_OK, NULL);
+  CHECK(usage.backings == 1);
+  CHECK(usage.backed_bytes == m->length);
+  CHECK(usage.live_registrations >= 1);
+
+  CHECK_CODE(regcache_invalidate(c, k1.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_query(c, k1.handle, &info), REGCACHE_OK, NULL);
+  CHECK(info.revoked == 1);
+  CHECK_CODE(regcache_release(c, w.handle), REGCACHE_OK, NULL);
+  /* Two grants, two holds (the hit may return the same handle): two releases. */
+  CHECK_CODE(regcache_release(c, k2.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_release(c, k1.handle), REGCACHE_OK, NULL);
+  /* Released for good: the handle is unknown now. */
+  regcache_key_t key;
+  CHECK_CODE(regcache_query(c, k1.handle, &info), REGCACHE_NOT_FOUND, NULL);
+  CHECK_CODE(regcache_release(c, k1.handle), REGCACHE_NOT_FOUND, NULL);
+  CHECK_CODE(regcache_invalidate(c, k1.handle), REGCACHE_NOT_FOUND, NULL);
+  CHECK_CODE(regcache_window(c, k1.handle, 0, 4096, kRw, &key), REGCACHE_NOT_FOUND, NULL);
+}
+
+/* A memfd of the caller's, attached and registered; on-demand memory with a prefetch. */
+static void TestFdAndOnDemand(regcache_client_t* c) {
+  int fd = memfd_create("c_api_test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  CHECK(ftruncate(fd, 1 << 20) == 0);
+  regcache_memory_t m;
+  regcache_key_t k;
+  regcache_usage_t usage;
+  CHECK_CODE(regcache_attach_fd(c, fd, 0, 1 << 20, 0, &m), REGCACHE_OK, NULL);
+  close(fd); /* the daemon and the mapping keep their own references */
+  memset(m.data, 0x5a, 4096);
+  CHECK_CODE(regcache_register(c, m.data, 4096, kRw, REGCACHE_PREFETCH_NONE, &k), REGCACHE_OK,
+             NULL);
+  CHECK_CODE(regcache_release(c, k.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_usage(c, &usage), REGCACHE_OK, NULL);
+  CHECK(usage.backings == 2);
+  CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_usage(c, &usage), REGCACHE_OK, NULL);
+  CHECK(usage.backings == 1);
+
+  regcache_memory_t odp;
+  CHECK_CODE(regcache_allocate(c, 1 << 20, 0, 1, &odp), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_prefetch(c, odp.data, 65536, 1, REGCACHE_PREFETCH_SYNC), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_register(c, odp.data, 65536, kRw, REGCACHE_PREFETCH_ASYNC, &k), REGCACHE_OK,
+             NULL);
+  CHECK_CODE(regcache_release(c, k.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_detach(c, &odp), REGCACHE_OK, NULL);
+}
+
+int main(void) {
+  if (!StartDaemon()) {
+    fprintf(stderr, "regcached did not start (%s)\n", REGCACHED_PATH);
+    StopDaemon();
+    return 1;
+  }
+  TestConnectErrors();
+  regcache_options_t options = {5000, 0};
+  regcache_client_t* c = NULL;
+  CHECK_CODE(regcache_connect(dir, &options, &c), REGCACHE_OK, NULL);
+  if (c != NULL) {
+    CHECK(regcache_session_id(c) != 0);
+    regcache_memory_t m;
+    CHECK_CODE(regcache_allocate(c, 4 << 20, 0, 0, &m), REGCACHE_OK, NULL);
+    CHECK(m.id != 0 && m.data != NULL && m.length == (4u << 20));
+    if (m.data != NULL) {
+      memset(m.data, 0xa5, m.length); /* mapped writable here */
+      TestNullPointers(c, &m);
+      TestBadValues(c, &m);
+      TestKeyLifecycle(c, &m);
+      TestFdAndOnDemand(c);
+      CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
+    }
+    regcache_close(c);
+  }
+  StopDaemon();
+  if (failures != 0) {
+    fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}

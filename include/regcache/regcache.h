@@ -1,0 +1,213 @@
+/* regcache.h — the C ABI of the regcached client, for C programs and FFI users (Python's ctypes,
+ * Rust, Go, ...). Plain C11 that also compiles as C++; no C++ type crosses it. It wraps the C++
+ * client of "regcache/client.h" (regcache::api::Client), so every call has the same meaning,
+ * errors and thread safety; docs/prm.md describes the operations themselves.
+ *
+ *   regcache_client_t* c;
+ *   if (regcache_connect("/run/regcache", NULL, &c) != REGCACHE_OK) {
+ *     fprintf(stderr, "%s\n", regcache_last_error());
+ *   }
+ *   regcache_memory_t m;  regcache_allocate(c, 1 << 20, 0, 0, &m);  // mapped here, attached
+ *   regcache_key_t k;     regcache_register(c, m.data, 4096, REGCACHE_REMOTE_WRITE | ...,
+ *                                           REGCACHE_PREFETCH_NONE, &k);
+ *   ... hand k.rkey and the address to a peer; k.lkey for local SGEs ...
+ *   regcache_release(c, k.handle);
+ *   regcache_close(c);
+ *
+ * Link with -lregcache (the shared library libregcache.so, which exports exactly the functions
+ * declared here), or with the static regcache_api target from C++.
+ *
+ * Errors: every function that can fail returns a regcache_code_t — REGCACHE_OK (0) or one of
+ * the canonical status codes (the numbers of absl::StatusCode and gRPC). The message of the
+ * calling thread's last call is regcache_last_error(): "" after a success, the daemon's (or
+ * this library's) explanation after a failure. Output structs are written only on success.
+ * Every pointer argument is checked: NULL where an object is required is
+ * REGCACHE_INVALID_ARGUMENT naming the argument, never a crash.
+ *
+ * Thread safety: all functions may be called concurrently on one client, except regcache_close,
+ * which must be the last call on it (a closed client is freed: using it again is undefined).
+ */
+#ifndef REGCACHE_REGCACHE_H_
+#define REGCACHE_REGCACHE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define REGCACHE_API __attribute__((visibility("default")))
+#else
+#define REGCACHE_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The canonical status codes (absl::StatusCode, gRPC's numbering). */
+typedef enum regcache_code {
+  REGCACHE_OK = 0,
+  REGCACHE_CANCELLED = 1,
+  REGCACHE_UNKNOWN = 2,
+  REGCACHE_INVALID_ARGUMENT = 3,
+  REGCACHE_DEADLINE_EXCEEDED = 4,
+  REGCACHE_NOT_FOUND = 5,
+  REGCACHE_ALREADY_EXISTS = 6,
+  REGCACHE_PERMISSION_DENIED = 7,
+  REGCACHE_RESOURCE_EXHAUSTED = 8,
+  REGCACHE_FAILED_PRECONDITION = 9,
+  REGCACHE_ABORTED = 10,
+  REGCACHE_OUT_OF_RANGE = 11,
+  REGCACHE_UNIMPLEMENTED = 12,
+  REGCACHE_INTERNAL = 13,
+  REGCACHE_UNAVAILABLE = 14,
+  REGCACHE_DATA_LOSS = 15,
+  REGCACHE_UNAUTHENTICATED = 16
+} regcache_code_t;
+
+/* Access bits of a registration (the values of regcache::api::AccessBits). */
+#define REGCACHE_LOCAL_READ (1u << 0)
+#define REGCACHE_LOCAL_WRITE (1u << 1)
+#define REGCACHE_REMOTE_READ (1u << 2)
+#define REGCACHE_REMOTE_WRITE (1u << 3)
+#define REGCACHE_REMOTE_ATOMIC (1u << 4)
+
+/* Prefetch of on-demand memory (the values of regcache::api::PrefetchMode). */
+typedef enum regcache_prefetch {
+  REGCACHE_PREFETCH_NONE = 0, /* translations appear on first access */
+  REGCACHE_PREFETCH_SYNC = 1, /* present before the call returns */
+  REGCACHE_PREFETCH_ASYNC = 2 /* queued to the daemon's fault servicer */
+} regcache_prefetch_t;
+
+/* A connection to regcached: one session. Opaque. */
+typedef struct regcache_client regcache_client_t;
+
+/* Connection options. All-zero (or a NULL pointer) means the defaults. */
+typedef struct regcache_options {
+  uint32_t call_timeout_ms; /* deadline of every call; 0: 10 000 ms */
+  uint16_t tcp_port;        /* nonzero: gRPC over 127.0.0.1:<port> instead of the unix socket */
+} regcache_options_t;
+
+/* Memory attached to the session and mapped in this process. */
+typedef struct regcache_memory {
+  uint64_t id;
+  void* data; /* this process's mapping; registrations use these addresses */
+  uint64_t length;
+} regcache_memory_t;
+
+/* A key grant: hold it until regcache_release. */
+typedef struct regcache_key {
+  uint64_t handle;
+  uint32_t lkey;
+  uint32_t rkey;
+  uint64_t va; /* the covering registration's range */
+  uint64_t length;
+  uint32_t access;
+  uint32_t hit; /* 1: answered from the daemon's cache; 0: a new registration */
+} regcache_key_t;
+
+/* What regcache_query reports about a held key. */
+typedef struct regcache_key_info {
+  uint64_t handle;
+  uint32_t key;
+  uint32_t access;
+  uint64_t va;
+  uint64_t length;
+  uint32_t holders;
+  uint32_t revoked;   /* 1: invalidated; the handle still needs its release */
+  uint32_t is_window; /* 1: a window of `parent` */
+  uint32_t reserved;
+  uint64_t parent;
+  char key_state[32]; /* the key's lifecycle state, NUL-terminated (truncated if longer) */
+} regcache_key_info_t;
+
+/* The session's own usage (what the daemon counts against its quotas). */
+typedef struct regcache_usage {
+  uint64_t live_registrations;
+  uint64_t revoked_held;
+  uint64_t cached_unreferenced;
+  uint64_t backings; /* memory attached to the session */
+  uint64_t backed_bytes;
+  uint64_t pool_outstanding;
+  uint64_t pool_total;
+} regcache_usage_t;
+
+/* The message of this thread's last call into this library: "" after a success. The pointer
+ * stays valid until this thread's next call into the library. Never NULL. */
+REGCACHE_API const char* regcache_last_error(void);
+
+/* "INVALID_ARGUMENT" for REGCACHE_INVALID_ARGUMENT, ...; "UNKNOWN_CODE" for anything else. */
+REGCACHE_API const char* regcache_code_name(int code);
+
+/* Sets this thread's last error and returns `code`: for libraries layered on this ABI
+ * (regcache_alloc), so their errors read like the client's. `message` NULL means "". */
+REGCACHE_API regcache_code_t regcache_set_last_error(regcache_code_t code, const char* message);
+
+/* Opens a session with the daemon listening in `socket_dir`. `options` may be NULL.
+ * REGCACHE_UNAVAILABLE when no daemon listens there; REGCACHE_PERMISSION_DENIED when this
+ * process's credentials are not on its allow-list. */
+REGCACHE_API regcache_code_t regcache_connect(const char* socket_dir,
+                                              const regcache_options_t* options,
+                                              regcache_client_t** out);
+
+/* Closes the session (the daemon invalidates every key of it), unmaps the client's memory and
+ * frees `client`. NULL is a no-op. */
+REGCACHE_API void regcache_close(regcache_client_t* client);
+
+/* The daemon's id of this session; 0 for NULL. */
+REGCACHE_API uint64_t regcache_session_id(const regcache_client_t* client);
+
+/* Daemon-allocated shareable memory of `length` bytes (a multiple of the page size; 2 MiB with
+ * `hugetlb`), mapped here and attached. `on_demand` nonzero: registrations over it fault
+ * translations in (ODP). REGCACHE_INVALID_ARGUMENT for length 0 or unaligned;
+ * REGCACHE_RESOURCE_EXHAUSTED beyond the session's quota. */
+REGCACHE_API regcache_code_t regcache_allocate(regcache_client_t* client, uint64_t length,
+                                               int hugetlb, int on_demand, regcache_memory_t* out);
+
+/* Attaches [offset, offset + length) of the caller's memfd `fd` (created with
+ * MFD_ALLOW_SEALING; not closed: the daemon keeps its own reference) and maps it here. */
+REGCACHE_API regcache_code_t regcache_attach_fd(regcache_client_t* client, int fd, uint64_t offset,
+                                                uint64_t length, int on_demand,
+                                                regcache_memory_t* out);
+
+/* Detaches the memory (every key over it is invalidated) and unmaps it here. */
+REGCACHE_API regcache_code_t regcache_detach(regcache_client_t* client,
+                                             const regcache_memory_t* memory);
+
+/* A key for [addr, addr + length) of attached memory with at least `access` (REGCACHE_*_READ
+ * | ...). `prefetch` applies to on-demand memory only. REGCACHE_INVALID_ARGUMENT for NULL
+ * addr or length 0; REGCACHE_OUT_OF_RANGE when attached memory does not cover the range. */
+REGCACHE_API regcache_code_t regcache_register(regcache_client_t* client, const void* addr,
+                                               uint64_t length, uint32_t access,
+                                               regcache_prefetch_t prefetch, regcache_key_t* out);
+
+/* A window key over [offset, offset + length) of the held key `parent`, with at most its
+ * access. */
+REGCACHE_API regcache_code_t regcache_window(regcache_client_t* client, uint64_t parent,
+                                             uint64_t offset, uint64_t length, uint32_t access,
+                                             regcache_key_t* out);
+
+/* Gives back one hold of `handle`. REGCACHE_NOT_FOUND for a handle this session does not
+ * hold. */
+REGCACHE_API regcache_code_t regcache_release(regcache_client_t* client, uint64_t handle);
+
+/* Revokes the key now (peers lose access); the handle still needs its release. */
+REGCACHE_API regcache_code_t regcache_invalidate(regcache_client_t* client, uint64_t handle);
+
+/* The state of a held key. */
+REGCACHE_API regcache_code_t regcache_query(regcache_client_t* client, uint64_t handle,
+                                            regcache_key_info_t* out);
+
+/* Makes the translations of on-demand memory in [addr, addr + length) present (writable too
+ * when `write` is nonzero), now (REGCACHE_PREFETCH_SYNC) or queued (REGCACHE_PREFETCH_ASYNC). */
+REGCACHE_API regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr,
+                                               uint64_t length, int write,
+                                               regcache_prefetch_t mode);
+
+/* This session's usage as the daemon counts it. */
+REGCACHE_API regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* REGCACHE_REGCACHE_H_ */
