@@ -110,7 +110,8 @@ struct Floor {
         if (++spins < 200000) continue;
         uint32_t bell = s->header.doorbell.load(std::memory_order_acquire);
         s->header.daemon_waiting.store(1, std::memory_order_seq_cst);
-        if (c.req_head.load(std::memory_order_seq_cst) == tail) Futex(&s->header.doorbell, FUTEX_WAIT, bell);
+        if (c.req_head.load(std::memory_order_seq_cst) == tail)
+          Futex(&s->header.doorbell, FUTEX_WAIT, bell);
         s->header.daemon_waiting.store(0, std::memory_order_relaxed);
         spins = 0;
       }
@@ -174,10 +175,8 @@ struct Daemon {
       char tmpl[] = "/tmp/regcache-shm-bench-XXXXXX";
       if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
       dm->dir = tmpl;
-      std::vector<std::string> args = {REGCACHED_PATH,
-                                       "--device=sim:max_keys=1048576",
-                                       "--socket_dir=" + dm->dir,
-                                       "--log_level=warning",
+      std::vector<std::string> args = {REGCACHED_PATH, "--device=sim:max_keys=1048576",
+                                       "--socket_dir=" + dm->dir, "--log_level=warning",
                                        "--max_keys_per_session=0"};
       dm->pid = ::fork();
       if (dm->pid == 0) {
@@ -378,8 +377,20 @@ void BM_IdleDaemonCpu(benchmark::State& state) {
 BENCHMARK(BM_ShmFloor)->UseRealTime();
 BENCHMARK(BM_ShmNop)->UseRealTime();
 BENCHMARK(BM_ShmRoundTrip)->UseRealTime()->Threads(1)->Threads(2)->Threads(4);
-BENCHMARK(BM_InProcessHit)->ArgName("grants")->Arg(1000)->Arg(100000)->UseRealTime()->Threads(1)->Threads(2);
-BENCHMARK(BM_UcsRcacheHit)->ArgName("grants")->Arg(1000)->Arg(100000)->UseRealTime()->Threads(1)->Threads(2);
+BENCHMARK(BM_InProcessHit)
+    ->ArgName("grants")
+    ->Arg(1000)
+    ->Arg(100000)
+    ->UseRealTime()
+    ->Threads(1)
+    ->Threads(2);
+BENCHMARK(BM_UcsRcacheHit)
+    ->ArgName("grants")
+    ->Arg(1000)
+    ->Arg(100000)
+    ->UseRealTime()
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK(BM_ClientHit)
     ->ArgName("grants")
     ->Arg(1000)
@@ -402,14 +413,16 @@ void PrintSummary(const regcache::bench::SummaryReporter& r) {
   const double nop = NsPerOp(r, "BM_ShmNop/real_time");
   const double rt = NsPerOp(r, "BM_ShmRoundTrip/real_time/threads:1");
   std::printf("floor   raw ring ping-pong          %8.0f ns\n", floor);
-  if (floor > 0 && nop > 0) std::printf("nop     daemon worker round trip    %8.0f ns  %.2fx floor\n", nop, nop / floor);
+  if (floor > 0 && nop > 0)
+    std::printf("nop     daemon worker round trip    %8.0f ns  %.2fx floor\n", nop, nop / floor);
   if (floor > 0 && rt > 0) {
     std::printf("round trip (register hit at daemon) %8.0f ns  %.2fx floor (aim <= 2x)\n", rt,
                 rt / floor);
   }
   for (int threads : {1, 2, 4}) {
     double rate = r.Rate(absl::StrFormat("BM_ShmRoundTrip/real_time/threads:%d", threads));
-    if (rate > 0) std::printf("ring throughput threads=%d  %.2f M round trips/s\n", threads, rate / 1e6);
+    if (rate > 0)
+      std::printf("ring throughput threads=%d  %.2f M round trips/s\n", threads, rate / 1e6);
   }
   for (int grants : {1000, 100000}) {
     for (int threads : {1, 2, 4}) {
