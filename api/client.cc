@@ -470,6 +470,77 @@ class ClientImpl final : public Client {
   absl::flat_hash_map<uint64_t, int> pending_fds_ ABSL_GUARDED_BY(maps_mu_);
   absl::flat_hash_map<uint64_t, uint64_t> imported_ ABSL_GUARDED_BY(maps_mu_);
   absl::flat_hash_map<uint64_t, absl::Status> import_errors_ ABSL_GUARDED_BY(maps_mu_);
+
+  // --- Re-registration and batches (kept together at the end of the class) ---
+ public:
+  absl::StatusOr<Key> Reregister(uint64_t handle, const void* addr, uint64_t length,
+                                 uint32_t access) override {
+    pb::ReregisterRequest req;
+    req.set_handle(handle);
+    req.set_va(reinterpret_cast<uint64_t>(addr));
+    req.set_length(length);
+    req.set_access(access);
+    pb::KeyGrant resp;
+    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Reregister, req, &resp));
+    Key key = FromProto(resp);
+    key.same_key = resp.same_key();
+    return key;
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<Key>>> RegisterBatch(
+      absl::Span<const RegisterItem> items) override {
+    pb::RegisterBatchRequest req;
+    for (const RegisterItem& item : items) {
+      pb::RegisterRequest* r = req.add_items();
+      r->set_va(reinterpret_cast<uint64_t>(item.addr));
+      r->set_length(item.length);
+      r->set_access(item.access);
+      r->set_prefetch(ToProto(item.prefetch));
+    }
+    pb::RegisterBatchResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::RegisterBatch, req, &resp));
+    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), items.size()));
+    std::vector<absl::StatusOr<Key>> out;
+    out.reserve(items.size());
+    for (const pb::RegisterResult& r : resp.results()) {
+      absl::Status s = FromItemStatus(r.status());
+      if (s.ok()) {
+        out.emplace_back(FromProto(r.grant()));
+      } else {
+        out.emplace_back(std::move(s));
+      }
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::vector<absl::Status>> ReleaseBatch(
+      absl::Span<const uint64_t> handles) override {
+    pb::ReleaseBatchRequest req;
+    req.mutable_handles()->Add(handles.begin(), handles.end());
+    pb::ReleaseBatchResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ReleaseBatch, req, &resp));
+    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), handles.size()));
+    std::vector<absl::Status> out;
+    out.reserve(handles.size());
+    for (const pb::ItemStatus& r : resp.results()) out.push_back(FromItemStatus(r));
+    return out;
+  }
+
+ private:
+  // A batch reply has exactly one result per item; anything else is a broken daemon.
+  static absl::Status CheckBatchReply(int results, size_t items) {
+    if (static_cast<size_t>(results) == items) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat("batch reply has ", results, " results for ", items, " items"));
+  }
+  // An item's status off the wire; a code outside the canonical ones becomes kUnknown.
+  static absl::Status FromItemStatus(const pb::ItemStatus& s) {
+    if (s.code() == 0) return absl::OkStatus();
+    const bool known =
+        s.code() > 0 && s.code() <= static_cast<int>(absl::StatusCode::kUnauthenticated);
+    return absl::Status(
+        known ? static_cast<absl::StatusCode>(s.code()) : absl::StatusCode::kUnknown, s.message());
+  }
 };
 
 }  // namespace

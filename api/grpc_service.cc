@@ -58,6 +58,24 @@ void ToProto(const cache::KeyGrant& g, pb::KeyGrant* out) {
   out->set_length(g.length);
   out->set_access(g.access);
   out->set_hit(g.hit);
+  out->set_same_key(g.same_key);
+}
+
+// One batch item's outcome, google.rpc.Status style (the codes are absl's, 1:1 with gRPC's).
+void ToProto(const absl::Status& s, pb::ItemStatus* out) {
+  out->set_code(static_cast<int32_t>(s.code()));
+  if (!s.ok()) out->set_message(std::string(s.message()));
+}
+
+// Most items one batch may carry: a full RegisterBatch stays under the default 64 KiB request
+// limit (GrpcServerOptions::max_receive_message_bytes), so a client is told this bound rather
+// than a message-size error.
+constexpr int kMaxBatchItems = 1024;
+
+absl::Status CheckBatchSize(absl::string_view call, int items) {
+  if (items <= kMaxBatchItems) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: %d items, more than the limit of %d", call, items, kMaxBatchItems));
 }
 
 void ToProto(const cache::RegistrationInfo& r, pb::KeyInfo* out) {
@@ -179,6 +197,45 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Release(grpc::ServerContext* ctx, const pb::ReleaseRequest* req,
                        pb::ReleaseResponse*) override {
     return Run(ctx, [&](SessionId s) { return daemon_->Release(s, req->handle()); });
+  }
+
+  grpc::Status Reregister(grpc::ServerContext* ctx, const pb::ReregisterRequest* req,
+                          pb::KeyGrant* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Reregister(s, req->handle(), req->va(),
+                                                              req->length(), req->access()));
+      ToProto(g, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  // Each item as Register would run it, in order; a bad item fails alone. Items the deadline
+  // overtakes fail with DEADLINE_EXCEEDED and do nothing.
+  grpc::Status RegisterBatch(grpc::ServerContext* ctx, const pb::RegisterBatchRequest* req,
+                             pb::RegisterBatchResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(CheckBatchSize("RegisterBatch", req->items_size()));
+      for (const pb::RegisterRequest& item : req->items()) {
+        pb::RegisterResult* out = resp->add_results();
+        absl::StatusOr<cache::KeyGrant> g = RegisterItem(ctx, s, item);
+        ToProto(g.status(), out->mutable_status());
+        if (g.ok()) ToProto(*g, out->mutable_grant());
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ReleaseBatch(grpc::ServerContext* ctx, const pb::ReleaseBatchRequest* req,
+                            pb::ReleaseBatchResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(CheckBatchSize("ReleaseBatch", req->handles_size()));
+      for (uint64_t handle : req->handles()) {
+        absl::Status released = CheckDeadline(ctx);
+        if (released.ok()) released = daemon_->Release(s, handle);
+        ToProto(released, resp->add_results());
+      }
+      return absl::OkStatus();
+    });
   }
 
   grpc::Status Invalidate(grpc::ServerContext* ctx, const pb::InvalidateRequest* req,
@@ -326,6 +383,14 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
       return absl::UnauthenticatedError("more than one session token");
     }
     return daemon_->Authenticate(absl::string_view(it->second.data(), it->second.size()));
+  }
+
+  // One RegisterBatch item, checked as Register checks its request.
+  absl::StatusOr<cache::KeyGrant> RegisterItem(grpc::ServerContext* ctx, SessionId s,
+                                               const pb::RegisterRequest& item) {
+    RETURN_IF_ERROR(CheckDeadline(ctx));
+    ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch, PrefetchFromProto(item.prefetch()));
+    return daemon_->Register(s, item.va(), item.length(), item.access(), prefetch);
   }
 
   // The session a call acts on: the caller's, or (admin only) the one it names.

@@ -16,9 +16,14 @@
 // max_receive_message_bytes are refused by gRPC with RESOURCE_EXHAUSTED; requests that do not
 // parse are refused by gRPC (INTERNAL) before reaching the service.
 //
+// Batches: RegisterBatch and ReleaseBatch run their items in order on the caller's session,
+// each exactly as Register / Release would, and answer one google.rpc-style status per item
+// (a bad item fails alone). More than 1024 items: INVALID_ARGUMENT, nothing done. Reregister
+// is Daemon::Reregister (cache/reg_cache.h: in place, narrowed or replaced).
+//
 // Deadlines: a call whose deadline has already passed (or that was cancelled) returns
 // DEADLINE_EXCEEDED / CANCELLED without doing anything; the check is repeated before each
-// slow step (creating memory, sending its fd, mapping a key).
+// slow step (creating memory, sending its fd, mapping a key, each item of a batch).
 //
 // AllocateMemory: the daemon creates the memfd; the service hands it to the FdSender (the
 // control server) for the caller's session, which sends it tagged with the memory id BEFORE

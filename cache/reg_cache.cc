@@ -19,6 +19,7 @@
 #include "cache/internal/key_pool.h"
 #include "cache/internal/lifecycle.h"
 #include "cache/internal/mapper.h"
+#include "cache/internal/rereg.h"
 #include "cache/internal/tenant.h"
 #include "cache/umr_engine.h"
 
@@ -84,6 +85,12 @@ class RegCacheImpl final : public RegCache {
                                         uint64_t length, hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
     return internal::MapWindow(*t, parent, offset, length, access);
+  }
+  absl::StatusOr<KeyGrant> Reregister(TenantId tenant, Handle handle, uint64_t va, uint64_t length,
+                                      hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
+    return internal::Reregister(*t, handle, va, length, access,
+                                [&] { return Register(tenant, va, length, access); });
   }
   absl::Status Release(TenantId tenant, Handle handle) override;
   absl::Status Invalidate(TenantId tenant, Handle handle) override;

@@ -75,6 +75,7 @@ struct KeyGrant {
   uint64_t length = 0;  // covering registration's range, which may be wider than asked
   hca::AccessFlags access = 0;
   bool hit = false;
+  bool same_key = false;  // Reregister: the key and handle are the ones the caller traded in
 };
 
 struct RegistrationInfo {
@@ -183,6 +184,43 @@ class RegCache {
   // invalidated), kResourceExhausted (as Register), a device error.
   virtual absl::StatusOr<KeyGrant> CreateWindow(TenantId tenant, Handle parent, uint64_t offset,
                                                 uint64_t length, hca::AccessFlags access) = 0;
+
+  // The kernel's rereg_mr: trades the caller's hold on `handle` for a hold on a key for
+  // [va, +length) with at least `access` (local read added). Which key depends on who else
+  // could notice a change (docs/architecture.md, "Re-registering"):
+  //   unchanged  same range and rights: nothing happens (same_key).
+  //   in place   the caller is the registration's only holder, it is not a window and has no
+  //              windows, the change only adds (the new range contains the old one, the new
+  //              rights contain the old ones), and its key's class holds the new layout: ONE
+  //              UMR rewrites the key's translation, range and rights. Same key value (rkey),
+  //              same handle (same_key); a peer using the rkey reaches the new range at once.
+  //   narrowed   the caller is the only holder (not a window, no windows) and the change takes
+  //              something away (fewer rights, or a range that no longer contains the old one):
+  //              the old registration goes through the lifecycle first (as Invalidate: its key
+  //              refuses every access from then on), then the new range is registered (a new
+  //              key, or a hit) and the hold on the revoked handle released.
+  //   replaced   anyone else holds it (more holders, or windows on it), it is a window, or its
+  //              key's class cannot hold the grown layout: it is never changed under them. The
+  //              new range is registered (a hit or a miss; a hit may be this same registration,
+  //              then same_key), then the caller's hold on the old one is released.
+  // A hit racing an in-place rewrite either holds the registration before it (which makes the
+  // caller not its only holder: replaced) or after it (a registration covering what it asked).
+  // Errors, and what the caller holds after each (a failed call loses nothing it can keep):
+  //   kNotFound (tenant, or no such handle), kInvalidArgument (handle 0, length 0, a range
+  //   that wraps, access bits), kPermissionDenied (another tenant's handle),
+  //   kFailedPrecondition (`handle` was invalidated or is being re-registered by another
+  //   call, or has no holder left): nothing changed; the caller's hold is as it was.
+  //   Register's errors for the new range, found before anything changed (kOutOfRange,
+  //   kPermissionDenied, kInvalidArgument, kFailedPrecondition for memory being detached, and
+  //   in the replaced path also kResourceExhausted, kAborted and device errors): the caller
+  //   still holds `handle`, unchanged.
+  //   Narrowed, mapping the new range failed (kResourceExhausted, kAborted, a device error):
+  //   the old registration was already invalidated; the caller still holds `handle`, revoked
+  //   (Query says so), and releases it as any revoked handle.
+  //   In place, the UMR failed (a device error): the key went to recovery and the registration
+  //   is revoked; the caller still holds the revoked `handle` and releases it.
+  virtual absl::StatusOr<KeyGrant> Reregister(TenantId tenant, Handle handle, uint64_t va,
+                                              uint64_t length, hca::AccessFlags access) = 0;
 
   // Gives back one hold. A registration whose last holder released stays mapped and cached;
   // a revoked one's handle goes; a window is retired. As with any reference count, a handle

@@ -12,6 +12,8 @@ namespace regcache::cache {
   COUNTER(register_misses, "register requests that mapped a new key")                            \
   COUNTER(register_errors, "register requests refused or failed")                                \
   COUNTER(windows_created, "windows created")                                                    \
+  COUNTER(reregisters_in_place, "re-registrations that rewrote the key in place (same rkey)")    \
+  COUNTER(reregisters_replaced, "re-registrations that moved the hold to another key")           \
   COUNTER(releases, "handle releases")                                                           \
   COUNTER(releases_after_revoke, "releases of a handle that had been revoked")                   \
   COUNTER(invalidations, "registrations and windows invalidated (explicit or cascaded)")         \

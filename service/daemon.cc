@@ -111,6 +111,11 @@ class DaemonImpl final : public Daemon {
     Session& s = **pin;
     return cache_->CreateWindow(s.tenant, parent, offset, length, access);
   }
+  absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
+                                             uint64_t length, hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    return cache_->Reregister((*pin)->tenant, handle, va, length, access);
+  }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;

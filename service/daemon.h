@@ -188,6 +188,12 @@ class Daemon {
   virtual absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                        uint64_t offset, uint64_t length,
                                                        hca::AccessFlags access) = 0;
+  // RegCache::Reregister on the session's tenant: the hold on `handle` traded for one on
+  // [va, +length) with `access` (in place, same rkey, when only the caller holds it and nothing
+  // is taken away). Errors as RegCache::Reregister; kNotFound for a closed session.
+  virtual absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle,
+                                                     uint64_t va, uint64_t length,
+                                                     hca::AccessFlags access) = 0;
   virtual absl::Status Release(SessionId session, cache::Handle handle) = 0;
   virtual absl::Status Invalidate(SessionId session, cache::Handle handle) = 0;
   virtual absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,

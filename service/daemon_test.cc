@@ -275,5 +275,33 @@ TEST(DaemonCreateTest, UnknownDeviceIsAClearError) {
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound) << d.status();
 }
 
+TEST_F(DaemonTest, ReregisterGrowsInPlaceAndIsBoundToTheSession) {
+  SessionGrant s = Open(), other = Open();
+  ClientMemory cm = Allocate(s.id, 1 << 16);
+  const uint64_t va = reinterpret_cast<uint64_t>(cm.client);
+  auto g = daemon_->Register(s.id, va + 4096, 4096, kRw);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto r = daemon_->Reregister(s.id, g->handle, va, 3 * 4096, kRw);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->same_key);
+  EXPECT_EQ(r->rkey, g->rkey);
+  ASSERT_TRUE(daemon_
+                  ->PeerWrite(s.id, g->rkey, va + 10,
+                              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("grown"), 5))
+                  .ok());
+  EXPECT_EQ(std::memcmp(cm.client + 10, "grown", 5), 0);
+  // Another session's handle, a closed session: refused, nothing changed.
+  EXPECT_EQ(daemon_->Reregister(other.id, g->handle, va, 4096, kRw).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(daemon_->Reregister(999999, g->handle, va, 4096, kRw).status().code(),
+            absl::StatusCode::kNotFound);
+  auto info = daemon_->Query(s.id, g->handle);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->holders, 1u);
+  EXPECT_EQ(info->length, 3u * 4096);
+  EXPECT_EQ(Stat("cache", "reregisters_in_place"), 1);
+  ::munmap(cm.client, cm.length);
+}
+
 }  // namespace
 }  // namespace regcache::service

@@ -212,4 +212,51 @@ void StopReferences(Tenant& t, std::vector<Registration*>& rs) {
   for (size_t i = 0; i < rs.size(); ++i) (void)CountAndSettle(t, rs[i], before[i], false);
 }
 
+// --- Sole holder --------------------------------------------------------------------------------
+
+Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) {
+  const uint64_t before = MarkDead(r, /*only_unheld=*/false, gen);
+  if (before == 0) return Sole::kNotLive;
+  base::HeavyFence();  // as StopReference: every hold that will succeed is counted below
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    const int64_t holders = Holders(t, r->slot, s);
+    // One holder: keep the mark and add the re-registration's hold. Else take the mark back;
+    // a hit that saw it undid itself, and its Unpublish (after index_mu) finds the record live.
+    const uint64_t next =
+        holders == 1 ? st::WithShared(s, st::SharedHolders(s) + 1) : s & ~st::kDead;
+    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      if (holders == 1) return Sole::kMarked;
+      return holders <= 0 ? Sole::kNone : Sole::kShared;
+    }
+  }
+}
+
+void ReviveSole(Tenant& /*t*/, Registration* r) {
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  for (;;) {
+    RC_DCHECK((s & st::kDead) != 0 && (s & st::kRevoked) == 0);
+    const uint64_t epoch = (s + st::kEpochOne) & st::kEpoch;
+    const uint64_t next =
+        (st::WithShared(s, st::SharedHolders(s) - 1) & ~(st::kDead | st::kEpoch)) | epoch;
+    // Release: the rewritten range and rights, before a hit can see the record live again.
+    if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      return;
+    }
+  }
+}
+
+Stopped RevokeSole(Tenant& t, Registration* r) {
+  uint64_t s = r->hot->state.load(std::memory_order_acquire);
+  while (!r->hot->state.compare_exchange_weak(s, st::WithShared(s, st::SharedHolders(s) - 1),
+                                              std::memory_order_acq_rel,
+                                              std::memory_order_acquire)) {
+  }
+  // Dead since MarkSole, so the count settles as a stop's would: revoked while the caller holds
+  // it, unpublished if it released meanwhile.
+  return CountAndSettle(t, r, s, /*only_unheld=*/false);
+}
+
 }  // namespace regcache::cache::internal

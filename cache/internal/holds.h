@@ -265,5 +265,32 @@ Stopped StopReference(Tenant& t, Registration* r, bool only_unheld = false, uint
 void StopReferences(Tenant& t, std::vector<Registration*>& rs)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
+// --- Sole holder (re-registering: cache/internal/rereg.h) --------------------------------------
+
+// What MarkSole found.
+enum class Sole {
+  kNotLive,  // not a live registration published as `gen` (invalidated, stopped, or gone)
+  kNone,     // live, but nobody holds it
+  kShared,   // live, held by more than one
+  kMarked,   // held by exactly one (the caller): marked, see MarkSole
+};
+
+// Stops new holds on `r` (a registration published as `gen`) the way StopReference does, and
+// counts its holders after the fence. With exactly one (the caller's) it returns kMarked and
+// leaves `r` dead but published and indexed, with one more shared hold (the re-registration's
+// own, so a release meanwhile never unpublishes it); the caller ends the mark with ReviveSole
+// or RevokeSole. Otherwise it takes the mark back (as a stop that found a holder does).
+Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+
+// Ends a kMarked record's mark after its key was rewritten in place: drops the
+// re-registration's hold, clears the mark and bumps the rewrite epoch (a hit that read the old
+// range before the mark fails its recheck). The caller re-indexed the record first.
+void ReviveSole(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+
+// Ends a kMarked record's mark by revoking it, as Invalidate's stop does (out of the range
+// index; the handle lives until its last holder releases), and drops the re-registration's
+// hold. The caller then Retires it.
+Stopped RevokeSole(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_HOLDS_H_

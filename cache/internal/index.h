@@ -63,6 +63,11 @@ inline constexpr uint64_t kRevoked = 1ull << 34;     // went dead while held (a 
 inline constexpr uint64_t kDone = 1ull << 35;        // the lifecycle finished with it
 inline constexpr uint64_t kReferenced = 1ull << 36;  // hit since the CLOCK hand last passed
 inline constexpr uint64_t kWindow = 1ull << 37;      // a window (never cached, never indexed)
+// The rewrite epoch (2 bits): bumped each time a registration is re-registered in place
+// (cache/internal/rereg.h), so a hit that read its old range before the rewrite fails its
+// recheck although the handle (generation) stays the same.
+inline constexpr uint64_t kEpoch = 3ull << 38;
+inline constexpr uint64_t kEpochOne = 1ull << 38;
 inline constexpr int kGenShift = 40;
 
 // The shared part of the holder count. Signed: a hold taken in one thread's table and released
@@ -76,9 +81,9 @@ inline uint32_t Gen(uint64_t s) { return static_cast<uint32_t>(s >> kGenShift) &
 inline bool PublishedAs(uint64_t s, uint32_t gen) { return (s & kPublished) != 0 && Gen(s) == gen; }
 // Published and not dead: a hit may hold it.
 inline bool Live(uint64_t s) { return (s & (kPublished | kDead)) == kPublished; }
-// Still the same publication, live: what a hit's recheck requires.
+// Still the same publication, live and not rewritten since: what a hit's recheck requires.
 inline bool SameLive(uint64_t before, uint64_t now) {
-  constexpr uint64_t kIdentity = ~uint64_t{0} << kGenShift | kPublished | kDead | kWindow;
+  constexpr uint64_t kIdentity = ~uint64_t{0} << kGenShift | kPublished | kDead | kWindow | kEpoch;
   return Live(now) && ((before ^ now) & kIdentity) == 0;
 }
 }  // namespace st

@@ -26,6 +26,7 @@
 #ifndef REGCACHE_CLIENT_H_
 #define REGCACHE_CLIENT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace regcache::api {
 
@@ -76,6 +78,15 @@ struct Key {
   uint64_t length = 0;
   uint32_t access = 0;
   bool hit = false;
+  bool same_key = false;  // Reregister: the key and handle traded in were kept (same rkey)
+};
+
+// One register request of a RegisterBatch.
+struct RegisterItem {
+  const void* addr = nullptr;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  PrefetchMode prefetch = PrefetchMode::kNone;
 };
 
 struct KeyInfo {
@@ -134,6 +145,9 @@ struct SessionRecord {
   SessionUsage usage;
   uint64_t memories = 0;
 };
+
+// Most items one RegisterBatch or ReleaseBatch may carry.
+inline constexpr size_t kMaxBatchItems = 1024;
 
 class Client;
 
@@ -217,6 +231,24 @@ class Client {
   virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;
   // session 0: this session's keys; another id: admin only.
   virtual absl::StatusOr<std::vector<KeyInfo>> ListKeys(uint64_t session = 0) = 0;
+
+  // --- Re-registration and batches ---
+  // The kernel's rereg_mr: trades this session's hold on `handle` for one on [addr, +length)
+  // with `access`. When this session is the registration's only holder and the change only
+  // adds (a range containing the old one, more rights) the key is rewritten in place: same
+  // rkey and handle, Key::same_key. Otherwise a new key (the old one is invalidated first when
+  // rights are taken away). On error the hold on `handle` is kept (revoked when the daemon had
+  // to invalidate it first: Query says so).
+  virtual absl::StatusOr<Key> Reregister(uint64_t handle, const void* addr, uint64_t length,
+                                         uint32_t access) = 0;
+  // Registers every item in one call, in order: one result per item (an item's error does not
+  // stop the others). The outer status is the call's own (session, deadline, transport; more
+  // than kMaxBatchItems items: kInvalidArgument).
+  virtual absl::StatusOr<std::vector<absl::StatusOr<Key>>> RegisterBatch(
+      absl::Span<const RegisterItem> items) = 0;
+  // Releases every handle in one call, in order: one status per handle.
+  virtual absl::StatusOr<std::vector<absl::Status>> ReleaseBatch(
+      absl::Span<const uint64_t> handles) = 0;
 
   // --- Introspection and admin ---
   virtual absl::Status Ping() = 0;

@@ -20,6 +20,10 @@
 //   raw METHOD HEX                  raw bytes as the request of METHOD (generic stub)
 //   ctlgarbage                      a malformed datagram on the control socket -> ok reply=CODE
 //   traffic ADDR                    starts a register/release loop on [ADDR, +1 MiB) -> ok
+//   rereg H ADDR LEN ACCESS         -> ok handle=... hit=0|1 same=0|1
+//   regbatch ADDR LEN ACCESS [...]  one RegisterBatch -> ok items=CODE[:HANDLE:RKEY],...
+//   regbatch_n N ADDR               a RegisterBatch of N items [ADDR, +64) -> ok n=N
+//   relbatch H [H ...]              one ReleaseBatch -> ok items=CODE,...
 //   ping | quit
 #include <sys/mman.h>
 #include <unistd.h>
@@ -189,6 +193,42 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
       }
     });
     return "ok";
+  }
+  if (cmd == "rereg" && a.size() == 5) {
+    auto k =
+        c.Reregister(n(1), reinterpret_cast<const void*>(n(2)), n(3), static_cast<uint32_t>(n(4)));
+    return k.ok() ? absl::StrCat(KeyLine(*k), " same=", k->same_key ? 1 : 0) : Err(k.status());
+  }
+  if ((cmd == "regbatch" && a.size() % 3 == 1) || (cmd == "regbatch_n" && a.size() == 3)) {
+    std::vector<regcache::api::RegisterItem> items;
+    const uint32_t rw = regcache::api::kLocalWrite | regcache::api::kRemoteWrite;
+    const size_t count = cmd == "regbatch" ? (a.size() - 1) / 3 : n(1);
+    for (size_t i = 0; i < count; ++i) {
+      if (cmd == "regbatch") {
+        items.push_back({reinterpret_cast<const void*>(n(1 + 3 * i)), n(2 + 3 * i),
+                         static_cast<uint32_t>(n(3 + 3 * i))});
+      } else {
+        items.push_back({reinterpret_cast<const void*>(n(2)), 64, rw});
+      }
+    }
+    auto r = c.RegisterBatch(items);
+    if (!r.ok()) return Err(r.status());
+    if (cmd == "regbatch_n") return absl::StrCat("ok n=", r->size());
+    std::vector<std::string> out;
+    for (const auto& k : *r) {
+      out.push_back(k.ok() ? absl::StrCat("OK:0x", absl::Hex(k->handle), ":0x", absl::Hex(k->rkey))
+                           : absl::StatusCodeToString(k.status().code()));
+    }
+    return absl::StrCat("ok items=", absl::StrJoin(out, ","));
+  }
+  if (cmd == "relbatch") {
+    std::vector<uint64_t> handles;
+    for (size_t i = 1; i < a.size(); ++i) handles.push_back(n(i));
+    auto r = c.ReleaseBatch(handles);
+    if (!r.ok()) return Err(r.status());
+    std::vector<std::string> out;
+    for (const absl::Status& s : *r) out.push_back(absl::StatusCodeToString(s.code()));
+    return absl::StrCat("ok items=", absl::StrJoin(out, ","));
   }
   return "err INVALID_ARGUMENT unknown command";
 }

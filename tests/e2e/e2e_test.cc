@@ -590,4 +590,50 @@ TEST(E2E, SigtermDrains) {
   EXPECT_EQ(Code(after), "UNAVAILABLE") << after;
 }
 
+TEST(E2E, ReregisterAndBatchesThroughTheClientLibrary) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  Session a = Open(d);
+  // Reregister: grown in place, the same rkey reaches the new bytes.
+  auto key = Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr + 4096), " 4096 ", kRw)));
+  ASSERT_EQ(key["_"], "ok");
+  EXPECT_EQ(Code(a.proc->Do(absl::StrCat("pwrite ", key["rkey"], " ", Addr(a.ptr), " low"))),
+            "PERMISSION_DENIED");
+  auto grown =
+      Fields(a.proc->Do(absl::StrCat("rereg ", key["handle"], " ", Addr(a.ptr), " 12288 ", kRw)));
+  ASSERT_EQ(grown["_"], "ok");
+  EXPECT_EQ(grown["same"], "1");
+  EXPECT_EQ(grown["rkey"], key["rkey"]);
+  EXPECT_EQ(grown["handle"], key["handle"]);
+  EXPECT_EQ(a.proc->Do(absl::StrCat("pwrite ", key["rkey"], " ", Addr(a.ptr), " low")), "ok");
+  EXPECT_EQ(a.proc->Do(absl::StrCat("check ", Addr(a.ptr), " low")), "ok");
+  EXPECT_EQ(Code(a.proc->Do(absl::StrCat("rereg 0x0 ", Addr(a.ptr), " 4096 ", kRw))),
+            "INVALID_ARGUMENT");
+  // RegisterBatch: each item alone; a bad one fails without stopping the rest.
+  auto batch = Fields(a.proc->Do(absl::StrCat(
+      "regbatch ", Addr(a.ptr + 65536), " 4096 ", kRw, " ", Addr(a.ptr), " 0 ", kRw, " ",
+      Addr(a.ptr + 8 * 1048576), " 4096 ", kRw, " ", Addr(a.ptr + 65536), " 4096 ", kRw)));
+  ASSERT_EQ(batch["_"], "ok");
+  std::vector<std::string> items = absl::StrSplit(batch["items"], ',');
+  ASSERT_EQ(items.size(), 4u) << batch["items"];
+  EXPECT_EQ(items[0].substr(0, 3), "OK:");
+  EXPECT_EQ(items[1], "INVALID_ARGUMENT");
+  EXPECT_EQ(items[2], "OUT_OF_RANGE");
+  EXPECT_EQ(items[3], items[0]) << "the second is a hit on the first";
+  std::vector<std::string> first = absl::StrSplit(items[0], ':');
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(a.proc->Do(absl::StrCat("pwrite ", first[2], " ", Addr(a.ptr + 65536), " batch")),
+            "ok");
+  // ReleaseBatch: one status per handle, in order.
+  auto released =
+      Fields(a.proc->Do(absl::StrCat("relbatch ", first[1], " ", first[1], " ", first[1], " 0")));
+  ASSERT_EQ(released["_"], "ok");
+  EXPECT_EQ(released["items"], "OK,OK,FAILED_PRECONDITION,INVALID_ARGUMENT");
+  // The bound: 1024 items are one call, 1025 are refused whole.
+  EXPECT_EQ(a.proc->Do(absl::StrCat("regbatch_n 1024 ", Addr(a.ptr))), "ok n=1024");
+  const std::string over = a.proc->Do(absl::StrCat("regbatch_n 1025 ", Addr(a.ptr)));
+  EXPECT_EQ(Code(over), "INVALID_ARGUMENT") << over;
+  EXPECT_NE(over.find("1024"), std::string::npos) << over;
+}
+
 }  // namespace
