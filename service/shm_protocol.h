@@ -7,7 +7,8 @@
 //
 // Files. Daemon::OpenSession creates both (memfds, sized once, sealed against shrinking and
 // growing, so a client can never make the daemon's mapping fault) and the control socket's
-// Welcome carries them to the client (SCM_RIGHTS):
+// first Welcome carries them to the client (SCM_RIGHTS, channel file first), with the geometry
+// (channels, slots); the client checks both headers against the sizes of the files it mapped:
 //
 //   channel file   client maps it read-write. ChannelFileHeader (one 4 KiB page), then
 //                  `channels` Channel structs. Each channel is one request ring (client
@@ -47,11 +48,16 @@
 // cpl_head - cpl_tail must stay within kRingDepth (unsigned, wrapping), or the channel is
 // marked broken (ChannelControl::state) and never served again — the session's other channels
 // and every other session go on. A request is copied out of the ring into the worker's stack
-// first and validated field by field on the copy (DecodeRequest: op, reserved fields zero,
-// flags known, access bits, lengths non-zero and not wrapping); a bad request gets a completion
+// first and validated field by field on the copy (service/ring_codec.h, DecodeRequest: op,
+// reserved fields and the fields the op does not use zero, flags known and meant for the op,
+// access bits, lengths non-zero and not wrapping); a bad request gets a completion
 // with kInvalidArgument and its own sequence number, and the worker moves on. The daemon takes
 // a request only while the completion ring has room for its answer (cpl_head - cpl_tail <
 // depth), so a client that stops reading completions only stops its own channel.
+//
+// Sequence numbers are the client's business: the client library numbers a channel's requests
+// itself and, having posted one, waits for the completion with that number (discarding older
+// ones, answers to calls whose deadline passed). Completions of a channel come in request order.
 //
 // Status codes in completions are absl::StatusCode values — the canonical codes gRPC carries
 // too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated).
@@ -65,7 +71,13 @@
 // sets StateHeader::session_state first. So a client that reads its word as (generation << 1)
 // before handing out a cached grant never hands out a grant whose revocation had begun. The
 // daemon also appends a RevocationEvent to the event ring (overwriting the oldest; a reader
-// that falls more than kEventCapacity behind rescans its grants' words instead).
+// that falls more than kEventCapacity behind rescans its grants' words instead): it writes the
+// event's fields, then its `sequence` (store-release), then event_head = sequence + 1
+// (store-release), and FUTEX_WAKEs event_head. A reader copies an event out, then re-reads
+// event_head: if it moved kEventCapacity or more past the event's index, the copy may be torn.
+// Only a grant's LAST hold released frees its slot (the generation goes up, the revoked bit is
+// cleared); a grant the daemon could give no slot carries kNoSlot, and the client does not keep
+// it in any cache.
 // StateHeader::reclaim is a counter the daemon raises when the session's key quota or the
 // device's pool is under pressure: the client library then releases the grants nobody in the
 // process references. The daemon's own hold counts stay authoritative: a client that ignores
@@ -90,7 +102,7 @@ inline constexpr uint32_t kBurstPerChannel = 16;
 inline constexpr uint32_t kEventCapacity = 1024;  // a power of two
 inline constexpr uint32_t kDefaultSlots = 1u << 16;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
-inline constexpr size_t kMessageBytes = 64;
+inline constexpr size_t kMessageBytes = 48;
 inline constexpr size_t kPageBytes = 4096;
 
 enum class RingOp : uint16_t {
@@ -110,10 +122,10 @@ inline constexpr uint16_t kFlagWrite = 1u << 0;  // kPrefetch: make pages writab
 inline constexpr uint16_t kKnownRequestFlags = kFlagWrite;
 
 // RingCompletion::flags
-inline constexpr uint16_t kFlagHit = 1u << 0;       // the grant came from the daemon's cache
-inline constexpr uint16_t kFlagRevoked = 1u << 1;   // kQuery: the key was invalidated
-inline constexpr uint16_t kFlagWindow = 1u << 2;    // kQuery: a window
-inline constexpr uint16_t kFlagSameKey = 1u << 3;   // kReregister: the rkey was kept
+inline constexpr uint16_t kFlagHit = 1u << 0;      // the grant came from the daemon's cache
+inline constexpr uint16_t kFlagRevoked = 1u << 1;  // kQuery: the key was invalidated
+inline constexpr uint16_t kFlagWindow = 1u << 2;   // kQuery: a window
+inline constexpr uint16_t kFlagSameKey = 1u << 3;  // kReregister: the rkey was kept
 
 // Prefetch values: those of odp::PrefetchMode + 1 (0 = none); tied by static_assert where
 // both are visible.
@@ -122,16 +134,16 @@ inline constexpr uint32_t kPrefetchSync = 1;
 inline constexpr uint32_t kPrefetchAsync = 2;
 
 struct RingRequest {
-  uint64_t seq;       // the client's; echoed in the completion
-  uint16_t op;        // RingOp
-  uint16_t flags;     // kKnownRequestFlags only
-  uint32_t access;    // hca::AccessFlags bits (register, window, reregister)
-  uint64_t handle;    // window parent, release, invalidate, reregister, query
-  uint64_t va;        // register, reregister, prefetch: client address; window: offset
-  uint64_t length;    // register, window, reregister, prefetch
-  uint32_t prefetch;  // register, prefetch: kPrefetch*
-  uint32_t reserved0;       // must be 0
-  uint64_t reserved1[2];    // must be 0
+  uint64_t seq;           // the client's; echoed in the completion
+  uint16_t op;            // RingOp
+  uint16_t flags;         // kKnownRequestFlags only
+  uint32_t access;        // hca::AccessFlags bits (register, window, reregister)
+  uint64_t handle;        // window parent, release, invalidate, reregister, query
+  uint64_t va;            // register, reregister, prefetch: client address; window: offset
+  uint64_t length;        // register, window, reregister, prefetch
+  uint32_t prefetch;      // register, prefetch: kPrefetch*
+  uint32_t reserved0;     // must be 0
+  uint64_t reserved1[2];  // must be 0
 };
 static_assert(sizeof(RingRequest) == 64);
 
@@ -146,9 +158,12 @@ struct RingCompletion {
   uint64_t va;
   uint64_t length;
   uint32_t access;
-  uint32_t slot;             // grant state slot, kNoSlot if none
-  uint32_t slot_generation;  // the slot's generation while this grant holds it
-  uint32_t holders;          // kQuery
+  uint32_t slot;                // grant state slot, kNoSlot if none
+  uint32_t slot_generation;     // the slot's generation while this grant holds it
+  uint32_t holders;             // kQuery
+  uint64_t parent;              // kQuery: a window's parent handle, 0 otherwise
+  uint32_t key_state;           // kQuery: cache::KeyState of the key
+  uint32_t reserved;            // 0
   char message[kMessageBytes];  // error text, NUL-terminated; empty on OK
 };
 static_assert(sizeof(RingCompletion) == 128);
@@ -156,13 +171,13 @@ static_assert(sizeof(RingCompletion) == 128);
 // One channel's indices. Client-written and daemon-written words sit on separate cache lines.
 struct ChannelControl {
   // Written by the client.
-  alignas(64) std::atomic<uint32_t> req_head;      // requests posted
-  std::atomic<uint32_t> cpl_tail;                  // completions consumed
-  std::atomic<uint32_t> client_waiting;            // the client sleeps (or is about to) on cpl_head
+  alignas(64) std::atomic<uint32_t> req_head;  // requests posted
+  std::atomic<uint32_t> cpl_tail;              // completions consumed
+  std::atomic<uint32_t> client_waiting;        // the client sleeps (or is about to) on cpl_head
   // Written by the daemon.
-  alignas(64) std::atomic<uint32_t> req_tail;      // requests taken (published copy)
-  std::atomic<uint32_t> cpl_head;                  // completions posted; the client's futex
-  std::atomic<uint32_t> state;                     // kChannelOk or kChannelBroken
+  alignas(64) std::atomic<uint32_t> req_tail;  // requests taken (published copy)
+  std::atomic<uint32_t> cpl_head;              // completions posted; the client's futex
+  std::atomic<uint32_t> state;                 // kChannelOk or kChannelBroken
 };
 inline constexpr uint32_t kChannelOk = 0;
 inline constexpr uint32_t kChannelBroken = 1;
@@ -193,17 +208,17 @@ struct RevocationEvent {
   uint32_t key;
   uint32_t slot;
   uint32_t generation;
-  uint32_t reason;  // RevokeReason
+  uint32_t reason;    // RevokeReason
   uint64_t sequence;  // the event's index since the session opened (detects overwrite)
 };
 static_assert(sizeof(RevocationEvent) == 32);
 
 enum class RevokeReason : uint32_t {
-  kInvalidated = 1,         // Invalidate (from any thread of the client, or an admin)
-  kParentInvalidated = 2,   // a window whose registration was invalidated
-  kMemoryDetached = 3,      // the memory under the key was detached
-  kReregistered = 4,        // re-registration replaced or narrowed it
-  kSessionClosing = 5,      // not sent per key: StateHeader::session_state says it
+  kInvalidated = 1,        // Invalidate (from any thread of the client, or an admin)
+  kParentInvalidated = 2,  // a window whose registration was invalidated
+  kMemoryDetached = 3,     // the memory under the key was detached
+  kReregistered = 4,       // re-registration replaced or narrowed it
+  kSessionClosing = 5,     // not sent per key: StateHeader::session_state says it
 };
 
 inline constexpr uint32_t kSessionOpen = 0;
@@ -215,11 +230,11 @@ struct StateHeader {
   uint32_t slots;
   uint32_t event_capacity;
   uint64_t session_id;
-  uint64_t event_offset;  // of the event ring in the file
-  uint64_t slot_offset;   // of slot word 0 in the file
+  uint64_t event_offset;                            // of the event ring in the file
+  uint64_t slot_offset;                             // of slot word 0 in the file
   alignas(64) std::atomic<uint32_t> session_state;  // kSessionOpen / kSessionClosing
   std::atomic<uint32_t> reclaim;                    // raised under pressure
-  alignas(64) std::atomic<uint32_t> event_head;     // events written; a futex the client may wait on
+  alignas(64) std::atomic<uint32_t> event_head;  // events written; a futex the client may wait on
 };
 static_assert(sizeof(StateHeader) <= kPageBytes);
 
