@@ -34,6 +34,13 @@
 // maps (synchronously or not), and Prefetch does it for any attached range. A device without
 // ODP refuses on_demand and prefetch with kUnimplemented.
 //
+// The fast path (service/shm_protocol.h). Each session also gets two shared files (its request
+// and completion rings; its grant state words and revocation events, read-only to the client)
+// and one worker thread that serves the rings by calling the key methods below. Every grant
+// the session holds, whichever transport it came over, has a state slot whose revoked bit is
+// set before the key is invalidated (Invalidate, DetachMemory) and the session's state says
+// "closing" before CloseSession or Drain closes it.
+//
 // Thread safety: every method may be called from any thread. Calls on one session run
 // concurrently with each other; CloseSession waits for the session's calls in flight, and
 // later calls on it fail with kNotFound.

@@ -94,7 +94,7 @@ RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& stat
   c.slot = kNoSlot;
   const absl::string_view text = status.message();
   const size_t n = std::min(text.size(), kMessageBytes - 1);
-  std::memcpy(c.message, text.data(), n);
+  if (n > 0) std::memcpy(c.message, text.data(), n);
   c.message[n] = '\0';
   return c;
 }
