@@ -18,6 +18,8 @@
 #include "api/control_protocol.h"
 #include "api/internal/client_testing.h"
 #include "api/internal/grpc_status.h"
+#include "api/internal/ring_client.h"
+#include "api/internal/ring_keys.h"
 #include "api/regcache.grpc.pb.h"
 #include "base/errno_status.h"
 #include "base/mutex.h"
@@ -96,8 +98,9 @@ KeyInfo FromProto(const pb::KeyInfo& k) {
 class ClientImpl final : public Client {
  public:
   ClientImpl(int control_fd, const WelcomeMsg& welcome, std::shared_ptr<grpc::Channel> channel,
-             const ClientOptions& options)
-      : control_fd_(control_fd),
+             const ClientOptions& options, std::unique_ptr<internal::RingClient> ring)
+      : ring_(std::move(ring)),
+        control_fd_(control_fd),
         session_id_(welcome.session_id),
         admin_(welcome.admin != 0),
         token_(welcome.token, sizeof(welcome.token)),
@@ -151,6 +154,7 @@ class ClientImpl final : public Client {
 
   absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
                                PrefetchMode prefetch) override {
+    if (ring_ != nullptr) return internal::RingRegister(*ring_, addr, length, access, prefetch);
     pb::RegisterRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
@@ -162,6 +166,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Prefetch(const void* addr, uint64_t length, bool write, PrefetchMode mode) override {
+    if (ring_ != nullptr) return internal::RingPrefetch(*ring_, addr, length, write, mode);
     pb::PrefetchRequest req;
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
@@ -173,6 +178,7 @@ class ClientImpl final : public Client {
 
   absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
                              uint32_t access) override {
+    if (ring_ != nullptr) return internal::RingWindow(*ring_, parent, offset, length, access);
     pb::WindowRequest req;
     req.set_parent(parent);
     req.set_offset(offset);
@@ -184,6 +190,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Release(uint64_t handle) override {
+    if (ring_ != nullptr) return internal::RingRelease(*ring_, handle);
     pb::ReleaseRequest req;
     req.set_handle(handle);
     pb::ReleaseResponse resp;
@@ -191,6 +198,7 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Invalidate(uint64_t handle) override {
+    if (ring_ != nullptr) return internal::RingInvalidate(*ring_, handle);
     pb::InvalidateRequest req;
     req.set_handle(handle);
     pb::InvalidateResponse resp;
@@ -198,6 +206,7 @@ class ClientImpl final : public Client {
   }
 
   absl::StatusOr<KeyInfo> Query(uint64_t handle) override {
+    if (ring_ != nullptr) return internal::RingQuery(*ring_, handle);
     pb::QueryRequest req;
     req.set_handle(handle);
     pb::KeyInfo resp;
@@ -313,9 +322,11 @@ class ClientImpl final : public Client {
   }
 
   int control_fd() const { return control_fd_; }
+  internal::RingClient* ring() const { return ring_.get(); }
 
   void Close() override {
     if (closed_.exchange(true)) return;
+    ring_.reset();  // before the session goes with the control socket
     stub_.reset();
     channel_.reset();
     if (control_fd_ >= 0) close(control_fd_);
@@ -450,6 +461,8 @@ class ClientImpl final : public Client {
     return m;
   }
 
+  // The fast path; null without it (ClientOptions::fast_path false) and after Close.
+  std::unique_ptr<internal::RingClient> ring_;
   int control_fd_;
   const uint64_t session_id_;
   const bool admin_;
@@ -578,6 +591,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return base::Annotate(s, "regcached session");
   }
   WelcomeMsg welcome = reply->As<WelcomeMsg>();
+  std::unique_ptr<internal::RingClient> ring;
+  if (options.fast_path && reply->fds.size() == 2) {
+    auto mapped = internal::RingClient::Create(reply->fds[0], reply->fds[1], welcome.session_id,
+                                               welcome.ring_channels, welcome.grant_slots,
+                                               options.call_timeout);  // takes the fds
+    reply->fds.clear();
+    if (!mapped.ok()) {
+      close(fd);
+      return base::Annotate(mapped.status(), "regcached session");
+    }
+    ring = std::move(*mapped);
+  }
+  CloseFds(&reply->fds);
   std::string target = options.tcp_port != 0
                            ? absl::StrCat("127.0.0.1:", options.tcp_port)
                            : absl::StrCat("unix:", socket_dir, "/", kGrpcSocketName);
@@ -585,7 +611,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   args.SetMaxReceiveMessageSize(64 << 20);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<Client>(new ClientImpl(fd, welcome, std::move(channel), options));
+  return std::unique_ptr<Client>(
+      new ClientImpl(fd, welcome, std::move(channel), options, std::move(ring)));
 }
 
 namespace testing {
@@ -599,6 +626,16 @@ void SetToken(Client& client, bool send, const std::string& token) {
 }
 
 int ControlFd(const Client& client) { return static_cast<const ClientImpl&>(client).control_fd(); }
+
+absl::Status RingNop(Client& client) {
+  internal::RingClient* ring = static_cast<ClientImpl&>(client).ring();
+  if (ring == nullptr) return absl::FailedPreconditionError("this client has no fast path");
+  return internal::RingNop(*ring);
+}
+
+bool UsesFastPath(const Client& client) {
+  return static_cast<const ClientImpl&>(client).ring() != nullptr;
+}
 
 }  // namespace testing
 

@@ -79,20 +79,23 @@ absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool trun
   return absl::OkStatus();
 }
 
-absl::Status SendControlMessage(int sock, const void* msg, size_t size, int fd) {
+absl::Status SendControlMessage(int sock, const void* msg, size_t size, absl::Span<const int> fds) {
+  if (fds.size() > kMaxControlFds) {
+    return absl::InvalidArgumentError(absl::StrCat("control message with ", fds.size(), " fds"));
+  }
   iovec iov{const_cast<void*>(msg), size};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxControlFds)] = {};
+  if (!fds.empty()) {
     mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
   ssize_t n;
   do {
@@ -129,7 +132,7 @@ absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration ti
   }
   uint8_t buf[kMaxControlMessage + 1];
   iovec iov{buf, sizeof(buf)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxControlFds)];
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;

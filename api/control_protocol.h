@@ -11,7 +11,7 @@
 //   0      4        6       8         12          16
 //   | magic | version | type | length | reserved=0 | body (length - 16 bytes) ...
 //
-// magic "RCCS" (0x52434353), version 1, length = header + body, exactly the size of the type's
+// magic "RCCS" (0x52434353), version 2, length = header + body, exactly the size of the type's
 // struct below. All fields are host byte order (the socket never leaves the host). The receiver
 // copies the datagram out first and validates every field of the copy; a datagram that is too
 // short, too long, of an unknown magic/version/type or with a length that does not match its
@@ -19,15 +19,18 @@
 //
 // The conversation:
 //   daemon, on accept   SO_PEERCRED -> Daemon::OpenSession, then unprompted either
-//                       Welcome{session id, token, admin} or, refused, Error{code, message}
-//                       and the daemon closes the connection. The client presents the token on
+//                       Welcome{session id, token, admin, ring_channels, grant_slots} with
+//                       TWO fds (SCM_RIGHTS: the fast path's channel file, then its state file;
+//                       service/shm_protocol.h) or, refused, Error{code, message} and the
+//                       daemon closes the connection. The client presents the token on
 //                       every gRPC call (metadata "x-regcache-session").
 //                       Why unprompted rather than Hello -> Welcome: a refused client's Hello
 //                       would sit unread in the daemon's socket when it closes, and a unix
 //                       socket closed with unread data makes the peer's next read fail with
 //                       ECONNRESET — the client would lose the Error that says why (seen under
 //                       ASAN timing). With the daemon speaking first nothing is ever unread.
-//   client -> Hello     optional: the daemon answers with the Welcome again.
+//   client -> Hello     optional: the daemon answers with the Welcome again, without fds (the
+//                       files are sent once per session).
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
 //                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
 //   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (a sealable
@@ -50,11 +53,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace regcache::api {
 
 inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
-inline constexpr uint16_t kControlVersion = 1;
+// 2: the Welcome carries the fast path's geometry and files.
+inline constexpr uint16_t kControlVersion = 2;
 inline constexpr char kControlSocketName[] = "control.sock";
 inline constexpr char kGrpcSocketName[] = "grpc.sock";
 inline constexpr char kSessionMetadataKey[] = "x-regcache-session";
@@ -85,7 +90,12 @@ struct WelcomeMsg {
   uint64_t session_id = 0;
   char token[32] = {};  // hex digits, not NUL-terminated
   uint8_t admin = 0;
-  uint8_t pad[7] = {};
+  uint8_t pad[3] = {};
+  // The fast path's geometry (service/shm_protocol.h); the first Welcome's two fds are its
+  // files. The client checks both against the files' headers and sizes.
+  uint32_t ring_channels = 0;
+  uint32_t grant_slots = 0;
+  uint32_t reserved = 0;
 };
 struct ErrorMsg {
   ControlHeader header;
@@ -157,9 +167,18 @@ struct ControlMessage {
 absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool truncated,
                                      ControlType* type);
 
-// Sends one message with an optional fd (-1: none) using MSG_DONTWAIT | MSG_NOSIGNAL.
-// kUnavailable when the peer's queue is full (EAGAIN) or it is gone.
-absl::Status SendControlMessage(int sock, const void* msg, size_t size, int fd);
+// The most fds one message carries (the receiver takes no more).
+inline constexpr size_t kMaxControlFds = 4;
+
+// Sends one message with `fds` (at most kMaxControlFds; not closed) using
+// MSG_DONTWAIT | MSG_NOSIGNAL. kUnavailable when the peer's queue is full (EAGAIN) or it is
+// gone; kInvalidArgument for too many fds.
+absl::Status SendControlMessage(int sock, const void* msg, size_t size, absl::Span<const int> fds);
+// With one optional fd (-1: none).
+inline absl::Status SendControlMessage(int sock, const void* msg, size_t size, int fd) {
+  if (fd < 0) return SendControlMessage(sock, msg, size, absl::Span<const int>());
+  return SendControlMessage(sock, msg, size, absl::Span<const int>(&fd, 1));
+}
 
 // Receives one message, waiting up to `timeout` (absl::InfiniteDuration(): forever;
 // absl::ZeroDuration(): do not wait). kDeadlineExceeded on timeout, kUnavailable on EOF,

@@ -49,6 +49,44 @@ TEST_F(SocketPair, FdTravelsWithItsMessage) {
   close(pipefd[1]);
 }
 
+TEST_F(SocketPair, WelcomeCarriesTheGeometryAndBothFastPathFiles) {
+  int a[2], b[2];
+  ASSERT_EQ(pipe(a), 0);
+  ASSERT_EQ(pipe(b), 0);
+  WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
+  EXPECT_EQ(w.header.version, 2) << "the Welcome with files is protocol version 2";
+  w.session_id = 9;
+  w.ring_channels = 16;
+  w.grant_slots = 65536;
+  const int send[2] = {a[1], b[1]};
+  ASSERT_TRUE(SendControlMessage(fds_[0], &w, sizeof(w), absl::MakeConstSpan(send)).ok());
+  auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->type, ControlType::kWelcome);
+  ASSERT_EQ(m->fds.size(), 2u);
+  WelcomeMsg got = m->As<WelcomeMsg>();
+  EXPECT_EQ(got.session_id, 9u);
+  EXPECT_EQ(got.ring_channels, 16u);
+  EXPECT_EQ(got.grant_slots, 65536u);
+  // In order: the first fd is the first sent.
+  ASSERT_EQ(write(m->fds[0], "a", 1), 1);
+  ASSERT_EQ(write(m->fds[1], "b", 1), 1);
+  char c;
+  ASSERT_EQ(read(a[0], &c, 1), 1);
+  EXPECT_EQ(c, 'a');
+  ASSERT_EQ(read(b[0], &c, 1), 1);
+  EXPECT_EQ(c, 'b');
+  CloseFds(&m->fds);
+  for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
+}
+
+TEST_F(SocketPair, TooManyFdsAreRefusedBeforeSending) {
+  HelloMsg h = MakeControlMessage<HelloMsg>(ControlType::kHello);
+  const int many[kMaxControlFds + 1] = {0, 0, 0, 0, 0};
+  EXPECT_EQ(SendControlMessage(fds_[0], &h, sizeof(h), absl::MakeConstSpan(many)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SocketPair, GarbageIsRefused) {
   struct Case {
     const char* name;

@@ -127,6 +127,15 @@ class ControlServerImpl final : public ControlServer {
       close(fd);
       return;
     }
+    // The fast path's files go out with the Welcome and are closed here either way; the
+    // connection's copy of the grant owns none.
+    const int files[2] = {grant->channel_fd, grant->state_fd};
+    grant->channel_fd = grant->state_fd = -1;
+    auto close_files = [&files] {
+      for (int f : files) {
+        if (f >= 0) close(f);
+      }
+    };
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -136,11 +145,13 @@ class ControlServerImpl final : public ControlServer {
       by_session_[grant->id] = fd;
     }
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close_files();
       Drop(fd, "epoll_ctl");
       return;
     }
     WelcomeMsg w = Welcome(*grant);
-    absl::Status sent = SendControlMessage(fd, &w, sizeof(w), -1);
+    absl::Status sent = SendControlMessage(fd, &w, sizeof(w), absl::MakeConstSpan(files));
+    close_files();
     if (!sent.ok()) {
       Drop(fd, sent.ToString());
       return;
@@ -229,6 +240,8 @@ class ControlServerImpl final : public ControlServer {
     w.session_id = grant.id;
     std::memcpy(w.token, grant.token.data(), std::min(grant.token.size(), sizeof(w.token)));
     w.admin = grant.admin ? 1 : 0;
+    w.ring_channels = grant.ring_channels;
+    w.grant_slots = grant.grant_slots;
     return w;
   }
 

@@ -3,7 +3,8 @@
 // mode). Protocol: api/control_protocol.h.
 //
 // One connection is one session: on accept the server reads SO_PEERCRED, calls
-// Daemon::OpenSession and sends the Welcome (session id, token) unprompted — or, refused, an
+// Daemon::OpenSession and sends the Welcome (session id, token, and the fast path's two files,
+// closed here once sent) unprompted — or, refused, an
 // Error, and closes the connection. On EOF, a reset, or a client that stops reading, it calls
 // Daemon::CloseSession, which runs every key of the session through the lifecycle and unmaps
 // its memory.

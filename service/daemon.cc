@@ -14,6 +14,9 @@
 #include "base/status_macros.h"
 #include "odp/register.h"
 #include "odp/servicer.h"
+#include "service/internal/grant_table.h"
+#include "service/internal/ring_server.h"
+#include "service/internal/session_shm.h"
 #include "service/internal/session_table.h"
 #include "service/internal/shared_memory.h"
 
@@ -34,17 +37,22 @@ namespace {
 
 RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
 
+using internal::GrantTable;
 using internal::Memory;
 using internal::NewToken;
+using internal::RingServer;
 using internal::Session;
 using internal::SessionRef;
+using internal::SessionShm;
 using internal::SessionTable;
+using internal::SlottedGrant;
 
 bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-class DaemonImpl final : public Daemon {
+// Also the ring workers' backend: the key calls with the grant state slot of each grant.
+class DaemonImpl final : public Daemon, public internal::RingBackend {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
              std::unique_ptr<hca::Device> device, std::unique_ptr<odp::Servicer> servicer,
@@ -55,13 +63,17 @@ class DaemonImpl final : public Daemon {
         servicer_(std::move(servicer)),
         cache_(std::move(cache)),
         started_(absl::Now()) {
-    if (registry_ != nullptr) stats_registration_ = {*registry_, "daemon", &stats_};
+    if (registry_ != nullptr) {
+      stats_registration_ = {*registry_, "daemon", &stats_};
+      ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
+    }
   }
 
   ~DaemonImpl() override {
     absl::Status s = Drain();
     if (!s.ok()) RC_LOG(WARNING) << "drain at destruction: " << s;
     stats_registration_ = {};
+    ring_stats_registration_ = {};
     cache_.reset();     // before the servicer that observes it
     servicer_.reset();  // before the device it serves
     device_.reset();
@@ -84,14 +96,20 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
                                            hca::AccessFlags access,
                                            std::optional<odp::PrefetchMode> prefetch) override {
+    ASSIGN_OR_RETURN(SlottedGrant g, RingRegister(session, va, length, access, prefetch));
+    return g.grant;
+  }
+  // Every grant goes through the session's grant table (its state slot, reclaim).
+  absl::StatusOr<SlottedGrant> RingRegister(SessionId session, uint64_t va, uint64_t length,
+                                            hca::AccessFlags access,
+                                            std::optional<odp::PrefetchMode> prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    if (!prefetch.has_value()) return cache_->Register(s.tenant, va, length, access);
-    if (servicer_ == nullptr) return NoOdp();
-    odp::RegisterOptions o;
-    o.mode = *prefetch;
-    return odp::RegisterWithPrefetch(cache_.get(), servicer_.get(), s.tenant, va, length, access,
-                                     o);
+    return s.grants->Granted(RegisterIn(s, va, length, access, prefetch), /*parent=*/0);
+  }
+  absl::StatusOr<SlottedGrant> RingReregister(SessionId, cache::Handle, uint64_t, uint64_t,
+                                              hca::AccessFlags) override {
+    return absl::UnimplementedError("re-registration is not served on the ring yet");
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
@@ -107,9 +125,15 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(SlottedGrant g, RingWindow(session, parent, offset, length, access));
+    return g.grant;
+  }
+  absl::StatusOr<SlottedGrant> RingWindow(SessionId session, cache::Handle parent, uint64_t offset,
+                                          uint64_t length, hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    return cache_->CreateWindow(s.tenant, parent, offset, length, access);
+    return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access),
+                             parent);
   }
   absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
                                              uint64_t length, hca::AccessFlags access) override {
@@ -119,11 +143,14 @@ class DaemonImpl final : public Daemon {
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    return cache_->Release(s.tenant, handle);
+    RETURN_IF_ERROR(cache_->Release(s.tenant, handle));
+    s.grants->Released(handle);
+    return absl::OkStatus();
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
+    s.grants->RevokeHandle(handle);  // the state word says it before the key stops working
     return cache_->Invalidate(s.tenant, handle);
   }
   absl::StatusOr<cache::RegistrationInfo> Query(SessionId session, cache::Handle handle) override {
@@ -171,6 +198,11 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<hca::Peer*> PeerPort(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Length limits and the session's memory quota for a new mapping of `length` bytes.
   absl::Status AdmitMemory(const Session& s, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  absl::StatusOr<cache::KeyGrant> RegisterIn(Session& s, uint64_t va, uint64_t length,
+                                             hca::AccessFlags access,
+                                             std::optional<odp::PrefetchMode> prefetch);
+  // The session's shared files, grant table and ring worker.
+  absl::Status StartFastPath(Session& s);
 
   const DaemonConfig config_;
   base::stats::Registry* const registry_;
@@ -179,7 +211,9 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<cache::RegCache> cache_;
   const absl::Time started_;
   DaemonStats stats_;
+  internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
+  base::stats::Registration ring_stats_registration_;
   std::atomic<bool> draining_{false};
   SessionTable sessions_;
 };
@@ -194,6 +228,23 @@ bool DaemonImpl::Allowed(const PeerCredentials& peer) const {
 bool DaemonImpl::AdminUid(uid_t uid) const {
   if (config_.admin_uids.empty()) return uid == 0 || uid == ::getuid();
   return Contains(config_.admin_uids, uid);
+}
+
+absl::StatusOr<cache::KeyGrant> DaemonImpl::RegisterIn(Session& s, uint64_t va, uint64_t length,
+                                                       hca::AccessFlags access,
+                                                       std::optional<odp::PrefetchMode> prefetch) {
+  if (!prefetch.has_value()) return cache_->Register(s.tenant, va, length, access);
+  if (servicer_ == nullptr) return NoOdp();
+  odp::RegisterOptions o;
+  o.mode = *prefetch;
+  return odp::RegisterWithPrefetch(cache_.get(), servicer_.get(), s.tenant, va, length, access, o);
+}
+
+absl::Status DaemonImpl::StartFastPath(Session& s) {
+  ASSIGN_OR_RETURN(s.shm, SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
+  s.grants = std::make_unique<GrantTable>(s.shm.get());
+  ASSIGN_OR_RETURN(s.ring, RingServer::Start(s.id, s.shm.get(), this, &ring_stats_));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
@@ -227,7 +278,22 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   to.max_keys = config_.max_keys_per_session;
   to.max_backed_bytes = config_.max_bytes_per_session;
   ASSIGN_OR_RETURN(s->tenant, cache_->OpenTenant(to));
-  const SessionGrant grant{sessions_.Add(s), s->token, s->admin};
+  s->id = sessions_.NewId();
+  absl::Status fast = StartFastPath(*s);
+  absl::StatusOr<int> channel_fd = fast.ok() ? s->shm->DupChannelFd() : fast;
+  absl::StatusOr<int> state_fd = channel_fd.ok() ? s->shm->DupStateFd() : channel_fd.status();
+  if (!state_fd.ok()) {
+    if (channel_fd.ok()) ::close(*channel_fd);
+    s->ring.reset();
+    (void)cache_->CloseTenant(s->tenant);
+    stats_.sessions_refused.Inc();
+    return state_fd.status();
+  }
+  SessionGrant grant{sessions_.Add(s), s->token, s->admin};
+  grant.channel_fd = *channel_fd;
+  grant.state_fd = *state_fd;
+  grant.ring_channels = s->shm->channels();
+  grant.grant_slots = s->shm->slots();
   stats_.sessions_opened.Inc();
   stats_.sessions_open.Add();
   RC_LOG(INFO) << "session " << grant.id << " opened: pid " << peer.pid << " uid " << peer.uid
@@ -276,6 +342,8 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
 
 absl::Status DaemonImpl::CloseSession(SessionId session) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Remove(session));
+  s->grants->Closing();
+  s->ring->Stop();               // before `ops`: the worker's call in flight holds it shared
   base::MutexLock ops(&s->ops);  // waits for the session's calls in flight
   absl::Status st = CloseLocked(*s);
   RC_LOG(INFO) << "session " << session << " closed" << (st.ok() ? "" : ": ") << st.message();
@@ -387,7 +455,9 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
     return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));
   }
   if (it->second.attached) {
-    // Invalidates every key over it and deregisters it; only then is it unmapped (erase).
+    // The state words say it first; then every key over it is invalidated and the memory
+    // deregistered; only then is it unmapped (erase).
+    s.grants->RevokeRange(it->second.client_va, it->second.mem->length());
     RETURN_IF_ERROR(cache_->RemoveBacking(s.tenant, it->second.backing));
   }
   s.mapped_bytes -= it->second.mem->length();
@@ -478,6 +548,7 @@ absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) 
 
 absl::Status DaemonImpl::Drain() {
   draining_.store(true, std::memory_order_release);
+  for (auto& s : sessions_.All()) s->grants->Closing();  // every client learns it at once
   absl::Status first;
   for (SessionId id : sessions_.Ids()) {
     absl::Status s = CloseSession(id);

@@ -34,6 +34,13 @@
 // maps (synchronously or not), and Prefetch does it for any attached range. A device without
 // ODP refuses on_demand and prefetch with kUnimplemented.
 //
+// The fast path (service/shm_protocol.h). Each session also gets two shared files (its request
+// and completion rings; its grant state words and revocation events, read-only to the client)
+// and one worker thread that serves the rings by calling the key methods below. Every grant
+// the session holds, whichever transport it came over, has a state slot whose revoked bit is
+// set before the key is invalidated (Invalidate, DetachMemory) and the session's state says
+// "closing" before CloseSession or Drain closes it.
+//
 // Thread safety: every method may be called from any thread. Calls on one session run
 // concurrently with each other; CloseSession waits for the session's calls in flight, and
 // later calls on it fail with kNotFound.
@@ -58,6 +65,7 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
+#include "service/shm_protocol.h"
 
 namespace regcache::service {
 
@@ -81,6 +89,12 @@ struct DaemonConfig {
   uint32_t max_sessions = 1024;
   // The cache (pool classes and watermarks, quarantine, UMR queues per session).
   cache::CacheOptions cache;
+  // The fast path (service/shm_protocol.h), per session: request/completion channels (client
+  // threads beyond this many share channels), in [1, shm::kMaxChannels]; and grant state slots
+  // (grants beyond this many held at once carry kNoSlot and are not cached by the client).
+  // They size the session's two shared files: about 12 KiB per channel, 4 bytes per slot.
+  uint32_t ring_channels = shm::kDefaultChannels;
+  uint32_t grant_slots = shm::kDefaultSlots;
 };
 
 using SessionId = uint64_t;
@@ -96,6 +110,13 @@ struct SessionGrant {
   SessionId id = 0;
   std::string token;  // 32 hex digits; the client presents it on every call
   bool admin = false;
+  // The fast path's files (service/shm_protocol.h), for the transport to pass to the client
+  // (SCM_RIGHTS) and then close: they are owned by the caller of OpenSession. -1 in copies
+  // the transport keeps.
+  int channel_fd = -1;
+  int state_fd = -1;
+  uint32_t ring_channels = 0;
+  uint32_t grant_slots = 0;
 };
 
 struct SessionInfo {
@@ -141,13 +162,17 @@ class Daemon {
   virtual ~Daemon() = default;
 
   // --- Sessions ---
+  // Also creates the session's fast path: its shared files (their fds in the grant, owned by
+  // the caller) and the worker thread that serves its rings.
   // kPermissionDenied when the peer is not on the allow-list; kUnavailable while draining;
-  // kResourceExhausted past max_sessions.
+  // kResourceExhausted past max_sessions; errno-based errors creating the shared files or the
+  // worker.
   virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer) = 0;
   // The session whose token this is. kUnauthenticated for an unknown or malformed token.
   virtual absl::StatusOr<SessionId> Authenticate(absl::string_view token) = 0;
-  // Runs every key of the session through the lifecycle, unmaps its memory. kNotFound if the
-  // session is unknown or already closed.
+  // Marks the session closing in its state file, stops its ring worker (the request it was
+  // serving completes), then runs every key of the session through the lifecycle and unmaps
+  // its memory. kNotFound if the session is unknown or already closed.
   virtual absl::Status CloseSession(SessionId session) = 0;
   virtual absl::StatusOr<bool> IsAdmin(SessionId session) = 0;
 

@@ -7,7 +7,8 @@
 //
 // Files. Daemon::OpenSession creates both (memfds, sized once, sealed against shrinking and
 // growing, so a client can never make the daemon's mapping fault) and the control socket's
-// Welcome carries them to the client (SCM_RIGHTS):
+// first Welcome carries them to the client (SCM_RIGHTS, channel file first), with the geometry
+// (channels, slots); the client checks both headers against the sizes of the files it mapped:
 //
 //   channel file   client maps it read-write. ChannelFileHeader (one 4 KiB page), then
 //                  `channels` Channel structs. Each channel is one request ring (client
@@ -47,11 +48,16 @@
 // cpl_head - cpl_tail must stay within kRingDepth (unsigned, wrapping), or the channel is
 // marked broken (ChannelControl::state) and never served again — the session's other channels
 // and every other session go on. A request is copied out of the ring into the worker's stack
-// first and validated field by field on the copy (DecodeRequest: op, reserved fields zero,
-// flags known, access bits, lengths non-zero and not wrapping); a bad request gets a completion
+// first and validated field by field on the copy (service/ring_codec.h, DecodeRequest: op,
+// reserved fields and the fields the op does not use zero, flags known and meant for the op,
+// access bits, lengths non-zero and not wrapping); a bad request gets a completion
 // with kInvalidArgument and its own sequence number, and the worker moves on. The daemon takes
 // a request only while the completion ring has room for its answer (cpl_head - cpl_tail <
 // depth), so a client that stops reading completions only stops its own channel.
+//
+// Sequence numbers are the client's business: the client library numbers a channel's requests
+// itself and, having posted one, waits for the completion with that number (discarding older
+// ones, answers to calls whose deadline passed). Completions of a channel come in request order.
 //
 // Status codes in completions are absl::StatusCode values — the canonical codes gRPC carries
 // too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated).
@@ -65,7 +71,13 @@
 // sets StateHeader::session_state first. So a client that reads its word as (generation << 1)
 // before handing out a cached grant never hands out a grant whose revocation had begun. The
 // daemon also appends a RevocationEvent to the event ring (overwriting the oldest; a reader
-// that falls more than kEventCapacity behind rescans its grants' words instead).
+// that falls more than kEventCapacity behind rescans its grants' words instead): it writes the
+// event's fields, then its `sequence` (store-release), then event_head = sequence + 1
+// (store-release), and FUTEX_WAKEs event_head. A reader copies an event out, then re-reads
+// event_head: if it moved kEventCapacity or more past the event's index, the copy may be torn.
+// Only a grant's LAST hold released frees its slot (the generation goes up, the revoked bit is
+// cleared); a grant the daemon could give no slot carries kNoSlot, and the client does not keep
+// it in any cache.
 // StateHeader::reclaim is a counter the daemon raises when the session's key quota or the
 // device's pool is under pressure: the client library then releases the grants nobody in the
 // process references. The daemon's own hold counts stay authoritative: a client that ignores
@@ -90,7 +102,7 @@ inline constexpr uint32_t kBurstPerChannel = 16;
 inline constexpr uint32_t kEventCapacity = 1024;  // a power of two
 inline constexpr uint32_t kDefaultSlots = 1u << 16;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
-inline constexpr size_t kMessageBytes = 64;
+inline constexpr size_t kMessageBytes = 48;
 inline constexpr size_t kPageBytes = 4096;
 
 enum class RingOp : uint16_t {
@@ -149,6 +161,9 @@ struct RingCompletion {
   uint32_t slot;                // grant state slot, kNoSlot if none
   uint32_t slot_generation;     // the slot's generation while this grant holds it
   uint32_t holders;             // kQuery
+  uint64_t parent;              // kQuery: a window's parent handle, 0 otherwise
+  uint32_t key_state;           // kQuery: cache::KeyState of the key
+  uint32_t reserved;            // 0
   char message[kMessageBytes];  // error text, NUL-terminated; empty on OK
 };
 static_assert(sizeof(RingCompletion) == 128);

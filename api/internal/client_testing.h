@@ -27,6 +27,13 @@ void SetToken(Client& client, bool send, const std::string& token);
 // The client's control socket (still owned by the client).
 int ControlFd(const Client& client);
 
+// A kNop round trip over the client's ring: the fast path's own cost (benchmarks, liveness).
+// kFailedPrecondition when the client has no fast path.
+absl::Status RingNop(Client& client);
+
+// Whether the client's key calls go over the ring.
+bool UsesFastPath(const Client& client);
+
 }  // namespace regcache::api::testing
 
 #endif  // REGCACHE_API_INTERNAL_CLIENT_TESTING_H_

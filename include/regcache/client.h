@@ -11,7 +11,9 @@
 //
 // Connect opens the control socket (<socket_dir>/control.sock: the daemon checks this process's
 // credentials and opens its session; the session lives exactly as long as this connection) and
-// a gRPC channel over <socket_dir>/grpc.sock; every call carries the session token.
+// a gRPC channel over <socket_dir>/grpc.sock; every call carries the session token. With
+// ClientOptions::fast_path (the default) it also maps the session's shared-memory rings, and
+// the key calls (Register, Window, Release, Invalidate, Prefetch, Query) travel over them.
 // Memory is shareable memory: AllocateMemory receives the daemon's memfd over the control
 // socket, maps it MAP_SHARED here and attaches it at that address; AttachFd sends a memfd of the
 // caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; hugetlbfs files
@@ -59,6 +61,10 @@ enum class PrefetchMode : uint32_t {
 
 struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(10);  // deadline of every call; default 10 s
+  // Register, Window, Release, Invalidate, Prefetch and Query travel over the session's
+  // shared-memory rings (docs/architecture.md) instead of gRPC: the same codes and messages,
+  // a fraction of the latency. false: everything over gRPC. Default true.
+  bool fast_path = true;
   // Dial 127.0.0.1:<port> instead of the unix socket (the daemon's --grpc_tcp_port).
   uint16_t tcp_port = 0;
 };

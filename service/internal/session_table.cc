@@ -31,9 +31,14 @@ size_t SessionTable::size() const {
   return sessions_.size();
 }
 
+SessionId SessionTable::NewId() {
+  base::MutexLock lock(&mu_);
+  return next_session_++;
+}
+
 SessionId SessionTable::Add(std::shared_ptr<Session> s) {
   base::MutexLock lock(&mu_);
-  s->id = next_session_++;
+  if (s->id == 0) s->id = next_session_++;
   by_token_[s->token] = s->id;
   const SessionId id = s->id;
   sessions_[id] = std::move(s);

@@ -26,6 +26,9 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "service/daemon.h"
+#include "service/internal/grant_table.h"
+#include "service/internal/ring_server.h"
+#include "service/internal/session_shm.h"
 #include "service/internal/shared_memory.h"
 
 namespace regcache::service::internal {
@@ -59,6 +62,13 @@ struct Session {
   MemoryId next_memory ABSL_GUARDED_BY(mu) = 1;
   uint64_t mapped_bytes ABSL_GUARDED_BY(mu) = 0;
   std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
+
+  // The fast path (service/shm_protocol.h), set up before the session is added to the table
+  // and constant after: the shared files, the grant state table over them, and the worker
+  // (declared last: it stops before the files go).
+  std::unique_ptr<SessionShm> shm;
+  std::unique_ptr<GrantTable> grants;
+  std::unique_ptr<RingServer> ring;
 };
 
 // A session pinned for the duration of one call: it cannot close underneath. A scoped lock: it
@@ -85,7 +95,9 @@ absl::StatusOr<std::string> NewToken();
 class SessionTable {
  public:
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Gives `s` the next session id and makes it findable by that id and by its token.
+  // A new session id, never given out again.
+  SessionId NewId() ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `s` findable by its id (from NewId; 0: the next one is given) and by its token.
   // Returns the id.
   SessionId Add(std::shared_ptr<Session> s) ABSL_LOCKS_EXCLUDED(mu_);
   // kNotFound if no session has this id.

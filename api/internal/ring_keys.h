@@ -1,0 +1,35 @@
+// The client's key calls over the fast path: each builds a RingRequest, runs it on the ring
+// (api/internal/ring_client.h) and turns the completion into the public types of
+// include/regcache/client.h, or into an absl::Status with the daemon's code and message.
+// Internal to api/.
+//
+// Thread safety: as RingClient (any thread).
+#ifndef REGCACHE_API_INTERNAL_RING_KEYS_H_
+#define REGCACHE_API_INTERNAL_RING_KEYS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "api/internal/ring_client.h"
+#include "regcache/client.h"
+
+namespace regcache::api::internal {
+
+// The grant a completion carries (register, window, reregister).
+Key KeyFromCompletion(const shm::RingCompletion& c);
+
+absl::StatusOr<Key> RingRegister(RingClient& ring, const void* addr, uint64_t length,
+                                 uint32_t access, PrefetchMode prefetch);
+absl::Status RingPrefetch(RingClient& ring, const void* addr, uint64_t length, bool write,
+                          PrefetchMode mode);
+absl::StatusOr<Key> RingWindow(RingClient& ring, uint64_t parent, uint64_t offset, uint64_t length,
+                               uint32_t access);
+absl::Status RingRelease(RingClient& ring, uint64_t handle);
+absl::Status RingInvalidate(RingClient& ring, uint64_t handle);
+absl::StatusOr<KeyInfo> RingQuery(RingClient& ring, uint64_t handle);
+// The ring's own round trip (kNop).
+absl::Status RingNop(RingClient& ring);
+
+}  // namespace regcache::api::internal
+#endif  // REGCACHE_API_INTERNAL_RING_KEYS_H_

@@ -1,0 +1,246 @@
+#include "service/internal/ring_server.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "service/shm_futex.h"
+
+namespace regcache::service::internal {
+namespace {
+
+// The worker's stack: it runs the daemon's key calls (the cache, a UMR) and nothing recursive.
+// Sanitizers need room for their shadow frames.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr size_t kStackBytes = 4u << 20;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr size_t kStackBytes = 4u << 20;
+#else
+constexpr size_t kStackBytes = 256u << 10;
+#endif
+#else
+constexpr size_t kStackBytes = 256u << 10;
+#endif
+
+int64_t NowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
+                                    const absl::StatusOr<SlottedGrant>& g) {
+  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), g.status());
+  if (!g.ok()) return c;
+  c.handle = g->grant.handle;
+  c.lkey = g->grant.lkey;
+  c.rkey = g->grant.rkey;
+  c.va = g->grant.va;
+  c.length = g->grant.length;
+  c.access = g->grant.access;
+  c.flags = g->grant.hit ? shm::kFlagHit : 0;
+  c.slot = g->slot;
+  c.slot_generation = g->generation;
+  return c;
+}
+
+shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
+                                    const absl::StatusOr<cache::RegistrationInfo>& q) {
+  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), q.status());
+  if (!q.ok()) return c;
+  c.handle = q->handle;
+  c.lkey = q->key;
+  c.rkey = q->key;
+  c.va = q->va;
+  c.length = q->length;
+  c.access = q->access;
+  c.holders = q->holders;
+  c.parent = q->parent;
+  c.key_state = static_cast<uint32_t>(q->key_state);
+  c.flags = static_cast<uint16_t>((q->revoked ? shm::kFlagRevoked : 0) |
+                                  (q->is_window ? shm::kFlagWindow : 0));
+  return c;
+}
+
+}  // namespace
+
+RingServer::RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats)
+    : session_(session), shm_(shm), backend_(backend), stats_(stats), view_(shm->channels()) {}
+
+absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session, SessionShm* shm,
+                                                              RingBackend* backend,
+                                                              RingStats* stats) {
+  std::unique_ptr<RingServer> s(new RingServer(session, shm, backend, stats));
+  pthread_attr_t attr;
+  ::pthread_attr_init(&attr);
+  ::pthread_attr_setstacksize(&attr, kStackBytes);
+  const int err = ::pthread_create(&s->thread_, &attr, &RingServer::ThreadMain, s.get());
+  ::pthread_attr_destroy(&attr);
+  if (err != 0) {
+    s->joined_.store(true);
+    return base::ErrnoToStatus(err, "start a ring worker");
+  }
+  const std::string name = absl::StrFormat("rc-ring-%d", session % 100000);
+  ::pthread_setname_np(s->thread_, name.c_str());
+  stats->workers.Add();
+  return s;
+}
+
+RingServer::~RingServer() { Stop(); }
+
+void RingServer::Stop() {
+  if (joined_.exchange(true)) return;
+  stop_.store(true, std::memory_order_seq_cst);
+  shm::ChannelFileHeader* h = shm_->channel_header();
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  shm::FutexWakeAll(&h->doorbell);
+  ::pthread_join(thread_, nullptr);
+  stats_->workers.Sub();
+}
+
+void* RingServer::ThreadMain(void* self) {
+  static_cast<RingServer*>(self)->Loop();
+  return nullptr;
+}
+
+void RingServer::Loop() {
+  const int64_t spin_ns = absl::ToInt64Nanoseconds(kSpin);
+  int64_t last_work = NowNs();
+  uint32_t idle_rounds = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (Sweep() > 0) {
+      idle_rounds = 0;
+      last_work = NowNs();
+      continue;
+    }
+    // Read the clock only every few idle sweeps: a sweep of idle channels is a few loads.
+    if ((++idle_rounds & 15) != 0 || NowNs() - last_work < spin_ns) {
+      shm::CpuRelax();
+      continue;
+    }
+    Sleep();
+    idle_rounds = 0;
+    last_work = NowNs();
+  }
+}
+
+void RingServer::Sleep() {
+  shm::ChannelFileHeader* h = shm_->channel_header();
+  const uint32_t bell = h->doorbell.load(std::memory_order_acquire);
+  h->daemon_waiting.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (stop_.load(std::memory_order_seq_cst) || AnyWork()) {
+    h->daemon_waiting.store(0, std::memory_order_relaxed);
+    return;
+  }
+  stats_->sleeps.Inc();
+  shm::FutexWait(&h->doorbell, bell, kSleepLimit);
+  h->daemon_waiting.store(0, std::memory_order_relaxed);
+  stats_->wakeups.Inc();
+}
+
+bool RingServer::AnyWork() {
+  for (uint32_t i = 0; i < view_.size(); ++i) {
+    const ChannelView& v = view_[i];
+    if (v.broken) continue;
+    const shm::ChannelControl& c = shm_->channel(i)->control;
+    const uint32_t pending = c.req_head.load(std::memory_order_acquire) - v.req_tail;
+    const uint32_t unread = v.cpl_head - c.cpl_tail.load(std::memory_order_acquire);
+    // Out-of-range indices count as work: the sweep marks the channel broken.
+    if (pending > shm::kRingDepth || unread > shm::kRingDepth) return true;
+    if (pending != 0 && unread < shm::kRingDepth) return true;
+  }
+  return false;
+}
+
+uint32_t RingServer::Sweep() {
+  uint32_t served = 0;
+  const uint32_t n = static_cast<uint32_t>(view_.size());
+  for (uint32_t k = 0; k < n; ++k) served += ServeChannel((next_channel_ + k) % n);
+  next_channel_ = (next_channel_ + 1) % n;
+  return served;
+}
+
+void RingServer::Break(uint32_t index) {
+  view_[index].broken = true;
+  shm::ChannelControl& c = shm_->channel(index)->control;
+  c.state.store(shm::kChannelBroken, std::memory_order_seq_cst);
+  shm::FutexWakeAll(&c.cpl_head);  // a client waiting there learns it now
+  stats_->broken_channels.Inc();
+  RC_LOG(WARNING) << "session " << session_ << ": ring channel " << index
+                  << " broken (indices out of range); it is no longer served";
+}
+
+uint32_t RingServer::ServeChannel(uint32_t index) {
+  ChannelView& v = view_[index];
+  if (v.broken) return 0;
+  shm::Channel* ch = shm_->channel(index);
+  shm::ChannelControl& c = ch->control;
+  uint32_t served = 0;
+  while (served < shm::kBurstPerChannel) {
+    const uint32_t pending = c.req_head.load(std::memory_order_acquire) - v.req_tail;
+    const uint32_t unread = v.cpl_head - c.cpl_tail.load(std::memory_order_acquire);
+    if (pending > shm::kRingDepth || unread > shm::kRingDepth) {
+      Break(index);
+      return served;
+    }
+    if (pending == 0 || unread == shm::kRingDepth) break;
+    // Copy out first; everything after looks at the copy only.
+    shm::RingRequest copy;
+    std::memcpy(&copy, &ch->requests[v.req_tail % shm::kRingDepth], sizeof(copy));
+    ++v.req_tail;
+    c.req_tail.store(v.req_tail, std::memory_order_release);
+    const shm::RingCompletion out = Serve(copy);
+    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out, sizeof(out));
+    ++v.cpl_head;
+    c.cpl_head.store(v.cpl_head, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
+    ++served;
+  }
+  return served;
+}
+
+shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
+  absl::StatusOr<shm::DecodedRequest> d = shm::DecodeRequest(copy);
+  if (!d.ok()) {
+    stats_->bad_requests.Inc();
+    return shm::CompletionFor(copy.seq, copy.op, d.status());
+  }
+  stats_->requests.Inc();
+  return Answer(*d);
+}
+
+shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
+  const uint16_t op = static_cast<uint16_t>(d.op);
+  switch (d.op) {
+    case shm::RingOp::kRegister:
+      return GrantCompletion(
+          d, backend_->RingRegister(session_, d.va, d.length, d.access, d.prefetch));
+    case shm::RingOp::kWindow:
+      return GrantCompletion(d, backend_->RingWindow(session_, d.handle, d.va, d.length, d.access));
+    case shm::RingOp::kReregister:
+      return GrantCompletion(
+          d, backend_->RingReregister(session_, d.handle, d.va, d.length, d.access));
+    case shm::RingOp::kRelease:
+      return shm::CompletionFor(d.seq, op, backend_->Release(session_, d.handle));
+    case shm::RingOp::kInvalidate:
+      return shm::CompletionFor(d.seq, op, backend_->Invalidate(session_, d.handle));
+    case shm::RingOp::kPrefetch:
+      return shm::CompletionFor(d.seq, op,
+                                backend_->Prefetch(session_, d.va, d.length, d.write, d.prefetch));
+    case shm::RingOp::kQuery:
+      return QueryCompletion(d, backend_->Query(session_, d.handle));
+    case shm::RingOp::kNop:
+      return shm::CompletionFor(d.seq, op, absl::OkStatus());
+  }
+  return shm::CompletionFor(d.seq, op, absl::InternalError("unhandled ring op"));
+}
+
+}  // namespace regcache::service::internal

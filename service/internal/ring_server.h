@@ -1,0 +1,125 @@
+// The daemon's side of a session's rings (service/shm_protocol.h): one worker thread per
+// session that sweeps the session's channels, copies each request out, validates it
+// (service/ring_codec.h), calls the daemon and posts the completion. Internal to service/.
+//
+// Fairness and bounded work: a sweep takes at most kBurstPerChannel requests of a channel
+// before it moves on, and only while that channel's completion ring has room; a session's
+// flood only keeps its own worker busy. Idle: the worker spins for kSpin after the last
+// request it saw, then sleeps on the doorbell futex (the Dekker handshake of the header), at
+// most kSleepLimit at a time — the limit only bounds how long a client that rewrites the
+// doorbell can hide a stop request.
+//
+// Trust: the worker keeps its own copies of req_tail and cpl_head per channel and reads each
+// client index once per use; an index out of range marks the channel broken
+// (ChannelControl::state = kChannelBroken) and it is never served again.
+//
+// Thread safety: Start and Stop from the daemon's session code, once each.
+#ifndef REGCACHE_SERVICE_INTERNAL_RING_SERVER_H_
+#define REGCACHE_SERVICE_INTERNAL_RING_SERVER_H_
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/stats.h"
+#include "cache/reg_cache.h"
+#include "hca/device.h"
+#include "odp/servicer.h"
+#include "service/daemon.h"
+#include "service/internal/grant_table.h"
+#include "service/internal/session_shm.h"
+#include "service/ring_codec.h"
+
+namespace regcache::service::internal {
+
+#define REGCACHE_RING_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
+  COUNTER(requests, "ring requests served")                                       \
+  COUNTER(bad_requests, "ring requests refused by validation (kInvalidArgument)") \
+  COUNTER(broken_channels, "ring channels marked broken (indices out of range)")  \
+  COUNTER(sleeps, "times a ring worker went to sleep on its session's doorbell")  \
+  COUNTER(wakeups, "times a ring worker woke from its doorbell")                  \
+  GAUGE(workers, "ring worker threads running (one per session)")
+
+RC_DEFINE_STATS(RingStats, REGCACHE_RING_STATS);
+
+// What the worker calls: the daemon's key methods, with the grant state slot of each grant.
+class RingBackend {
+ public:
+  virtual ~RingBackend() = default;
+  virtual absl::StatusOr<SlottedGrant> RingRegister(SessionId session, uint64_t va, uint64_t length,
+                                                    hca::AccessFlags access,
+                                                    std::optional<odp::PrefetchMode> prefetch) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingWindow(SessionId session, cache::Handle parent,
+                                                  uint64_t offset, uint64_t length,
+                                                  hca::AccessFlags access) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingReregister(SessionId session, cache::Handle handle,
+                                                      uint64_t va, uint64_t length,
+                                                      hca::AccessFlags access) = 0;
+  virtual absl::Status Release(SessionId session, cache::Handle handle) = 0;
+  virtual absl::Status Invalidate(SessionId session, cache::Handle handle) = 0;
+  virtual absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
+                                std::optional<odp::PrefetchMode> mode) = 0;
+  virtual absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
+                                                        cache::Handle handle) = 0;
+};
+
+class RingServer {
+ public:
+  static constexpr absl::Duration kSpin = absl::Microseconds(50);
+  static constexpr absl::Duration kSleepLimit = absl::Seconds(1);
+
+  // Starts the session's worker. `shm`, `backend` and `stats` must outlive the server.
+  // Errors: pthread_create's.
+  static absl::StatusOr<std::unique_ptr<RingServer>> Start(SessionId session, SessionShm* shm,
+                                                           RingBackend* backend, RingStats* stats);
+  // Stop()s.
+  ~RingServer();
+  RingServer(const RingServer&) = delete;
+  RingServer& operator=(const RingServer&) = delete;
+
+  // Sets the stop flag, rings the doorbell and joins the worker; the request it was serving
+  // completes first. Idempotent.
+  void Stop();
+
+ private:
+  // The worker's own view of a channel; never read from shared memory.
+  struct ChannelView {
+    uint32_t req_tail = 0;
+    uint32_t cpl_head = 0;
+    bool broken = false;
+  };
+
+  RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats);
+  static void* ThreadMain(void* self);
+  void Loop();
+  // Serves up to kBurstPerChannel requests of every channel once; returns how many.
+  uint32_t Sweep();
+  uint32_t ServeChannel(uint32_t index);
+  // Whether some channel has a request it may take now.
+  bool AnyWork();
+  // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit.
+  void Sleep();
+  void Break(uint32_t index);
+  shm::RingCompletion Serve(const shm::RingRequest& copy);
+  shm::RingCompletion Answer(const shm::DecodedRequest& d);
+
+  const SessionId session_;
+  SessionShm* const shm_;
+  RingBackend* const backend_;
+  RingStats* const stats_;
+  std::vector<ChannelView> view_;  // the worker's only
+  uint32_t next_channel_ = 0;      // where the next sweep starts; the worker's only
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> joined_{false};
+  pthread_t thread_{};
+};
+
+}  // namespace regcache::service::internal
+#endif  // REGCACHE_SERVICE_INTERNAL_RING_SERVER_H_

@@ -1,0 +1,113 @@
+#include "service/ring_codec.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace regcache::service::shm {
+namespace {
+
+static_assert(kPrefetchSync == static_cast<uint32_t>(odp::PrefetchMode::kSync) + 1);
+static_assert(kPrefetchAsync == static_cast<uint32_t>(odp::PrefetchMode::kAsync) + 1);
+
+// The fields each op reads; every other one must be zero.
+enum Field : uint32_t {
+  kHandle = 1u << 0,
+  kVa = 1u << 1,
+  kLength = 1u << 2,
+  kAccess = 1u << 3,
+  kPrefetch = 1u << 4,
+};
+
+uint32_t FieldsOf(RingOp op) {
+  switch (op) {
+    case RingOp::kRegister:
+      return kVa | kLength | kAccess | kPrefetch;
+    case RingOp::kWindow:
+    case RingOp::kReregister:
+      return kHandle | kVa | kLength | kAccess;
+    case RingOp::kRelease:
+    case RingOp::kInvalidate:
+    case RingOp::kQuery:
+      return kHandle;
+    case RingOp::kPrefetch:
+      return kVa | kLength | kPrefetch;
+    case RingOp::kNop:
+      return 0;
+  }
+  return 0;
+}
+
+absl::Status Bad(const RingRequest& r, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("ring request op ", r.op, ": ", what));
+}
+
+absl::Status CheckUnused(const RingRequest& r, uint32_t used) {
+  if (r.reserved0 != 0 || r.reserved1[0] != 0 || r.reserved1[1] != 0) {
+    return Bad(r, "reserved fields must be 0");
+  }
+  if (!(used & kHandle) && r.handle != 0) return Bad(r, "handle must be 0 for this op");
+  if (!(used & kVa) && r.va != 0) return Bad(r, "va must be 0 for this op");
+  if (!(used & kLength) && r.length != 0) return Bad(r, "length must be 0 for this op");
+  if (!(used & kAccess) && r.access != 0) return Bad(r, "access must be 0 for this op");
+  if (!(used & kPrefetch) && r.prefetch != 0) return Bad(r, "prefetch must be 0 for this op");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
+  const RingRequest& r = copy;
+  if (r.op == 0 || r.op > kMaxRingOp) return Bad(r, "unknown op");
+  const RingOp op = static_cast<RingOp>(r.op);
+  const uint32_t used = FieldsOf(op);
+  if (absl::Status s = CheckUnused(r, used); !s.ok()) return s;
+  const uint16_t allowed_flags = op == RingOp::kPrefetch ? kKnownRequestFlags : 0;
+  if ((r.flags & ~allowed_flags) != 0) return Bad(r, absl::StrCat("unknown flags ", r.flags));
+  if ((used & kHandle) && r.handle == 0) return Bad(r, "handle 0");
+  if ((used & kLength) && r.length == 0) return Bad(r, "length 0");
+  if ((used & kLength) && r.va + r.length < r.va) return Bad(r, "range wraps");
+  if ((r.access & ~hca::kAllAccess) != 0) {
+    return Bad(r, absl::StrCat("unknown access bits ", r.access));
+  }
+  if (r.prefetch > kPrefetchAsync) return Bad(r, absl::StrCat("prefetch ", r.prefetch));
+  DecodedRequest d;
+  d.seq = r.seq;
+  d.op = op;
+  d.handle = r.handle;
+  d.va = r.va;
+  d.length = r.length;
+  d.access = r.access;
+  d.write = (r.flags & kFlagWrite) != 0;
+  if (r.prefetch == kPrefetchSync) d.prefetch = odp::PrefetchMode::kSync;
+  if (r.prefetch == kPrefetchAsync) d.prefetch = odp::PrefetchMode::kAsync;
+  return d;
+}
+
+RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status) {
+  RingCompletion c{};
+  c.seq = seq;
+  c.op = op;
+  c.code = static_cast<uint32_t>(status.code());
+  c.slot = kNoSlot;
+  const absl::string_view text = status.message();
+  const size_t n = std::min(text.size(), kMessageBytes - 1);
+  if (n > 0) std::memcpy(c.message, text.data(), n);
+  c.message[n] = '\0';
+  return c;
+}
+
+absl::Status StatusFromCompletion(const RingCompletion& completion) {
+  if (completion.code == 0) return absl::OkStatus();
+  uint32_t code = completion.code;
+  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+    code = static_cast<uint32_t>(absl::StatusCode::kUnknown);
+  }
+  const char* m = completion.message;
+  const size_t n = strnlen(m, kMessageBytes);
+  return absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(m, n));
+}
+
+}  // namespace regcache::service::shm

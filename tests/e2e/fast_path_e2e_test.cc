@@ -1,0 +1,166 @@
+// The client library's key calls over the shared-memory fast path against the real regcached
+// (a separate process): Register, Window, Query, Invalidate, Release and Prefetch answer as
+// they do over gRPC, with the same codes, and the daemon's ring counters show they came over
+// the ring. Sockets live in a temp dir; every wait is bounded.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/internal/client_testing.h"
+#include "gtest/gtest.h"
+#include "regcache/client.h"
+
+namespace {
+
+namespace rc = regcache::api;
+
+constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
+
+// A regcached on the sim device in its own temp socket dir, stopped with SIGTERM.
+class Regcached {
+ public:
+  Regcached() {
+    char tmpl[] = "/tmp/regcache-fast-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::string dir_flag = "--socket_dir=" + dir_;
+      execl(REGCACHED_PATH, REGCACHED_PATH, "--device=sim", dir_flag.c_str(), "--log_level=warning",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline && !(std::filesystem::exists(dir_ + "/control.sock") &&
+                                       std::filesystem::exists(dir_ + "/grpc.sock"))) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ~Regcached() {
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline && waitpid(pid_, nullptr, WNOHANG) == 0) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, WNOHANG);
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+std::unique_ptr<rc::Client> Connect(const Regcached& d, bool fast_path) {
+  rc::ClientOptions options;
+  options.fast_path = fast_path;
+  auto c = rc::Client::Connect(d.dir(), options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+int64_t RingRequests(rc::Client& c) {
+  auto stats = c.Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto v = stats.ok() ? stats->Get("ring", "requests") : absl::StatusOr<int64_t>(-1);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : -1;
+}
+
+TEST(FastPathE2e, KeyCallsTravelOverTheRing) {
+  Regcached d;
+  std::unique_ptr<rc::Client> c = Connect(d, true);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(rc::testing::UsesFastPath(*c));
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const int64_t before = RingRequests(*c);
+  auto* base = static_cast<uint8_t*>(mem->data);
+  auto k = c->Register(base, 8192, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_FALSE(k->hit);
+  auto again = c->Register(base, 4096, kRw);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->hit);
+  EXPECT_EQ(again->handle, k->handle);
+  auto w = c->Window(k->handle, 0, 4096, rc::kRemoteRead);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto q = c->Query(w->handle);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->is_window);
+  EXPECT_EQ(q->parent, k->handle);
+  ASSERT_TRUE(c->Invalidate(k->handle).ok());
+  auto revoked = c->Query(k->handle);
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  EXPECT_TRUE(revoked->revoked);
+  EXPECT_TRUE(c->Release(w->handle).ok());
+  EXPECT_TRUE(c->Release(k->handle).ok());
+  EXPECT_TRUE(c->Release(k->handle).ok());
+  EXPECT_TRUE(rc::testing::RingNop(*c).ok());
+  EXPECT_GE(RingRequests(*c) - before, 10) << "every key call above came over the ring";
+}
+
+TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
+  Regcached d;
+  std::unique_ptr<rc::Client> fast = Connect(d, true);
+  std::unique_ptr<rc::Client> slow = Connect(d, false);
+  ASSERT_TRUE(fast != nullptr && slow != nullptr);
+  EXPECT_FALSE(rc::testing::UsesFastPath(*slow));
+  auto fm = fast->AllocateMemory(1 << 16);
+  auto sm = slow->AllocateMemory(1 << 16);
+  ASSERT_TRUE(fm.ok() && sm.ok());
+  struct Case {
+    const char* what;
+    absl::Status fast, slow;
+  };
+  const Case cases[] = {
+      {"length 0", fast->Register(fm->data, 0, kRw).status(),
+       slow->Register(sm->data, 0, kRw).status()},
+      {"outside memory", fast->Register(reinterpret_cast<void*>(0x1000), 4096, kRw).status(),
+       slow->Register(reinterpret_cast<void*>(0x1000), 4096, kRw).status()},
+      {"unknown handle", fast->Release(1 << 30), slow->Release(1 << 30)},
+      {"bad access", fast->Register(fm->data, 4096, 1u << 9).status(),
+       slow->Register(sm->data, 4096, 1u << 9).status()},
+      {"window of nothing", fast->Window(0, 0, 10, kRw).status(),
+       slow->Window(0, 0, 10, kRw).status()},
+  };
+  for (const Case& c : cases) {
+    EXPECT_FALSE(c.fast.ok()) << c.what;
+    EXPECT_EQ(c.fast.code(), c.slow.code()) << c.what << ": " << c.fast << " vs " << c.slow;
+    EXPECT_FALSE(c.fast.message().empty()) << c.what;
+  }
+}
+
+TEST(FastPathE2e, ManyThreadsShareOneClient) {
+  Regcached d;
+  std::unique_ptr<rc::Client> c = Connect(d, true);
+  ASSERT_NE(c, nullptr);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      auto* base = static_cast<uint8_t*>(mem->data) + t * 65536;
+      for (int i = 0; i < 100; ++i) {
+        auto k = c->Register(base + (i % 8) * 4096, 4096, kRw);
+        if (!k.ok() || !c->Release(k->handle).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
