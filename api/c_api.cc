@@ -202,6 +202,8 @@ regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_
         opts.call_timeout = absl::Milliseconds(options->call_timeout_ms);
       }
       opts.tcp_port = options->tcp_port;
+      opts.fast_path = options->no_fast_path == 0;
+      opts.client_cache = options->no_client_cache == 0;
     }
     absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(socket_dir, opts);
     if (!c.ok()) return FromStatus(c.status());

@@ -107,9 +107,25 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
     Session& s = **pin;
     return s.grants->Granted(RegisterIn(s, va, length, access, prefetch), /*parent=*/0);
   }
-  absl::StatusOr<SlottedGrant> RingReregister(SessionId, cache::Handle, uint64_t, uint64_t,
-                                              hca::AccessFlags) override {
-    return absl::UnimplementedError("re-registration is not served on the ring yet");
+  // The trade goes through the grant table: the new grant gets its slot, the old hold goes;
+  // a re-registration that takes rights away from the session's only hold revokes the old
+  // state word first (the cache then invalidates the key).
+  absl::StatusOr<SlottedGrant> RingReregister(SessionId session, cache::Handle handle, uint64_t va,
+                                              uint64_t length, hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    if (s.grants->Holds(handle) == 1) {
+      absl::StatusOr<cache::RegistrationInfo> old = cache_->Query(s.tenant, handle);
+      absl::StatusOr<hca::AccessFlags> want = cache::NormalizeAccess(access);
+      if (old.ok() && want.ok() && !old->revoked &&
+          (va > old->va || va + length < old->va + old->length || (old->access & ~*want) != 0)) {
+        s.grants->RevokeHandle(handle, shm::RevokeReason::kReregistered);
+      }
+    }
+    absl::StatusOr<cache::KeyGrant> g = cache_->Reregister(s.tenant, handle, va, length, access);
+    absl::StatusOr<SlottedGrant> out = s.grants->Granted(g, /*parent=*/0);
+    if (g.ok()) s.grants->Released(handle);  // the hold traded in
+    return out;
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
@@ -137,8 +153,8 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
   }
   absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
                                              uint64_t length, hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return cache_->Reregister((*pin)->tenant, handle, va, length, access);
+    ASSIGN_OR_RETURN(SlottedGrant g, RingReregister(session, handle, va, length, access));
+    return g.grant;
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));

@@ -49,6 +49,14 @@ size_t TableIndex(uint64_t addr) {
 }
 static_assert(GrantCache::kThreadSlots == 4096);
 
+// Rights the daemon would accept (cache::NormalizeAccess): known bits, and remote write or
+// atomic only with local write. Anything else goes to the daemon, which says what is wrong.
+bool ValidAccess(uint32_t access) {
+  constexpr uint32_t kKnown = kLocalRead | kLocalWrite | kRemoteRead | kRemoteWrite | kRemoteAtomic;
+  if ((access & ~kKnown) != 0) return false;
+  return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
+}
+
 }  // namespace
 
 GrantCache::GrantCache(const GrantStateView& state)
@@ -75,7 +83,7 @@ bool GrantCache::TryRef(Entry& e, uint32_t inc) {
 
 std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
   const uint64_t end = addr + length;
-  if (length == 0 || end < addr) return std::nullopt;
+  if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
   ThreadSlot& t = Table().slots[TableIndex(addr)];
   if (t.cache_id == id_ && addr >= t.start && end <= t.end && (access & ~t.access) == 0) {
     Entry& e = *static_cast<Entry*>(t.entry);
@@ -201,11 +209,11 @@ GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
   return out;
 }
 
-uint32_t GrantCache::Reap(Entry* e, uint32_t inc) {
+uint32_t GrantCache::Reap(Entry* e, uint32_t inc, uint64_t refs) {
   base::MutexLock lock(&mu_);
   Shard& shard = ShardOf(e->key.handle);
   base::MutexLock shard_lock(&shard.mu);
-  uint64_t expect = uint64_t{inc} << 32;  // alive, no references
+  uint64_t expect = (uint64_t{inc} << 32) | refs;  // alive, exactly `refs` references
   if (!e->word.compare_exchange_strong(expect, expect | kDead, std::memory_order_acq_rel)) {
     return 0;
   }
@@ -252,6 +260,25 @@ uint32_t GrantCache::Forget(uint64_t handle) {
     w = e->word.load(std::memory_order_acquire);
   }
   return Refs(w) == 0 ? Reap(e, Incarnation(w)) : 0;
+}
+
+GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
+  Sole out;
+  Entry* e = nullptr;
+  uint64_t w = 0;
+  {
+    Shard& shard = ShardOf(handle);
+    base::MutexLock lock(&shard.mu);
+    auto it = shard.by_handle.find(handle);
+    if (it == shard.by_handle.end()) return out;
+    out.cached = true;
+    e = it->second;
+    w = e->word.load(std::memory_order_acquire);
+  }
+  if (Refs(w) != 1) return out;
+  out.daemon_holds = Reap(e, Incarnation(w), 1);
+  out.sole = out.daemon_holds > 0;
+  return out;
 }
 
 std::vector<uint64_t> GrantCache::RevokedHandles() {

@@ -96,6 +96,16 @@ class GrantCache {
   // daemon holds then), at once if it has none (the returned holds).
   uint32_t Forget(uint64_t handle);
 
+  struct Sole {
+    bool cached = false;        // the handle is in the cache
+    bool sole = false;          // and the caller's reference was its only one: it left the cache
+    uint32_t daemon_holds = 0;  // when sole: the daemon holds now the caller's
+  };
+  // For re-registering `handle`: when the caller's reference is the only one in the process,
+  // takes the grant out of the cache and hands its daemon holds to the caller; otherwise
+  // changes nothing (other references share it: it must not change under them).
+  Sole TakeSole(uint64_t handle);
+
   // Every cached handle whose state word says revoked (for a reader that lost events).
   std::vector<uint64_t> RevokedHandles();
 
@@ -120,9 +130,9 @@ class GrantCache {
   // Takes one local reference if the entry is still incarnation `inc` and alive.
   static bool TryRef(Entry& e, uint32_t inc);
   Entry* FindCovering(uint64_t addr, uint64_t end, uint32_t access) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Removes `e` (incarnation `inc`) if no one references it; returns its daemon holds (0 if it
-  // was referenced again, or already gone).
-  uint32_t Reap(Entry* e, uint32_t inc) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes `e` (incarnation `inc`) if exactly `refs` references are out (0: no one references
+  // it); returns its daemon holds (0 if the references changed, or it is already gone).
+  uint32_t Reap(Entry* e, uint32_t inc, uint64_t refs = 0) ABSL_LOCKS_EXCLUDED(mu_);
   void Remember(const Entry& e, uint32_t inc, uint64_t addr);
   Shard& ShardOf(uint64_t handle) { return shards_[(handle * 0x9e3779b97f4a7c15ull) >> 60]; }
 

@@ -82,8 +82,10 @@ TEST_F(RingClientTest, RefusesFilesThatDoNotMatchTheWelcome) {
 
 TEST_F(RingClientTest, KeyCallsMapCompletionsToTheirStatus) {
   Map();
-  absl::StatusOr<Key> k = RingRegister(*ring_, mem_, kPage, kRw, PrefetchMode::kNone);
-  ASSERT_TRUE(k.ok()) << k.status();
+  absl::StatusOr<RingGrant> g = RingRegister(*ring_, mem_, kPage, kRw, PrefetchMode::kNone);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NE(g->slot, shm::kNoSlot);
+  const Key* k = &g->key;
   absl::StatusOr<Key> w = RingWindow(*ring_, k->handle, 0, 512, kRemoteRead);
   ASSERT_TRUE(w.ok()) << w.status();
   absl::StatusOr<KeyInfo> q = RingQuery(*ring_, w->handle);
@@ -132,7 +134,7 @@ TEST_F(RingClientTest, MoreThreadsThanChannelsShare) {
       for (int i = 0; i < 100; ++i) {
         auto k =
             RingRegister(*ring_, mem_ + (t * 16 + i % 16) * kPage, kPage, kRw, PrefetchMode::kNone);
-        if (!k.ok() || !RingRelease(*ring_, k->handle).ok()) ++failures;
+        if (!k.ok() || !RingRelease(*ring_, k->key.handle).ok()) ++failures;
       }
     });
   }

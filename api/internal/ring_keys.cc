@@ -35,18 +35,81 @@ static_assert(static_cast<uint32_t>(PrefetchMode::kAsync) == shm::kPrefetchAsync
 }  // namespace
 
 Key KeyFromCompletion(const shm::RingCompletion& c) {
-  return Key{c.handle, c.lkey, c.rkey, c.va, c.length, c.access, (c.flags & shm::kFlagHit) != 0};
+  Key k{c.handle, c.lkey, c.rkey, c.va, c.length, c.access, (c.flags & shm::kFlagHit) != 0};
+  k.same_key = (c.flags & shm::kFlagSameKey) != 0;
+  return k;
 }
 
-absl::StatusOr<Key> RingRegister(RingClient& ring, const void* addr, uint64_t length,
-                                 uint32_t access, PrefetchMode prefetch) {
+namespace {
+
+RingGrant GrantFromCompletion(const shm::RingCompletion& c) {
+  return RingGrant{KeyFromCompletion(c), c.slot, c.slot_generation};
+}
+
+shm::RingRequest RegisterRequest(const void* addr, uint64_t length, uint32_t access,
+                                 PrefetchMode prefetch) {
   shm::RingRequest r = Request(shm::RingOp::kRegister);
   r.va = reinterpret_cast<uint64_t>(addr);
   r.length = length;
   r.access = access;
   r.prefetch = RingPrefetchValue(prefetch);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<RingGrant> RingRegister(RingClient& ring, const void* addr, uint64_t length,
+                                       uint32_t access, PrefetchMode prefetch) {
+  ASSIGN_OR_RETURN(shm::RingCompletion c,
+                   Run(ring, RegisterRequest(addr, length, access, prefetch)));
+  return GrantFromCompletion(c);
+}
+
+absl::StatusOr<RingGrant> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
+                                         uint64_t length, uint32_t access) {
+  shm::RingRequest r = Request(shm::RingOp::kReregister);
+  r.handle = handle;
+  r.va = reinterpret_cast<uint64_t>(addr);
+  r.length = length;
+  r.access = access;
   ASSIGN_OR_RETURN(shm::RingCompletion c, Run(ring, r));
-  return KeyFromCompletion(c);
+  return GrantFromCompletion(c);
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<RingGrant>>> RingRegisterBatch(
+    RingClient& ring, absl::Span<const RegisterItem> items) {
+  std::vector<shm::RingRequest> requests;
+  requests.reserve(items.size());
+  for (const RegisterItem& item : items) {
+    requests.push_back(RegisterRequest(item.addr, item.length, item.access, item.prefetch));
+  }
+  ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
+  std::vector<absl::StatusOr<RingGrant>> out;
+  out.reserve(done.size());
+  for (const shm::RingCompletion& c : done) {
+    absl::Status s = shm::StatusFromCompletion(c);
+    if (s.ok()) {
+      out.emplace_back(GrantFromCompletion(c));
+    } else {
+      out.emplace_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> RingReleaseBatch(RingClient& ring,
+                                                           absl::Span<const uint64_t> handles) {
+  std::vector<shm::RingRequest> requests;
+  requests.reserve(handles.size());
+  for (uint64_t h : handles) {
+    requests.push_back(Request(shm::RingOp::kRelease));
+    requests.back().handle = h;
+  }
+  ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
+  std::vector<absl::Status> out;
+  out.reserve(done.size());
+  for (const shm::RingCompletion& c : done) out.push_back(shm::StatusFromCompletion(c));
+  return out;
 }
 
 absl::Status RingPrefetch(RingClient& ring, const void* addr, uint64_t length, bool write,

@@ -144,9 +144,22 @@ class ClientTest(unittest.TestCase):
     def test_registered_context_releases(self):
         with self.client.registered(self.mem, 8192, RW) as key:
             self.assertEqual(self.client.query(key).holders, 1)
-        # Released: the daemon may keep the registration cached, but nobody holds it.
-        self.assertEqual(self.client.query(key).holders, 0)
-        self.assertEqual(self.client.usage().cached_unreferenced, 1)
+        # Released: the library keeps the grant (one daemon hold), so the same register again is
+        # answered in this process.
+        self.assertEqual(self.client.query(key).holders, 1)
+        again = self.client.register(self.mem, 8192, RW)
+        self.assertTrue(again.hit)
+        self.assertEqual(again.rkey, key.rkey)
+        self.client.release(again)
+
+    def test_without_client_cache_release_reaches_the_daemon(self):
+        with regcache.Client(self.daemon.dir, client_cache=False) as c:
+            mem = c.allocate(1 << 20)
+            with c.registered(mem, 8192, RW) as key:
+                self.assertEqual(c.query(key).holders, 1)
+            # Released: the daemon keeps the registration cached, but nobody holds it.
+            self.assertEqual(c.query(key).holders, 0)
+            self.assertEqual(c.usage().cached_unreferenced, 1)
 
     def test_attach_fd_and_detach(self):
         fd = os.memfd_create("regcache_test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,8 +66,30 @@ struct ClientOptions {
   // shared-memory rings (docs/architecture.md) instead of gRPC: the same codes and messages,
   // a fraction of the latency. false: everything over gRPC. Default true.
   bool fast_path = true;
+  // With the fast path: keep the grants this process holds, so that a Register a held grant
+  // covers (same or fewer rights) is answered in this process, without IPC, and Release of it
+  // only drops a local reference. Revoked grants are never handed out again (the daemon's
+  // state words say so before it revokes); unreferenced grants stay held at the daemon until
+  // it asks for them back (quota or pool pressure) or the session ends. false: every call
+  // goes to the daemon. Default true.
+  bool client_cache = true;
   // Dial 127.0.0.1:<port> instead of the unix socket (the daemon's --grpc_tcp_port).
   uint16_t tcp_port = 0;
+};
+
+// Why a key this process held stopped working (Client::SetRevocationCallback).
+enum class RevocationReason : uint32_t {
+  kInvalidated = 1,        // Invalidate, from any thread of this process (or an admin)
+  kParentInvalidated = 2,  // a window whose registration was invalidated
+  kMemoryDetached = 3,     // the memory under it was detached
+  kReregistered = 4,       // a re-registration narrowed it (a new key replaced it)
+  kUnknown = 100,          // revoked while the library lost track of events (it fell behind)
+};
+
+struct Revocation {
+  uint64_t handle = 0;
+  uint32_t key = 0;  // 0 with kUnknown
+  RevocationReason reason = RevocationReason::kUnknown;
 };
 
 // Memory attached to this session and mapped in this process.
@@ -233,6 +256,11 @@ class Client {
   virtual absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
                                      uint32_t access) = 0;
   virtual absl::Status Release(uint64_t handle) = 0;
+  // `callback` is called, from a thread of the library, for every key this process holds
+  // (through the client cache) that the daemon revoked — after the library stopped handing it
+  // out. Replaces the previous callback; an empty function removes it. Needs the fast path and
+  // the client cache; without them it is never called.
+  virtual void SetRevocationCallback(std::function<void(const Revocation&)> callback) = 0;
   virtual absl::Status Invalidate(uint64_t handle) = 0;
   virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;
   // session 0: this session's keys; another id: admin only.

@@ -85,6 +85,9 @@ typedef struct regcache_client regcache_client_t;
 typedef struct regcache_options {
   uint32_t call_timeout_ms; /* deadline of every call; 0: 10 000 ms */
   uint16_t tcp_port;        /* nonzero: gRPC over 127.0.0.1:<port> instead of the unix socket */
+  uint8_t no_fast_path;     /* nonzero: every call over gRPC, none over the shared-memory rings */
+  uint8_t no_client_cache;  /* nonzero: no hit answered in this process (every call goes to the
+                               daemon); see ClientOptions::client_cache in regcache/client.h */
 } regcache_options_t;
 
 /* Memory attached to the session and mapped in this process. */

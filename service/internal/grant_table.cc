@@ -150,6 +150,12 @@ void GrantTable::RaiseReclaim() {
   shm_->state_header()->reclaim.fetch_add(1, std::memory_order_seq_cst);
 }
 
+uint32_t GrantTable::Holds(cache::Handle handle) const {
+  base::MutexLock l(&mu_);
+  auto it = entries_.find(handle);
+  return it == entries_.end() ? 0 : it->second.holds;
+}
+
 size_t GrantTable::held() const {
   base::MutexLock lock(&mu_);
   return entries_.size();

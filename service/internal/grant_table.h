@@ -66,6 +66,8 @@ class GrantTable {
   // The session's key quota or the device's pool is under pressure.
   void RaiseReclaim();
 
+  // The session's holds of `handle` (0 if it holds none).
+  uint32_t Holds(cache::Handle handle) const ABSL_LOCKS_EXCLUDED(mu_);
   // Handles the session holds (tests and introspection).
   size_t held() const ABSL_LOCKS_EXCLUDED(mu_);
   // Slots in use.

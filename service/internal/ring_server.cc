@@ -44,7 +44,8 @@ shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
   c.va = g->grant.va;
   c.length = g->grant.length;
   c.access = g->grant.access;
-  c.flags = g->grant.hit ? shm::kFlagHit : 0;
+  c.flags = static_cast<uint16_t>((g->grant.hit ? shm::kFlagHit : 0) |
+                                  (g->grant.same_key ? shm::kFlagSameKey : 0));
   c.slot = g->slot;
   c.slot_generation = g->generation;
   return c;

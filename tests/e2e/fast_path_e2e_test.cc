@@ -19,6 +19,7 @@
 #include "api/internal/client_testing.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "tests/e2e/regcached_process.h"
 
 namespace {
 
@@ -26,45 +27,14 @@ namespace rc = regcache::api;
 
 constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
 
-// A regcached on the sim device in its own temp socket dir, stopped with SIGTERM.
-class Regcached {
- public:
-  Regcached() {
-    char tmpl[] = "/tmp/regcache-fast-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::string dir_flag = "--socket_dir=" + dir_;
-      execl(REGCACHED_PATH, REGCACHED_PATH, "--device=sim", dir_flag.c_str(), "--log_level=warning",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline && !(std::filesystem::exists(dir_ + "/control.sock") &&
-                                       std::filesystem::exists(dir_ + "/grpc.sock"))) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  }
-  ~Regcached() {
-    kill(pid_, SIGTERM);
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline && waitpid(pid_, nullptr, WNOHANG) == 0) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, WNOHANG);
-    std::filesystem::remove_all(dir_);
-  }
-  const std::string& dir() const { return dir_; }
+using regcache::testing::Regcached;
 
- private:
-  std::string dir_;
-  pid_t pid_ = -1;
-};
-
+// The client's own cache off: these tests are about what crosses the ring
+// (client_cache_e2e_test covers the cache).
 std::unique_ptr<rc::Client> Connect(const Regcached& d, bool fast_path) {
   rc::ClientOptions options;
   options.fast_path = fast_path;
+  options.client_cache = false;
   auto c = rc::Client::Connect(d.dir(), options);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;

@@ -67,7 +67,8 @@ class RegcacheError(Exception):
 # --- The C structs (field for field as regcache.h declares them). ---
 
 class _Options(ctypes.Structure):
-    _fields_ = [("call_timeout_ms", ctypes.c_uint32), ("tcp_port", ctypes.c_uint16)]
+    _fields_ = [("call_timeout_ms", ctypes.c_uint32), ("tcp_port", ctypes.c_uint16),
+                ("no_fast_path", ctypes.c_uint8), ("no_client_cache", ctypes.c_uint8)]
 
 
 class _Memory(ctypes.Structure):
@@ -236,8 +237,12 @@ def _handle(key):
 class Client:
     """One session with regcached (a connection). Use it as a context manager, or close()."""
 
-    def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0):
-        options = _Options(call_timeout_ms, tcp_port)
+    def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0, fast_path=True,
+                 client_cache=True):
+        """fast_path: key calls over the shared-memory rings; client_cache: a register that a
+        grant this process holds covers is answered here, without IPC (both default on)."""
+        options = _Options(call_timeout_ms, tcp_port, 0 if fast_path else 1,
+                           0 if client_cache else 1)
         handle = ctypes.c_void_p()
         _check(_lib.regcache_connect(os.fsencode(socket_dir), ctypes.byref(options),
                                      ctypes.byref(handle)))

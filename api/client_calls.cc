@@ -1,0 +1,148 @@
+// The client library: introspection, admin and the sim's peer, over gRPC
+// (api/internal/client_impl.h).
+#include <grpcpp/generic/generic_stub.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/internal/client_impl.h"
+#include "base/status_macros.h"
+
+namespace regcache::api::internal {
+
+SessionUsage FromProto(const pb::Usage& u) {
+  SessionUsage o;
+  o.live_registrations = u.live_registrations();
+  o.revoked_held = u.revoked_held();
+  o.cached_unreferenced = u.cached_unreferenced();
+  o.backings = u.backings();
+  o.backed_bytes = u.backed_bytes();
+  o.pool_outstanding = u.pool_outstanding();
+  o.pool_total = u.pool_total();
+  return o;
+}
+
+Key FromProto(const pb::KeyGrant& g) {
+  Key k{g.handle(), g.lkey(), g.rkey(), g.va(), g.length(), g.access(), g.hit()};
+  k.same_key = g.same_key();
+  return k;
+}
+
+KeyInfo FromProto(const pb::KeyInfo& k) {
+  KeyInfo o;
+  o.handle = k.handle();
+  o.key = k.key();
+  o.va = k.va();
+  o.length = k.length();
+  o.access = k.access();
+  o.holders = k.holders();
+  o.revoked = k.revoked();
+  o.is_window = k.is_window();
+  o.parent = k.parent();
+  o.key_state = k.key_state();
+  return o;
+}
+
+absl::StatusOr<std::vector<KeyInfo>> ClientImpl::ListKeys(uint64_t session) {
+  pb::ListKeysRequest req;
+  req.set_session_id(session);
+  pb::ListKeysResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ListKeys, req, &resp));
+  std::vector<KeyInfo> out;
+  for (const pb::KeyInfo& k : resp.keys()) out.push_back(FromProto(k));
+  return out;
+}
+
+absl::Status ClientImpl::Ping() {
+  pb::PingRequest req;
+  pb::PingResponse resp;
+  return Call(&pb::RegCache::Stub::Ping, req, &resp);
+}
+
+absl::StatusOr<StatsSnapshot> ClientImpl::Stats() {
+  pb::StatsRequest req;
+  pb::StatsResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Stats, req, &resp));
+  StatsSnapshot out;
+  out.session = FromProto(resp.session_usage());
+  for (const pb::Stat& s : resp.stats()) {
+    out.stats.push_back(StatValue{s.component(), s.name(), s.kind(), s.value(), s.count(),
+                                  s.sum(), s.p50(), s.p99(), s.max()});
+  }
+  return out;
+}
+
+absl::StatusOr<DaemonInfo> ClientImpl::Status() {
+  pb::StatusRequest req;
+  pb::StatusResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
+  return DaemonInfo{resp.device(),   resp.backend(),   resp.sessions(),
+                    resp.draining(), resp.uptime_ms(), resp.peer()};
+}
+
+absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {
+  pb::SessionsRequest req;
+  pb::SessionsResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Sessions, req, &resp));
+  std::vector<SessionRecord> out;
+  for (const pb::SessionInfo& s : resp.sessions()) {
+    out.push_back(SessionRecord{s.session_id(), s.pid(), s.uid(), s.gid(), s.admin(),
+                                FromProto(s.usage()), s.memories()});
+  }
+  return out;
+}
+
+absl::Status ClientImpl::Drain() {
+  pb::DrainRequest req;
+  pb::DrainResponse resp;
+  return Call(&pb::RegCache::Stub::Drain, req, &resp);
+}
+
+absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
+                       uint64_t session) {
+  pb::PeerWriteRequest req;
+  req.set_rkey(rkey);
+  req.set_addr(addr);
+  req.set_data(data);
+  req.set_session_id(session);
+  pb::PeerWriteResponse resp;
+  return Call(&pb::RegCache::Stub::PeerWrite, req, &resp);
+}
+
+absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
+                                     uint64_t session) {
+  pb::PeerReadRequest req;
+  req.set_rkey(rkey);
+  req.set_addr(addr);
+  req.set_length(length);
+  req.set_session_id(session);
+  pb::PeerReadResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::PeerRead, req, &resp));
+  return resp.data();
+}
+
+// api/internal/client_testing.h.
+absl::Status ClientImpl::RawCall(const std::string& method, const std::string& bytes) {
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  base::Mutex mu;
+  base::CondVar cv;
+  bool done = false;    // guarded by mu
+  grpc::Status result;  // guarded by mu
+  generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    base::MutexLock l(&mu);
+    result = std::move(s);
+    done = true;
+    cv.SignalAll();
+  });
+  base::MutexLock l(&mu);
+  while (!done) cv.Wait(&mu);  // the call's deadline bounds the wait
+  return FromGrpcStatus(result);
+}
+
+}  // namespace regcache::api::internal

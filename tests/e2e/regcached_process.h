@@ -1,0 +1,61 @@
+// A regcached on the sim device in its own temp socket dir (a separate process, started with
+// fork/exec of the built binary, REGCACHED_PATH), stopped with SIGTERM; every wait is bounded.
+#ifndef REGCACHE_TESTS_E2E_REGCACHED_PROCESS_H_
+#define REGCACHE_TESTS_E2E_REGCACHED_PROCESS_H_
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace regcache::testing {
+
+// A regcached on the sim device in its own temp socket dir, stopped with SIGTERM.
+class Regcached {
+ public:
+  explicit Regcached(std::vector<std::string> extra_flags = {}) {
+    char tmpl[] = "/tmp/regcache-e2e-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::vector<std::string> args = {REGCACHED_PATH, "--device=sim", "--socket_dir=" + dir_,
+                                      "--log_level=warning"};
+    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline && !(std::filesystem::exists(dir_ + "/control.sock") &&
+                                       std::filesystem::exists(dir_ + "/grpc.sock"))) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ~Regcached() {
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline && waitpid(pid_, nullptr, WNOHANG) == 0) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, WNOHANG);
+    std::filesystem::remove_all(dir_);
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace regcache::testing
+#endif  // REGCACHE_TESTS_E2E_REGCACHED_PROCESS_H_
