@@ -67,8 +67,8 @@ absl::StatusOr<StatsSnapshot> ClientImpl::Stats() {
   StatsSnapshot out;
   out.session = FromProto(resp.session_usage());
   for (const pb::Stat& s : resp.stats()) {
-    out.stats.push_back(StatValue{s.component(), s.name(), s.kind(), s.value(), s.count(),
-                                  s.sum(), s.p50(), s.p99(), s.max()});
+    out.stats.push_back(StatValue{s.component(), s.name(), s.kind(), s.value(), s.count(), s.sum(),
+                                  s.p50(), s.p99(), s.max()});
   }
   return out;
 }
@@ -100,7 +100,7 @@ absl::Status ClientImpl::Drain() {
 }
 
 absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                       uint64_t session) {
+                                   uint64_t session) {
   pb::PeerWriteRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);
@@ -111,7 +111,7 @@ absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::stri
 }
 
 absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                     uint64_t session) {
+                                                 uint64_t session) {
   pb::PeerReadRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);

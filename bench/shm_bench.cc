@@ -48,6 +48,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "api/internal/client_testing.h"
 #include "base/log.h"
 #include "bench/worlds.h"
 #include "benchmark/benchmark.h"
@@ -259,7 +260,7 @@ struct ClientWorld {
 void BM_ShmNop(benchmark::State& state) {
   ClientWorld* w = ClientWorld::Get(1, false);
   for (auto _ : state) {
-    if (!w->client->Nop().ok()) {
+    if (!rc::testing::RingNop(*w->client).ok()) {
       state.SkipWithError("nop failed");
       break;
     }

@@ -24,7 +24,7 @@ class Regcached {
     char tmpl[] = "/tmp/regcache-e2e-XXXXXX";
     dir_ = mkdtemp(tmpl);
     std::vector<std::string> args = {REGCACHED_PATH, "--device=sim", "--socket_dir=" + dir_,
-                                      "--log_level=warning"};
+                                     "--log_level=warning"};
     args.insert(args.end(), extra_flags.begin(), extra_flags.end());
     pid_ = fork();
     if (pid_ == 0) {
