@@ -47,6 +47,12 @@ if [ -x "$build/api/regcached" ] && [ -x "$build/api/regcache_demo" ]; then
   echo "regcached exited 0 after draining"
   ran=1
 fi
+if [ -x "$build/bench/shm_bench" ]; then
+  echo "=== shm_bench (short run, 1k grants, one thread; full run: $build/bench/shm_bench)"
+  "$build/bench/shm_bench" --benchmark_min_time=0.05 \
+    --benchmark_filter='Floor|Nop|RoundTrip/real_time/threads:1$|Hit/grants:1000/real_time/threads:1$'
+  ran=1
+fi
 for b in grpc_bench umr_encode_bench sim_bench; do
   if [ -x "$build/bench/$b" ]; then
     echo "=== $b (short run; full run: $build/bench/$b)"

@@ -61,8 +61,8 @@ void Ring(shm::ChannelFileHeader* h) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (h->daemon_waiting.exchange(0) != 0) {
     h->doorbell.fetch_add(1);
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, 1, nullptr,
-              nullptr, 0);
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, 1, nullptr, nullptr,
+              0);
   }
 }
 
