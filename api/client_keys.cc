@@ -78,8 +78,8 @@ absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint
   return Keep(*g);
 }
 
-absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t length,
-                                                 uint32_t access, PrefetchMode prefetch) {
+absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t length, uint32_t access,
+                                                 PrefetchMode prefetch) {
   pb::RegisterRequest req;
   req.set_va(reinterpret_cast<uint64_t>(addr));
   req.set_length(length);
@@ -133,6 +133,8 @@ absl::Status ClientImpl::Invalidate(uint64_t handle) {
 }
 
 void ClientImpl::ReclaimIfAsked() {
+  // Holds a hit found it must give back (the last reference of a revoked grant).
+  if (grants_->HasPending()) GiveBack(grants_->TakePending());
   const uint32_t now = ring_->state()->reclaim.load(std::memory_order_acquire);
   uint32_t seen = reclaim_seen_.load(std::memory_order_relaxed);
   if (now == seen || !reclaim_seen_.compare_exchange_strong(seen, now)) return;
@@ -314,9 +316,9 @@ absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
 
 void ClientImpl::SetRevocationCallback(std::function<void(const Revocation&)> callback) {
   base::MutexLock l(&callback_mu_);
-  callback_ = callback ? std::make_shared<std::function<void(const Revocation&)>>(
-                             std::move(callback))
-                       : nullptr;
+  callback_ = callback
+                  ? std::make_shared<std::function<void(const Revocation&)>>(std::move(callback))
+                  : nullptr;
 }
 
 void ClientImpl::Revoked(uint64_t handle, uint32_t key, RevocationReason reason) {
