@@ -22,8 +22,7 @@ uint32_t Count(uint64_t w) { return static_cast<uint32_t>(w); }
 constexpr uint32_t kMaxCount = 0x7fffffff;
 
 uint64_t Mix(uint64_t x) {
-  x *= 0x9e3779b97f4a7c15ull;
-  return x ^ (x >> 31);
+  return (x * 0x9e3779b97f4a7c15ull) ^ ((x * 0x9e3779b97f4a7c15ull) >> 31);
 }
 
 std::atomic<uint64_t> next_cache_id{1};
@@ -36,8 +35,7 @@ bool ValidAccess(uint32_t access) {
   return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
 }
 
-// The hot path's way to this thread's table: the last cache it used (trivial TLS: no guard, a
-// few words even when the library is loaded with dlopen).
+// The hot path's way to this thread's table: the last cache it used (a few words of TLS).
 thread_local uint64_t tls_last_id = 0;
 thread_local grant_cache_detail::ThreadRefs* tls_last = nullptr;
 thread_local bool tls_exiting = false;
@@ -153,8 +151,7 @@ void GrantCache::HandBack(ThreadRefs& t) {
       if (Count(w) == 0) continue;
       Entry& e = At(c * kChunk + i);
       const uint64_t s = e.state.load(std::memory_order_acquire);
-      // A stale word (the entry moved on) counts for nobody. Reapers hold the registry lock,
-      // so none counts between these two stores.
+      // A stale word counts for nobody; reapers hold the registry lock, so none counts here.
       if (Inc(s) == Inc(w) && (s & kLive) != 0) {
         e.shared.fetch_add(Count(w), std::memory_order_acq_rel);
       }
@@ -176,8 +173,7 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
   const uint32_t inc = Inc(s);
   std::atomic<uint64_t>* mine = t != nullptr ? &t->Mine(idx) : nullptr;
   uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
-  // While releases from other threads are outstanding (a negative shared count), hits count in
-  // the shared count too, so the acquiring thread's own releases stay on their fast path.
+  // While releases from other threads are outstanding (shared < 0), hits count there too.
   if (mine != nullptr && (Inc(w) != inc || Count(w) < kMaxCount) &&
       e.shared.load(std::memory_order_relaxed) >= 0) [[likely]] {
     w = Inc(w) == inc ? w + 1 : (uint64_t{inc} << 32) | 1;  // a stale word counts for nobody
@@ -192,8 +188,7 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
     Unref(mine != nullptr ? t : nullptr, idx, inc);
     return std::nullopt;
   }
-  // Held: the entry stays this grant until the reference goes. Its daemon word, read after the
-  // reference was taken: the grant was current at a moment we held it.
+  // Held: the entry stays this grant. Its daemon word, read now: current while we held it.
   const bool open = state_.session_state == nullptr ||
                     state_.session_state->load(std::memory_order_acquire) == shm::kSessionOpen;
   const uint32_t slot = e.slot.load(std::memory_order_relaxed);
@@ -376,8 +371,7 @@ GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
     const uint64_t now = e.state.load(std::memory_order_acquire);
     ReleaseOutcome out;
     out.cached = true;
-    // Reaped since the check above: after this release (or after other threads released what
-    // this word counts), and the reaper gave the holds back.
+    // Reaped since the check above, after this release: the reaper gave the holds back.
     if (Inc(now) != Inc(w)) return out;
     if (e.shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
       // Some references were released by other threads: the exact path decides.
@@ -554,10 +548,6 @@ size_t GrantCache::size() const {
 }
 
 // --- The lock-free tables ----------------------------------------------------------------------
-uint64_t GrantCache::ProbeKey(bool by_va, uint32_t idx) const {
-  return (by_va ? At(idx).va : At(idx).handle).load(std::memory_order_relaxed);
-}
-
 void GrantCache::ProbeInsert(bool by_va, uint32_t idx) {
   std::atomic<ProbeTable*>& which = by_va ? by_va_ : by_handle_;
   ProbeTable* p = which.load(std::memory_order_relaxed);

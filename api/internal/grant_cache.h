@@ -200,7 +200,9 @@ class GrantCache {
   // The lock-free tables: `by_va` picks which.
   void ProbeInsert(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ProbeErase(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t ProbeKey(bool by_va, uint32_t idx) const;
+  uint64_t ProbeKey(bool by_va, uint32_t idx) const {
+    return (by_va ? At(idx).va : At(idx).handle).load(std::memory_order_relaxed);
+  }
 
   const GrantStateView state_;
   const uint64_t id_;  // this cache in the per-thread tables; never reused in a process
