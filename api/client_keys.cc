@@ -133,6 +133,8 @@ absl::Status ClientImpl::Invalidate(uint64_t handle) {
 }
 
 void ClientImpl::ReclaimIfAsked() {
+  // Holds a hit found it must give back (the last reference of a revoked grant).
+  if (grants_->HasPending()) GiveBack(grants_->TakePending());
   const uint32_t now = ring_->state()->reclaim.load(std::memory_order_acquire);
   uint32_t seen = reclaim_seen_.load(std::memory_order_relaxed);
   if (now == seen || !reclaim_seen_.compare_exchange_strong(seen, now)) return;

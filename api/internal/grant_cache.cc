@@ -1,7 +1,8 @@
 #include "api/internal/grant_cache.h"
 
-#include <memory>
+#include <algorithm>
 
+#include "base/asymmetric_fence.h"
 #include "service/shm_protocol.h"
 
 namespace regcache::api::internal {
@@ -9,45 +10,22 @@ namespace {
 
 namespace shm = ::regcache::service::shm;
 
-constexpr uint64_t kDead = uint64_t{1} << 31;
-constexpr uint64_t kRefMask = kDead - 1;
+// Entry state word: (incarnation << 32) | flags. Only reapers and Insert write it (under mu_).
+constexpr uint64_t kLive = 1;       // holds a grant
+constexpr uint64_t kForgotten = 2;  // revoked or invalidated: no new references; the last reaps
+constexpr uint64_t kMarked = 4;     // a reaper counts its references: no new ones meanwhile
 
-uint32_t Incarnation(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
-uint64_t Refs(uint64_t word) { return word & kRefMask; }
+uint32_t Inc(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+uint64_t Clean(uint32_t inc) { return (uint64_t{inc} << 32) | kLive; }
+// A thread's count word: (incarnation << 32) | references.
+uint32_t Count(uint64_t w) { return static_cast<uint32_t>(w); }
+constexpr uint32_t kMaxCount = 0x7fffffff;
+
+uint64_t Mix(uint64_t x) {
+  return (x * 0x9e3779b97f4a7c15ull) ^ ((x * 0x9e3779b97f4a7c15ull) >> 31);
+}
 
 std::atomic<uint64_t> next_cache_id{1};
-
-// One thread's recently used grants, shared by every GrantCache of the process (a slot names
-// its cache by id; ids are never reused, so a slot of a destroyed cache never matches).
-struct ThreadSlot {
-  uint64_t cache_id = 0;
-  uint64_t start = 0;
-  uint64_t end = 0;
-  void* entry = nullptr;
-  uint32_t incarnation = 0;
-  uint32_t slot = 0;
-  uint32_t generation = 0;
-  uint32_t access = 0;
-  uint64_t handle = 0;
-  uint32_t lkey = 0;
-  uint32_t rkey = 0;
-};
-
-struct ThreadTable {
-  ThreadSlot slots[GrantCache::kThreadSlots];
-};
-
-// Allocated on a thread's first lookup: a large array in static TLS would not suit a library
-// loaded with dlopen (the Python module loads the C ABI that way).
-ThreadTable& Table() {
-  thread_local std::unique_ptr<ThreadTable> table = std::make_unique<ThreadTable>();
-  return *table;
-}
-
-size_t TableIndex(uint64_t addr) {
-  return ((addr >> 12) * 0x9e3779b97f4a7c15ull) >> (64 - 12);  // 4096 slots
-}
-static_assert(GrantCache::kThreadSlots == 4096);
 
 // Rights the daemon would accept (cache::NormalizeAccess): known bits, and remote write or
 // atomic only with local write. Anything else goes to the daemon, which says what is wrong.
@@ -57,92 +35,266 @@ bool ValidAccess(uint32_t access) {
   return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
 }
 
+// The hot path's way to this thread's table: the last cache it used (a few words of TLS).
+thread_local uint64_t tls_last_id = 0;
+thread_local grant_cache_detail::ThreadRefs* tls_last = nullptr;
+thread_local bool tls_exiting = false;
+
 }  // namespace
 
+namespace grant_cache_detail {
+
+struct ThreadTables {
+  struct Item {
+    std::shared_ptr<Registry> registry;
+    std::unique_ptr<ThreadRefs> refs;
+  };
+  std::vector<Item> items;
+  // The thread exits: what it references goes to the shared counts, so it stays referenced
+  // (and what it no longer references becomes reclaimable). The lock held is the cache's
+  // registry_->mu, which the analysis cannot tell.
+  ~ThreadTables() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    tls_exiting = true;
+    tls_last_id = 0;
+    tls_last = nullptr;
+    for (Item& it : items) {
+      base::MutexLock l(&it.registry->mu);
+      if (it.registry->cache != nullptr) it.registry->cache->HandBack(*it.refs);
+      std::erase(it.registry->tables, it.refs.get());
+    }
+  }
+};
+
+namespace {
+ThreadTables& Tables() {
+  thread_local ThreadTables tables;
+  return tables;
+}
+}  // namespace
+
+}  // namespace grant_cache_detail
+
+using grant_cache_detail::ProbeTable;
+using grant_cache_detail::ThreadRefs;
+
 GrantCache::GrantCache(const GrantStateView& state)
-    : state_(state), id_(next_cache_id.fetch_add(1, std::memory_order_relaxed)) {}
+    : state_(state),
+      id_(next_cache_id.fetch_add(1, std::memory_order_relaxed)),
+      registry_(std::make_shared<grant_cache_detail::Registry>()),
+      chunks_(new std::atomic<Entry*>[kMaxChunks]()) {
+  base::MutexLock l(&mu_);
+  for (bool by_va : {true, false}) {
+    tables_.push_back(std::make_unique<ProbeTable>(256));
+    (by_va ? by_va_ : by_handle_).store(tables_.back().get(), std::memory_order_release);
+  }
+  base::MutexLock r(&registry_->mu);
+  registry_->cache = this;
+}
 
-GrantCache::~GrantCache() = default;
+GrantCache::~GrantCache() {
+  {
+    base::MutexLock r(&registry_->mu);
+    registry_->cache = nullptr;  // threads keep their tables until they exit
+    registry_->tables.clear();
+  }
+  for (uint32_t c = 0; c < kMaxChunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+}
 
-bool GrantCache::Current(const Entry& e) const {
+bool GrantCache::CurrentWord(uint32_t slot, uint32_t generation) const {
   if (state_.session_state != nullptr &&
       state_.session_state->load(std::memory_order_acquire) != shm::kSessionOpen) {
     return false;
   }
-  return state_.slots[e.slot].load(std::memory_order_acquire) == shm::SlotWord(e.generation, false);
+  return state_.slots[slot].load(std::memory_order_acquire) == shm::SlotWord(generation, false);
 }
 
-bool GrantCache::TryRef(Entry& e, uint32_t inc) {
-  uint64_t w = e.word.load(std::memory_order_acquire);
-  for (int tries = 0; tries < 4; ++tries) {
-    if (Incarnation(w) != inc || (w & kDead) != 0) return false;
-    if (e.word.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) return true;
+// --- Threads' tables ---------------------------------------------------------------------------
+inline ThreadRefs* GrantCache::MyRefs(bool create) {
+  if (tls_last_id == id_) [[likely]]
+    return tls_last;
+  return MyRefsSlow(create);
+}
+
+ThreadRefs* GrantCache::MyRefsSlow(bool create) {
+  if (tls_exiting) return nullptr;
+  auto& items = grant_cache_detail::Tables().items;
+  for (auto& it : items) {
+    if (it.refs->cache_id == id_) {
+      tls_last_id = id_;
+      tls_last = it.refs.get();
+      return tls_last;
+    }
   }
-  return false;
+  if (!create) return nullptr;
+  // Tables of caches that are gone are dropped here (their ids never come back).
+  std::erase_if(items, [](auto& it) {
+    base::MutexLock l(&it.registry->mu);
+    return it.registry->cache == nullptr;
+  });
+  auto refs = std::make_unique<ThreadRefs>(id_);
+  {
+    base::MutexLock l(&registry_->mu);
+    registry_->tables.push_back(refs.get());
+  }
+  items.push_back({registry_, std::move(refs)});
+  tls_last_id = id_;
+  tls_last = items.back().refs.get();
+  return tls_last;
+}
+
+void GrantCache::HandBack(ThreadRefs& t) {
+  for (uint32_t c = 0; c < kMaxChunks; ++c) {
+    std::atomic<uint64_t>* words = t.chunks[c].load(std::memory_order_relaxed);
+    if (words == nullptr || chunks_[c].load(std::memory_order_acquire) == nullptr) continue;
+    for (uint32_t i = 0; i < kChunk; ++i) {
+      const uint64_t w = words[i].load(std::memory_order_relaxed);
+      if (Count(w) == 0) continue;
+      Entry& e = At(c * kChunk + i);
+      const uint64_t s = e.state.load(std::memory_order_acquire);
+      // A stale word counts for nobody; reapers hold the registry lock, so none counts here.
+      if (Inc(s) == Inc(w) && (s & kLive) != 0) {
+        e.shared.fetch_add(Count(w), std::memory_order_acq_rel);
+      }
+      words[i].store(0, std::memory_order_release);
+    }
+  }
+}
+
+// --- Hits --------------------------------------------------------------------------------------
+std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr, uint64_t end,
+                                      uint32_t access) {
+  Entry& e = At(idx);
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if ((s & (kLive | kForgotten | kMarked)) != kLive) return std::nullopt;
+  if (e.va.load(std::memory_order_relaxed) > addr || e.end.load(std::memory_order_relaxed) < end ||
+      (access & ~e.access.load(std::memory_order_relaxed)) != 0) {
+    return std::nullopt;
+  }
+  const uint32_t inc = Inc(s);
+  std::atomic<uint64_t>* mine = t != nullptr ? &t->Mine(idx) : nullptr;
+  uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
+  // While releases from other threads are outstanding (shared < 0), hits count there too.
+  if (mine != nullptr && (Inc(w) != inc || Count(w) < kMaxCount) &&
+      e.shared.load(std::memory_order_relaxed) >= 0) [[likely]] {
+    w = Inc(w) == inc ? w + 1 : (uint64_t{inc} << 32) | 1;  // a stale word counts for nobody
+    mine->store(w, std::memory_order_relaxed);
+    base::LightFence();  // the count, before the recheck (pairs with a reaper's HeavyFence)
+  } else {
+    mine = nullptr;
+    e.shared.fetch_add(1, std::memory_order_seq_cst);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
+  if (e.state.load(std::memory_order_acquire) != s) [[unlikely]] {
+    Unref(mine != nullptr ? t : nullptr, idx, inc);
+    return std::nullopt;
+  }
+  // Held: the entry stays this grant. Its daemon word, read now: current while we held it.
+  const bool open = state_.session_state == nullptr ||
+                    state_.session_state->load(std::memory_order_acquire) == shm::kSessionOpen;
+  const uint32_t slot = e.slot.load(std::memory_order_relaxed);
+  if (!open || state_.slots[slot].load(std::memory_order_acquire) !=
+                   shm::SlotWord(e.generation.load(std::memory_order_relaxed), false))
+      [[unlikely]] {
+    Unref(mine != nullptr ? t : nullptr, idx, inc);
+    if (open) {  // revoked: no one gets it again; its holds go back once unreferenced
+      base::MutexLock l(&mu_);
+      base::MutexLock r(&registry_->mu);
+      const uint64_t h = e.handle.load(std::memory_order_relaxed);
+      if (Inc(e.state.load(std::memory_order_acquire)) == inc) {
+        if (uint32_t holds = ForgetLocked(idx); holds > 0) AddPending(h, holds);
+      }
+    }
+    return std::nullopt;
+  }
+  constexpr auto kR = std::memory_order_relaxed;
+  const uint64_t va = e.va.load(kR);
+  return Key{e.handle.load(kR),
+             e.lkey.load(kR),
+             e.rkey.load(kR),
+             va,
+             e.end.load(kR) - va,
+             e.access.load(kR),
+             true};
+}
+
+// Drops a reference TryHit took (`t` nullptr: a shared one).
+void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
+  Entry& e = At(idx);
+  if (t != nullptr) {
+    std::atomic<uint64_t>& mine = t->Mine(idx);
+    mine.store(mine.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+    base::LightFence();
+  } else {
+    e.shared.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if (Inc(s) == inc && (s & kForgotten) != 0) [[unlikely]] {
+    auto [handle, holds] = Settle(idx, inc);
+    if (holds > 0) {
+      base::MutexLock l(&mu_);
+      AddPending(handle, holds);
+    }
+  }
 }
 
 std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
   const uint64_t end = addr + length;
   if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
-  ThreadSlot& t = Table().slots[TableIndex(addr)];
-  if (t.cache_id == id_ && addr >= t.start && end <= t.end && (access & ~t.access) == 0) {
-    Entry& e = *static_cast<Entry*>(t.entry);
-    if (TryRef(e, t.incarnation)) {
-      // The state word is read after the reference is taken: the grant was current at a
-      // moment we held it.
-      bool open = state_.session_state == nullptr ||
-                  state_.session_state->load(std::memory_order_acquire) == shm::kSessionOpen;
-      if (open && state_.slots[t.slot].load(std::memory_order_acquire) ==
-                      shm::SlotWord(t.generation, false)) {
-        return Key{t.handle, t.lkey, t.rkey, t.start, t.end - t.start, t.access, true};
-      }
-      e.stale.store(true, std::memory_order_release);
-      e.word.fetch_sub(1, std::memory_order_acq_rel);
-      t.cache_id = 0;
-      return std::nullopt;
-    }
-    t.cache_id = 0;
+  ThreadRefs* t = MyRefs(/*create=*/true);
+  // A grant that starts at `addr`.
+  const ProbeTable* p = by_va_.load(std::memory_order_acquire);
+  uint32_t h = static_cast<uint32_t>(Mix(addr)) & p->mask;
+  for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
+    const uint32_t v = p->slots[h].load(std::memory_order_acquire);
+    if (v == 0) break;
+    if (std::optional<Key> k = TryHit(t, v - 1, addr, end, access)) return k;
   }
-  base::ReaderMutexLock lock(&mu_);
-  Entry* e = FindCovering(addr, end, access);
-  if (e == nullptr) return std::nullopt;
-  uint32_t inc = Incarnation(e->word.load(std::memory_order_acquire));
-  if (!TryRef(*e, inc)) return std::nullopt;
-  if (!Current(*e)) {
-    e->stale.store(true, std::memory_order_release);
-    e->word.fetch_sub(1, std::memory_order_acq_rel);
-    return std::nullopt;
+  // The grant this thread last used at this address, then the ordered index.
+  uint32_t* hint = t != nullptr ? &t->hints[Mix(addr >> 12) % kHints] : nullptr;
+  if (hint != nullptr && *hint != 0) {
+    if (std::optional<Key> k = TryHit(t, *hint - 1, addr, end, access)) return k;
   }
-  Remember(*e, inc, addr);
-  Key k = e->key;
-  k.hit = true;
+  std::optional<uint32_t> idx;
+  {
+    base::ReaderMutexLock lock(&mu_);
+    idx = FindCovering(addr, end, access);
+  }
+  if (!idx.has_value()) return std::nullopt;
+  std::optional<Key> k = TryHit(t, *idx, addr, end, access);
+  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
   return k;
 }
 
-GrantCache::Entry* GrantCache::FindCovering(uint64_t addr, uint64_t end, uint32_t access) {
+std::optional<uint32_t> GrantCache::FindCovering(uint64_t addr, uint64_t end, uint32_t access) {
   auto it = index_.upper_bound({addr, ~uint64_t{0}});
   for (int n = 0; n < kScanLimit && it != index_.begin(); ++n) {
     --it;
-    Entry* e = it->second;
-    if (e->stale.load(std::memory_order_acquire)) continue;
-    if (end <= e->key.va + e->key.length && (access & ~e->key.access) == 0) return e;
+    const Entry& e = At(it->second);
+    if ((e.state.load(std::memory_order_acquire) & (kForgotten | kMarked)) != 0) continue;
+    if (end <= e.end.load(std::memory_order_relaxed) &&
+        (access & ~e.access.load(std::memory_order_relaxed)) == 0) {
+      return it->second;
+    }
   }
-  return nullptr;
+  return std::nullopt;
 }
 
-void GrantCache::Remember(const Entry& e, uint32_t inc, uint64_t addr) {
-  ThreadSlot& t = Table().slots[TableIndex(addr)];
-  t.cache_id = id_;
-  t.start = e.key.va;
-  t.end = e.key.va + e.key.length;
-  t.entry = const_cast<Entry*>(&e);
-  t.incarnation = inc;
-  t.slot = e.slot;
-  t.generation = e.generation;
-  t.access = e.key.access;
-  t.handle = e.key.handle;
-  t.lkey = e.key.lkey;
-  t.rkey = e.key.rkey;
+// --- Insert ------------------------------------------------------------------------------------
+void GrantCache::AddRefLocked(uint32_t idx, uint32_t inc) {
+  // Under mu_: no reaper counts meanwhile, and the next one sees this (mu_ orders it).
+  if (ThreadRefs* t = MyRefs(/*create=*/true)) {
+    std::atomic<uint64_t>& mine = t->Mine(idx);
+    const uint64_t w = mine.load(std::memory_order_relaxed);
+    if (Inc(w) != inc) {
+      mine.store((uint64_t{inc} << 32) | 1, std::memory_order_release);
+      return;
+    }
+    if (Count(w) < kMaxCount) {
+      mine.store(w + 1, std::memory_order_release);
+      return;
+    }
+  }
+  At(idx).shared.fetch_add(1, std::memory_order_seq_cst);
 }
 
 bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
@@ -151,148 +303,298 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
     return false;
   }
   base::MutexLock lock(&mu_);
-  Shard& shard = ShardOf(key.handle);
-  base::MutexLock shard_lock(&shard.mu);
-  if (auto it = shard.by_handle.find(key.handle); it != shard.by_handle.end()) {
-    Entry* e = it->second;
-    uint32_t inc = Incarnation(e->word.load(std::memory_order_acquire));
-    if (e->slot != slot || e->generation != generation || !TryRef(*e, inc)) return false;
-    ++e->daemon_holds;
+  if (auto it = handles_.find(key.handle); it != handles_.end()) {
+    Entry& e = At(it->second);
+    if (e.slot.load(std::memory_order_relaxed) != slot ||
+        e.generation.load(std::memory_order_relaxed) != generation) {
+      return false;
+    }
+    // Even if forgotten meanwhile: the hold is the entry's, given back with its last reference.
+    AddRefLocked(it->second, Inc(e.state.load(std::memory_order_relaxed)));
+    ++e.daemon_holds;
     return true;
   }
-  Entry* e;
+  if (!CurrentWord(slot, generation)) return false;
+  uint32_t idx;
   if (!free_.empty()) {
-    e = free_.back();
+    idx = free_.back();
     free_.pop_back();
   } else {
-    e = &pool_.emplace_back();
+    if (next_ == kChunk * kMaxChunks) return false;  // full: the daemon answers the rest
+    idx = next_++;
+    if (idx % kChunk == 0)
+      chunks_[idx / kChunk].store(new Entry[kChunk], std::memory_order_release);
   }
-  e->key = key;
-  e->key.hit = false;
-  e->slot = slot;
-  e->generation = generation;
-  e->daemon_holds = 1;
-  e->stale.store(false, std::memory_order_relaxed);
-  uint32_t inc = Incarnation(e->word.load(std::memory_order_relaxed));
-  if (!Current(*e)) {
-    free_.push_back(e);
-    return false;
-  }
-  e->word.store((uint64_t{inc} << 32) | 1, std::memory_order_release);
-  index_.emplace(std::make_pair(key.va, key.handle), e);
-  shard.by_handle.emplace(key.handle, e);
+  Entry& e = At(idx);
+  constexpr auto kR = std::memory_order_relaxed;
+  e.va.store(key.va, kR);
+  e.end.store(key.va + key.length, kR);
+  e.handle.store(key.handle, kR);
+  e.lkey.store(key.lkey, kR);
+  e.rkey.store(key.rkey, kR);
+  e.access.store(key.access, kR);
+  e.slot.store(slot, kR);
+  e.generation.store(generation, kR);
+  e.shared.store(0, kR);
+  e.daemon_holds = 1;
+  const uint32_t inc = Inc(e.state.load(std::memory_order_relaxed));
+  AddRefLocked(idx, inc);
+  e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
+  index_.emplace(std::make_pair(key.va, key.handle), idx);
+  handles_.emplace(key.handle, idx);
+  ProbeInsert(/*by_va=*/true, idx);
+  ProbeInsert(/*by_va=*/false, idx);
   return true;
 }
 
+// --- Release -----------------------------------------------------------------------------------
 GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
-  ReleaseOutcome out;
-  Entry* e = nullptr;
-  uint32_t inc = 0;
-  {
-    Shard& shard = ShardOf(handle);
-    base::MutexLock lock(&shard.mu);
-    auto it = shard.by_handle.find(handle);
-    if (it == shard.by_handle.end()) return out;
+  ThreadRefs* t = MyRefs(/*create=*/false);
+  if (t == nullptr) return ReleaseSlow(handle);
+  const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
+  uint32_t h = static_cast<uint32_t>(Mix(handle)) & p->mask;
+  for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
+    const uint32_t v = p->slots[h].load(std::memory_order_acquire);
+    if (v == 0) break;
+    std::atomic<uint64_t>* mine = t->Find(v - 1);
+    if (mine == nullptr) continue;
+    const uint64_t w = mine->load(std::memory_order_relaxed);
+    if (Count(w) == 0) continue;
+    Entry& e = At(v - 1);
+    const uint64_t s = e.state.load(std::memory_order_acquire);
+    if (Inc(s) != Inc(w) || (s & kLive) == 0 ||
+        e.handle.load(std::memory_order_relaxed) != handle) {
+      continue;
+    }
+    mine->store(w - 1, std::memory_order_release);
+    base::LightFence();  // the count, before the state read (pairs with a reaper's HeavyFence)
+    const uint64_t now = e.state.load(std::memory_order_acquire);
+    ReleaseOutcome out;
     out.cached = true;
-    e = it->second;
-    uint64_t w = e->word.load(std::memory_order_acquire);
-    do {
-      if (Refs(w) == 0) {
-        out.no_reference = true;
-        return out;
-      }
-    } while (!e->word.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel));
-    if (Refs(w) != 1 || !e->stale.load(std::memory_order_acquire)) return out;
-    inc = Incarnation(w);
+    // Reaped since the check above, after this release: the reaper gave the holds back.
+    if (Inc(now) != Inc(w)) return out;
+    if (e.shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
+      // Some references were released by other threads: the exact path decides.
+      mine->store(w, std::memory_order_release);
+      return ReleaseSlow(handle);
+    }
+    if ((now & kForgotten) != 0) [[unlikely]]
+      out.daemon_releases = Settle(v - 1, Inc(w)).second;
+    return out;
   }
-  out.daemon_releases = Reap(e, inc);
+  return ReleaseSlow(handle);
+}
+
+// A reference this thread does not count: from the shared count, after a check that the grant
+// has one left (a snapshot, as the daemon's own check).
+GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
+  ReleaseOutcome out;
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return out;
+  out.cached = true;
+  const uint32_t idx = it->second;
+  Entry& e = At(idx);
+  const uint32_t inc = Inc(e.state.load(std::memory_order_acquire));
+  base::HeavyFence();
+  if (Holders(idx, inc) <= 0) {
+    out.no_reference = true;
+    return out;
+  }
+  // Our own word if it counts this grant (the fast path saw a negative shared count).
+  ThreadRefs* t = MyRefs(/*create=*/false);
+  std::atomic<uint64_t>* mine = t != nullptr ? t->Find(idx) : nullptr;
+  const uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
+  if (mine != nullptr && Inc(w) == inc && Count(w) > 0) {
+    mine->store(w - 1, std::memory_order_release);
+  } else {
+    e.shared.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if ((e.state.load(std::memory_order_acquire) & kForgotten) != 0) {
+    base::HeavyFence();
+    if (Holders(idx, inc) <= 0) out.daemon_releases = ReapLocked(idx);
+  }
   return out;
 }
 
-uint32_t GrantCache::Reap(Entry* e, uint32_t inc, uint64_t refs) {
-  base::MutexLock lock(&mu_);
-  Shard& shard = ShardOf(e->key.handle);
-  base::MutexLock shard_lock(&shard.mu);
-  uint64_t expect = (uint64_t{inc} << 32) | refs;  // alive, exactly `refs` references
-  if (!e->word.compare_exchange_strong(expect, expect | kDead, std::memory_order_acq_rel)) {
-    return 0;
+// --- Reapers -----------------------------------------------------------------------------------
+int64_t GrantCache::Holders(uint32_t idx, uint32_t inc) const {
+  int64_t n = 0;
+  for (const ThreadRefs* t : registry_->tables) {
+    if (const std::atomic<uint64_t>* w = t->Find(idx)) {
+      const uint64_t v = w->load(std::memory_order_acquire);
+      if (Inc(v) == inc) n += Count(v);
+    }
   }
-  index_.erase({e->key.va, e->key.handle});
-  shard.by_handle.erase(e->key.handle);
-  uint32_t holds = e->daemon_holds;
-  e->daemon_holds = 0;
-  e->word.store(uint64_t{inc + 1} << 32, std::memory_order_release);
-  free_.push_back(e);
+  return n + At(idx).shared.load(std::memory_order_acquire);
+}
+
+uint32_t GrantCache::ReapLocked(uint32_t idx) {
+  Entry& e = At(idx);
+  const uint64_t handle = e.handle.load(std::memory_order_relaxed);
+  index_.erase({e.va.load(std::memory_order_relaxed), handle});
+  handles_.erase(handle);
+  ProbeErase(/*by_va=*/true, idx);
+  ProbeErase(/*by_va=*/false, idx);
+  const uint32_t holds = e.daemon_holds;
+  e.daemon_holds = 0;
+  // A new incarnation: every thread's word for the old one counts for nobody from here.
+  e.state.store(uint64_t{Inc(e.state.load(std::memory_order_relaxed)) + 1} << 32,
+                std::memory_order_release);
+  free_.push_back(idx);
   return holds;
 }
 
+uint32_t GrantCache::ForgetLocked(uint32_t idx) {
+  const uint64_t s = At(idx).state.fetch_or(kForgotten, std::memory_order_seq_cst);
+  if ((s & kLive) == 0) return 0;
+  base::HeavyFence();  // every hit that will succeed, and every release, is counted below
+  return Holders(idx, Inc(s)) <= 0 ? ReapLocked(idx) : 0;
+}
+
+std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  Entry& e = At(idx);
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
+  base::HeavyFence();
+  if (Holders(idx, inc) > 0) return {0, 0};
+  return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
+}
+
+void GrantCache::AddPending(uint64_t handle, uint32_t holds) {
+  pending_.emplace_back(handle, holds);
+  has_pending_.store(true, std::memory_order_release);
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakePending() {
+  if (!HasPending()) return {};
+  base::MutexLock l(&mu_);
+  has_pending_.store(false, std::memory_order_relaxed);
+  return std::exchange(pending_, {});
+}
+
 std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
-  struct Candidate {
-    Entry* e;
-    uint32_t inc;
-    uint64_t handle;  // read under the lock: the entry may be reused once it is dropped
-  };
-  std::vector<Candidate> candidates;
-  {
-    base::ReaderMutexLock lock(&mu_);
-    for (const auto& [k, e] : index_) {
-      uint64_t w = e->word.load(std::memory_order_acquire);
-      if (Refs(w) == 0) candidates.push_back({e, Incarnation(w), k.second});
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  // Candidates: no reference seen without the fence (a cheap filter), then marked.
+  std::vector<std::pair<uint32_t, uint64_t>> marked;  // (index, state before the mark)
+  for (const auto& [handle, idx] : handles_) {
+    const uint64_t s = At(idx).state.load(std::memory_order_acquire);
+    if (Holders(idx, Inc(s)) <= 0) {
+      marked.emplace_back(idx, At(idx).state.fetch_or(kMarked, std::memory_order_seq_cst));
     }
   }
-  std::vector<std::pair<uint64_t, uint32_t>> out;
-  for (const Candidate& c : candidates) {
-    if (uint32_t holds = Reap(c.e, c.inc); holds > 0) out.emplace_back(c.handle, holds);
+  std::vector<std::pair<uint64_t, uint32_t>> out = std::exchange(pending_, {});
+  has_pending_.store(false, std::memory_order_relaxed);
+  if (marked.empty()) return out;
+  base::HeavyFence();  // one for all of them
+  for (const auto& [idx, s] : marked) {
+    const uint64_t handle = At(idx).handle.load(std::memory_order_relaxed);
+    if (Holders(idx, Inc(s)) > 0) {
+      At(idx).state.fetch_and(~kMarked, std::memory_order_release);  // referenced after all
+    } else if (uint32_t holds = ReapLocked(idx); holds > 0) {
+      out.emplace_back(handle, holds);
+    }
   }
   return out;
 }
 
 uint32_t GrantCache::Forget(uint64_t handle) {
-  Entry* e = nullptr;
-  uint64_t w = 0;
-  {
-    Shard& shard = ShardOf(handle);
-    base::MutexLock lock(&shard.mu);
-    auto it = shard.by_handle.find(handle);
-    if (it == shard.by_handle.end()) return 0;
-    e = it->second;
-    e->stale.store(true, std::memory_order_release);
-    w = e->word.load(std::memory_order_acquire);
-  }
-  return Refs(w) == 0 ? Reap(e, Incarnation(w)) : 0;
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  auto it = handles_.find(handle);
+  return it == handles_.end() ? 0 : ForgetLocked(it->second);
 }
 
 GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
   Sole out;
-  Entry* e = nullptr;
-  uint64_t w = 0;
-  {
-    Shard& shard = ShardOf(handle);
-    base::MutexLock lock(&shard.mu);
-    auto it = shard.by_handle.find(handle);
-    if (it == shard.by_handle.end()) return out;
-    out.cached = true;
-    e = it->second;
-    w = e->word.load(std::memory_order_acquire);
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return out;
+  out.cached = true;
+  const uint32_t idx = it->second;
+  Entry& e = At(idx);
+  const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
+  base::HeavyFence();
+  if (Holders(idx, Inc(s)) == 1) {
+    out.daemon_holds = ReapLocked(idx);
+    out.sole = out.daemon_holds > 0;
+  } else {
+    e.state.fetch_and(~kMarked, std::memory_order_release);
   }
-  if (Refs(w) != 1) return out;
-  out.daemon_holds = Reap(e, Incarnation(w), 1);
-  out.sole = out.daemon_holds > 0;
   return out;
 }
 
 std::vector<uint64_t> GrantCache::RevokedHandles() {
   std::vector<uint64_t> out;
   base::ReaderMutexLock lock(&mu_);
-  for (const auto& [k, e] : index_) {
-    if (!Current(*e)) out.push_back(k.second);
+  for (const auto& [handle, idx] : handles_) {
+    const Entry& e = At(idx);
+    if (!CurrentWord(e.slot.load(std::memory_order_relaxed),
+                     e.generation.load(std::memory_order_relaxed))) {
+      out.push_back(handle);
+    }
   }
   return out;
 }
 
 size_t GrantCache::size() const {
   base::ReaderMutexLock lock(&mu_);
-  return index_.size();
+  return handles_.size();
+}
+
+// --- The lock-free tables ----------------------------------------------------------------------
+void GrantCache::ProbeInsert(bool by_va, uint32_t idx) {
+  std::atomic<ProbeTable*>& which = by_va ? by_va_ : by_handle_;
+  ProbeTable* p = which.load(std::memory_order_relaxed);
+  if (2 * (p->used + 1) > p->mask + 1) {
+    // Grow: a new table, published whole; the old one stays until the cache goes (a reader may
+    // be in it): geometric, so what stays is less than the newest.
+    auto bigger = std::make_unique<ProbeTable>(2 * (p->mask + 1));
+    ProbeTable* old = p;
+    p = bigger.get();
+    tables_.push_back(std::move(bigger));
+    for (uint32_t i = 0; i <= old->mask; ++i) {
+      const uint32_t v = old->slots[i].load(std::memory_order_relaxed);
+      if (v == 0) continue;
+      uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
+      while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
+      p->slots[h].store(v, std::memory_order_relaxed);
+      ++p->used;
+    }
+    which.store(p, std::memory_order_release);
+  }
+  uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
+  while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
+  p->slots[h].store(idx + 1, std::memory_order_release);
+  ++p->used;
+}
+
+// Backward-shift deletion: a reader probing meanwhile may miss an entry (never find a wrong
+// one: it validates what it finds), and then asks the ordered index or the daemon.
+void GrantCache::ProbeErase(bool by_va, uint32_t idx) {
+  ProbeTable* p = (by_va ? by_va_ : by_handle_).load(std::memory_order_relaxed);
+  uint32_t i = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
+  while (p->slots[i].load(std::memory_order_relaxed) != idx + 1) {
+    if (p->slots[i].load(std::memory_order_relaxed) == 0) return;  // not there
+    i = (i + 1) & p->mask;
+  }
+  --p->used;
+  for (uint32_t j = i;;) {
+    j = (j + 1) & p->mask;
+    const uint32_t v = p->slots[j].load(std::memory_order_relaxed);
+    if (v == 0) break;
+    const uint32_t home = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
+    if (((j - home) & p->mask) >= ((j - i) & p->mask)) {  // v may move back to i
+      p->slots[i].store(v, std::memory_order_release);
+      i = j;
+    }
+  }
+  p->slots[i].store(0, std::memory_order_release);
 }
 
 }  // namespace regcache::api::internal

@@ -1,10 +1,10 @@
 // GrantCache — the client library's cache of the grants its process holds, so that a Register
 // a held grant already covers never leaves the process.
 //
-// Each cached grant keeps exactly the daemon holds the library took for it (usually one) and a
-// local reference count of its own: Acquire takes a local reference, Release gives one back,
-// and a grant nobody in the process references stays cached — still held at the daemon, so
-// its key stays mapped — until the daemon revokes it or asks for memory back (reclaim).
+// Each cached grant keeps exactly the daemon holds the library took for it (usually one) and
+// local references of its own: Acquire takes one, Release gives one back, and a grant nobody in
+// the process references stays cached — still held at the daemon, so its key stays mapped —
+// until the daemon revokes it or asks for memory back (reclaim).
 //
 // Trust runs one way: the daemon publishes a state word per grant in the session's read-only
 // state file (service/shm_protocol.h, "Grant state") and sets its revoked bit BEFORE it revokes
@@ -12,31 +12,48 @@
 // word is no longer (generation << 1) or whose session is closing, so a revoked grant is never
 // handed out again. Nothing the library keeps here is trusted by the daemon.
 //
-// Speed. A hit is meant to cost about what the daemon's own cache costs in-process, without
-// touching a cache line another thread writes:
-//   - each thread has a direct-mapped table of the grants it used recently (kThreadSlots
-//     entries, indexed by the request's address), which answers most hits with one compare-
-//     and-swap on the grant's reference word and one load of its state word;
-//   - behind it, the shared index: the grants ordered by start address under a reader lock.
-//     A lookup looks at the kScanLimit grants starting nearest below the address; a covering
-//     grant further away is missed and the request goes to the daemon, which answers from its
-//     own cache — slower, never wrong.
-// Releases go through a handle table sharded by handle, so threads releasing different grants
-// do not share a lock.
-//
-// Reference word: (incarnation << 32) | (dead << 31) | refs. Entries live in a pool that never
-// shrinks (addresses stay valid for every thread's table); an entry reused for another grant
-// gets a new incarnation, so a stale per-thread slot fails its compare-and-swap.
+// Speed: a hit and its release write no cache line another thread writes, and take no lock.
+//   - Lookup: two open-addressed tables, by start address and by handle, that readers probe
+//     without a lock (entry index + 1 per slot; writers serialise on mu_ and delete by backward
+//     shift). A reader validates what it finds through the entry's state word, so a slot that
+//     moves or goes under it can only make it miss. A Register whose address is not a grant's
+//     start looks at this thread's hints (the grant it last used at that address), then at the
+//     ordered index under a reader lock (kScanLimit grants nearest below the address). A miss
+//     goes to the daemon, which answers from its own cache: slower, never wrong.
+//   - References: each thread counts its own references per entry in its own table (one word
+//     per entry, (incarnation << 32) | count, written by that thread only with plain stores),
+//     plus one shared signed count per entry (releases from another thread than the one that
+//     acquired, references handed back by threads that exited, and hits of threads without a
+//     table). An entry's references are its shared count plus every thread's word for it.
+//   - The protocol is holds.h's (cache/internal/holds.h), over base/asymmetric_fence.h:
+//       hit:     read state (live, incarnation i, nothing marked) and range; count += 1;
+//                LightFence; read state again: unchanged → held (then the daemon's word). Else
+//                undo (count -= 1; LightFence; forgotten → Settle).
+//       release: count -= 1; LightFence; read state: forgotten → Settle.
+//       reaper:  (Forget, TakeUnreferenced, TakeSole, Settle; under mu_ and the registry) set
+//                kForgotten or kMarked; HeavyFence; sum the counts of incarnation i: the wanted
+//                number → the entry leaves the cache (its incarnation moves on, its daemon holds
+//                go to the caller exactly once); otherwise a kMarked entry is unmarked.
+//     Either the hit's recheck sees the mark or the reaper's sum sees the hit; either the
+//     release sees kForgotten or the reaper's sum sees the release. So daemon holds are given
+//     back only when no reference is left, and the last release of a forgotten grant always
+//     finds out it was the last.
+//   - A thread that exits hands its counts to the entries' shared counts (under the registry
+//     lock), so what it referenced stays referenced and what it released can be reclaimed.
+//   - Holds that a hit finds it must give back (its undo was the last reference of a forgotten
+//     grant, or it found a grant revoked) wait in a pending list: TakePending.
+// Several caches per process are independent: each has its id (never reused) and its own
+// per-thread tables, found through a thread's list (heap-allocated, so a library loaded with
+// dlopen needs only a few words of static TLS).
 //
 // Thread safety: every method may be called from any thread.
 #ifndef REGCACHE_API_INTERNAL_GRANT_CACHE_H_
 #define REGCACHE_API_INTERNAL_GRANT_CACHE_H_
 
-#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -56,10 +73,27 @@ struct GrantStateView {
   const std::atomic<uint32_t>* session_state = nullptr;  // 0 while the session is open
 };
 
+class GrantCache;
+namespace grant_cache_detail {
+struct ThreadRefs;    // one thread's reference counts for one cache
+struct ProbeTable;    // an open-addressed table of entry indexes
+struct ThreadTables;  // a thread's tables, one per cache it used
+// A cache's thread tables; shared with the threads, so it outlives the cache while a thread
+// keeps a table of it.
+struct Registry {
+  base::Mutex mu;
+  GrantCache* cache ABSL_GUARDED_BY(mu) = nullptr;  // nullptr once the cache is gone
+  std::vector<ThreadRefs*> tables ABSL_GUARDED_BY(mu);
+};
+}  // namespace grant_cache_detail
+
 class GrantCache {
  public:
-  static constexpr size_t kThreadSlots = 4096;  // per thread and process, shared by all caches
+  static constexpr uint32_t kChunk = 1024;      // entries per pool chunk (and per count chunk)
+  static constexpr uint32_t kMaxChunks = 1024;  // at most kChunk * kMaxChunks cached grants
+  static constexpr uint32_t kHints = 1024;      // per thread and cache
   static constexpr int kScanLimit = 8;
+  static constexpr int kMaxProbe = 16;
 
   explicit GrantCache(const GrantStateView& state);
   ~GrantCache();
@@ -74,8 +108,8 @@ class GrantCache {
   // A grant the daemon just returned, with one daemon hold the caller took. Caches it and takes
   // one local reference for the caller; returns false (nothing cached, the caller keeps the
   // daemon hold to itself) when it cannot be cached: no slot, a slot out of range, its state
-  // word no longer current, or the session closing. A handle already cached gains the daemon
-  // hold (the library lost a race between two misses).
+  // word no longer current, the session closing, or the cache full. A handle already cached
+  // gains the daemon hold (the library lost a race between two misses).
   bool Insert(const Key& key, uint32_t slot, uint32_t generation);
 
   struct ReleaseOutcome {
@@ -84,11 +118,12 @@ class GrantCache {
     uint32_t daemon_releases = 0;  // daemon holds to give back now (a stale grant's last ref)
   };
   // Gives back one local reference of `handle`. A grant found revoked whose last reference
-  // this was leaves the cache, and its daemon holds are returned in the outcome.
+  // this was leaves the cache, and its daemon holds are returned in the outcome. Fastest from
+  // the thread that acquired the reference; any thread may release it.
   ReleaseOutcome Release(uint64_t handle);
 
   // Takes every grant no one references out of the cache (reclaim, close) and returns its
-  // handle and daemon holds, for the caller to release at the daemon.
+  // handle and daemon holds, for the caller to release at the daemon; pending holds too.
   std::vector<std::pair<uint64_t, uint32_t>> TakeUnreferenced();
 
   // The grant will not be handed out again (its key was invalidated, or an event said it was
@@ -109,43 +144,122 @@ class GrantCache {
   // Every cached handle whose state word says revoked (for a reader that lost events).
   std::vector<uint64_t> RevokedHandles();
 
+  // Daemon holds that Acquire found it must give back (see the header comment); the caller
+  // releases them at the daemon. HasPending is one load, for hot callers.
+  bool HasPending() const { return has_pending_.load(std::memory_order_acquire); }
+  std::vector<std::pair<uint64_t, uint32_t>> TakePending();
+
   size_t size() const;
 
  private:
-  struct Entry {
-    std::atomic<uint64_t> word{0};  // incarnation, dead bit, local refs
-    std::atomic<bool> stale{false};
-    Key key;
-    uint32_t slot = 0;
-    uint32_t generation = 0;
-    uint32_t daemon_holds = 0;  // guarded by the handle shard's mutex
+  friend struct grant_cache_detail::ThreadTables;
+  // One cached grant. The key fields change only while the entry is not live (Insert, under mu_,
+  // before the release store of its state), so a reader that finds the state unchanged around
+  // its reads, or holds a reference, reads one grant.
+  struct alignas(64) Entry {
+    std::atomic<uint64_t> state{0};
+    std::atomic<int64_t> shared{0};  // references not in a thread's counts (signed: see header)
+    std::atomic<uint64_t> va{0};
+    std::atomic<uint64_t> end{0};
+    std::atomic<uint64_t> handle{0};
+    std::atomic<uint32_t> lkey{0};
+    std::atomic<uint32_t> rkey{0};
+    std::atomic<uint32_t> access{0};
+    std::atomic<uint32_t> slot{0};
+    std::atomic<uint32_t> generation{0};
+    uint32_t daemon_holds = 0;  // guarded by mu_
   };
-  struct Shard {
-    base::Mutex mu;
-    absl::flat_hash_map<uint64_t, Entry*> by_handle ABSL_GUARDED_BY(mu);
-  };
-  static constexpr size_t kShards = 16;
+  using Refs = grant_cache_detail::ThreadRefs;
 
-  bool Current(const Entry& e) const;
-  // Takes one local reference if the entry is still incarnation `inc` and alive.
-  static bool TryRef(Entry& e, uint32_t inc);
-  Entry* FindCovering(uint64_t addr, uint64_t end, uint32_t access) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Removes `e` (incarnation `inc`) if exactly `refs` references are out (0: no one references
-  // it); returns its daemon holds (0 if the references changed, or it is already gone).
-  uint32_t Reap(Entry* e, uint32_t inc, uint64_t refs = 0) ABSL_LOCKS_EXCLUDED(mu_);
-  void Remember(const Entry& e, uint32_t inc, uint64_t addr);
-  Shard& ShardOf(uint64_t handle) { return shards_[(handle * 0x9e3779b97f4a7c15ull) >> 60]; }
+  Entry& At(uint32_t idx) const {
+    return chunks_[idx / kChunk].load(std::memory_order_acquire)[idx % kChunk];
+  }
+  bool CurrentWord(uint32_t slot, uint32_t generation) const;
+  // This thread's table (nullptr: none, and `create` false or the thread is exiting).
+  Refs* MyRefs(bool create);
+  Refs* MyRefsSlow(bool create);
+  std::optional<Key> TryHit(Refs* t, uint32_t idx, uint64_t addr, uint64_t end, uint32_t access);
+  void Unref(Refs* t, uint32_t idx, uint32_t inc);
+  void AddRefLocked(uint32_t idx, uint32_t inc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<uint32_t> FindCovering(uint64_t addr, uint64_t end, uint32_t access)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  ReleaseOutcome ReleaseSlow(uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Reapers. Every reference to entry `idx` of incarnation `inc`.
+  int64_t Holders(uint32_t idx, uint32_t inc) const ABSL_SHARED_LOCKS_REQUIRED(registry_->mu);
+  // Takes `idx` out of the cache; returns its daemon holds.
+  uint32_t ReapLocked(uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, registry_->mu);
+  // Marks `idx` forgotten; reaps it when unreferenced (the holds; 0 if referenced or gone).
+  uint32_t ForgetLocked(uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, registry_->mu);
+  // For a forgotten entry whose reference was just dropped: reaps it when that was the last.
+  std::pair<uint64_t, uint32_t> Settle(uint32_t idx, uint32_t inc) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddPending(uint64_t handle, uint32_t holds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A thread's counts go to the shared counts (the thread exits).
+  void HandBack(Refs& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_->mu);
+
+  // The lock-free tables: `by_va` picks which.
+  void ProbeInsert(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProbeErase(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t ProbeKey(bool by_va, uint32_t idx) const {
+    return (by_va ? At(idx).va : At(idx).handle).load(std::memory_order_relaxed);
+  }
 
   const GrantStateView state_;
   const uint64_t id_;  // this cache in the per-thread tables; never reused in a process
+  const std::shared_ptr<grant_cache_detail::Registry> registry_;
 
-  mutable base::Mutex mu_;  // the index and the entry pool
-  absl::btree_map<std::pair<uint64_t, uint64_t>, Entry*> index_
-      ABSL_GUARDED_BY(mu_);  // (va, handle)
-  std::deque<Entry> pool_ ABSL_GUARDED_BY(mu_);
-  std::vector<Entry*> free_ ABSL_GUARDED_BY(mu_);
-  std::array<Shard, kShards> shards_;
+  // Entries by index: chunks allocated under mu_, published with a release store, never freed
+  // while the cache lives (an index a reader found always names memory).
+  std::unique_ptr<std::atomic<Entry*>[]> chunks_;
+  std::atomic<grant_cache_detail::ProbeTable*> by_va_{nullptr};
+  std::atomic<grant_cache_detail::ProbeTable*> by_handle_{nullptr};
+  std::atomic<bool> has_pending_{false};
+
+  mutable base::Mutex mu_;  // writers of everything; readers of the ordered index
+  absl::btree_map<std::pair<uint64_t, uint64_t>, uint32_t> index_
+      ABSL_GUARDED_BY(mu_);  // (va, handle) → entry
+  absl::flat_hash_map<uint64_t, uint32_t> handles_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_ ABSL_GUARDED_BY(mu_) = 0;  // entries ever used
+  std::vector<std::unique_ptr<grant_cache_detail::ProbeTable>> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint64_t, uint32_t>> pending_ ABSL_GUARDED_BY(mu_);
 };
+
+namespace grant_cache_detail {
+
+struct ThreadRefs {
+  explicit ThreadRefs(uint64_t id) : cache_id(id) {}
+  ~ThreadRefs() {
+    for (auto& c : chunks) delete[] c.load(std::memory_order_relaxed);
+  }
+  // The owner's word for `idx`, its chunk allocated on first use.
+  std::atomic<uint64_t>& Mine(uint32_t idx) {
+    std::atomic<uint64_t>* c = chunks[idx / GrantCache::kChunk].load(std::memory_order_relaxed);
+    if (c == nullptr) [[unlikely]] {
+      c = new std::atomic<uint64_t>[GrantCache::kChunk]();
+      chunks[idx / GrantCache::kChunk].store(c, std::memory_order_release);
+    }
+    return c[idx % GrantCache::kChunk];
+  }
+  // Anyone's view: nullptr when the owner never counted in that chunk.
+  std::atomic<uint64_t>* Find(uint32_t idx) const {
+    std::atomic<uint64_t>* c = chunks[idx / GrantCache::kChunk].load(std::memory_order_acquire);
+    return c == nullptr ? nullptr : &c[idx % GrantCache::kChunk];
+  }
+  const uint64_t cache_id;
+  std::atomic<std::atomic<uint64_t>*> chunks[GrantCache::kMaxChunks] = {};
+  uint32_t hints[GrantCache::kHints] = {};  // owner only: entry index + 1 last hit at an address
+};
+
+struct ProbeTable {
+  explicit ProbeTable(uint32_t capacity)
+      : mask(capacity - 1), slots(new std::atomic<uint32_t>[capacity]()) {}
+  const uint32_t mask;
+  std::unique_ptr<std::atomic<uint32_t>[]> slots;  // entry index + 1; 0: empty
+  uint32_t used = 0;                               // writers only (under the cache's mu_)
+};
+
+}  // namespace grant_cache_detail
 
 }  // namespace regcache::api::internal
 #endif  // REGCACHE_API_INTERNAL_GRANT_CACHE_H_
