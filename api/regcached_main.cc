@@ -46,6 +46,11 @@ ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
           "bytes of attached memory per session (0: unlimited)");
 ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
+ABSL_FLAG(uint32_t, ring_channels, 16,
+          "fast-path channels per session (client threads beyond this share them), 1..64");
+ABSL_FLAG(uint32_t, grant_slots, 1u << 18,
+          "grant state slots per session: grants the client library can cache at once "
+          "(4 bytes each in the session's state file, touched only when used)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 // After Daemon::Drain every call has finished (CloseSession waits for a session's calls) or
 // fails fast with UNAVAILABLE, so this only bounds the gRPC layer's own shutdown — which, with
@@ -84,6 +89,16 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
   config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
   config->cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+  config->ring_channels = absl::GetFlag(FLAGS_ring_channels);
+  config->grant_slots = absl::GetFlag(FLAGS_grant_slots);
+  if (config->ring_channels == 0 || config->ring_channels > 64) {
+    std::fprintf(stderr, "regcached: --ring_channels must be in 1..64\n");
+    return false;
+  }
+  if (config->grant_slots == 0 || config->grant_slots > (1u << 24)) {
+    std::fprintf(stderr, "regcached: --grant_slots must be in 1..16777216\n");
+    return false;
+  }
   return true;
 }
 

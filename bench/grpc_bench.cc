@@ -72,9 +72,9 @@ void StartServer() {
   auto grpc = regcache::api::GrpcServer::Start(s->daemon.get(), s->control.get(), options);
   if (!grpc.ok()) Die("grpc", grpc.status());
   s->grpc = std::move(*grpc);
-  regcache::api::ClientOptions options;
-  options.fast_path = false;  // this benchmark measures gRPC (shm_bench measures the rings)
-  auto client = regcache::api::Client::Connect(s->dir, options);
+  regcache::api::ClientOptions client_options;
+  client_options.fast_path = false;  // this benchmark measures gRPC (shm_bench the rings)
+  auto client = regcache::api::Client::Connect(s->dir, client_options);
   if (!client.ok()) Die("connect", client.status());
   s->client = std::move(*client);
   auto memory = s->client->AllocateMemory(16 << 20);
