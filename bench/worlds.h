@@ -5,6 +5,7 @@
 #ifndef REGCACHE_BENCH_WORLDS_H_
 #define REGCACHE_BENCH_WORLDS_H_
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <atomic>

@@ -72,7 +72,10 @@ shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
 }  // namespace
 
 RingServer::RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats)
-    : session_(session), shm_(shm), backend_(backend), stats_(stats), view_(shm->channels()) {}
+    : session_(session), shm_(shm), backend_(backend), stats_(stats), view_(shm->channels()) {
+  for (uint32_t i = 0; i < view_.size(); ++i)
+    view_[i].req_head = &shm->channel(i)->control.req_head;
+}
 
 absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session, SessionShm* shm,
                                                               RingBackend* backend,
@@ -112,22 +115,25 @@ void* RingServer::ThreadMain(void* self) {
 
 void RingServer::Loop() {
   const int64_t spin_ns = absl::ToInt64Nanoseconds(kSpin);
-  int64_t last_work = NowNs();
-  uint32_t idle_rounds = 0;
+  uint32_t idle_sweeps = 0;
+  int64_t idle_since = 0;  // the first clock read of this idle spell; 0: not read yet
   while (!stop_.load(std::memory_order_acquire)) {
     if (Sweep() > 0) {
-      idle_rounds = 0;
-      last_work = NowNs();
+      idle_sweeps = 0;
+      idle_since = 0;
       continue;
     }
-    // Read the clock only every few idle sweeps: a sweep of idle channels is a few loads.
-    if ((++idle_rounds & 15) != 0 || NowNs() - last_work < spin_ns) {
+    // No clock while requests keep coming: it is read every kIdleSweepsPerClock idle sweeps.
+    if (++idle_sweeps % kIdleSweepsPerClock != 0) {
       shm::CpuRelax();
       continue;
     }
+    const int64_t now = NowNs();
+    if (idle_since == 0) idle_since = now;
+    if (now - idle_since < spin_ns) continue;
     Sleep();
-    idle_rounds = 0;
-    last_work = NowNs();
+    idle_sweeps = 0;
+    idle_since = 0;
   }
 }
 
@@ -163,8 +169,18 @@ bool RingServer::AnyWork() {
 uint32_t RingServer::Sweep() {
   uint32_t served = 0;
   const uint32_t n = static_cast<uint32_t>(view_.size());
-  for (uint32_t k = 0; k < n; ++k) served += ServeChannel((next_channel_ + k) % n);
-  next_channel_ = (next_channel_ + 1) % n;
+  // Round robin from next_channel_, wrapping by compare (no division per channel). A channel
+  // whose req_head still equals our req_tail costs one load of a line that stays in this
+  // core's cache until its client writes it; ServeChannel does the full checks.
+  uint32_t i = next_channel_;
+  for (uint32_t k = 0; k < n; ++k) {
+    const ChannelView& v = view_[i];
+    if (!v.broken && v.req_head->load(std::memory_order_relaxed) != v.req_tail) {
+      served += ServeChannel(i);
+    }
+    if (++i == n) i = 0;
+  }
+  if (++next_channel_ == n) next_channel_ = 0;
   return served;
 }
 
@@ -198,11 +214,18 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
     ++v.req_tail;
     c.req_tail.store(v.req_tail, std::memory_order_release);
     const shm::RingCompletion out = Serve(copy);
-    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out, sizeof(out));
+    // An OK answer of an op other than kQuery leaves the completion's second half unwritten
+    // (service/shm_protocol.h): one cache line less to move.
+    const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
+    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
+                whole ? sizeof(out) : shm::kCompletionHeadBytes);
     ++v.cpl_head;
     c.cpl_head.store(v.cpl_head, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
+    // Own the next completion slot's first line before the next answer (the client read it a
+    // ring ago). Only where the client has consumed that slot, by the cpl_tail read above.
+    if (unread + 1 < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
     ++served;
   }
   return served;

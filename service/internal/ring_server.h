@@ -4,10 +4,11 @@
 //
 // Fairness and bounded work: a sweep takes at most kBurstPerChannel requests of a channel
 // before it moves on, and only while that channel's completion ring has room; a session's
-// flood only keeps its own worker busy. Idle: the worker spins for kSpin after the last
-// request it saw, then sleeps on the doorbell futex (the Dekker handshake of the header), at
-// most kSleepLimit at a time — the limit only bounds how long a client that rewrites the
-// doorbell can hide a stop request.
+// flood only keeps its own worker busy. Idle: the worker spins for about kSpin after the last
+// request it saw (it reads the clock only once every kIdleSweepsPerClock idle sweeps: a
+// sweep of idle channels costs a few loads, clock_gettime in a VM can cost more), then sleeps on
+// the doorbell futex (the Dekker handshake of the header), at most kSleepLimit at a time — the
+// limit only bounds how long a client that rewrites the doorbell can hide a stop request.
 //
 // Trust: the worker keeps its own copies of req_tail and cpl_head per channel and reads each
 // client index once per use; an index out of range marks the channel broken
@@ -47,7 +48,8 @@ namespace regcache::service::internal {
   COUNTER(wakeups, "times a ring worker woke from its doorbell")                  \
   GAUGE(workers, "ring worker threads running (one per session)")
 
-RC_DEFINE_STATS(RingStats, REGCACHE_RING_STATS);
+// Hot: every worker bumps `requests` per request; per-thread slots keep that off shared lines.
+RC_DEFINE_HOT_STATS(RingStats, REGCACHE_RING_STATS);
 
 // What the worker calls: the daemon's key methods, with the grant state slot of each grant.
 class RingBackend {
@@ -74,6 +76,7 @@ class RingServer {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(50);
   static constexpr absl::Duration kSleepLimit = absl::Seconds(1);
+  static constexpr uint32_t kIdleSweepsPerClock = 16;
 
   // Starts the session's worker. `shm`, `backend` and `stats` must outlive the server.
   // Errors: pthread_create's.
@@ -89,8 +92,10 @@ class RingServer {
   void Stop();
 
  private:
-  // The worker's own view of a channel; never read from shared memory.
+  // The worker's own view of a channel; never read from shared memory (but req_head points
+  // into it: the sweep's first look).
   struct ChannelView {
+    const std::atomic<uint32_t>* req_head = nullptr;
     uint32_t req_tail = 0;
     uint32_t cpl_head = 0;
     bool broken = false;
