@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/utility/utility.h"
 
 namespace regcache::service::shm {
 namespace {
@@ -73,7 +74,10 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
     return Bad(r, absl::StrCat("unknown access bits ", r.access));
   }
   if (r.prefetch > kPrefetchAsync) return Bad(r, absl::StrCat("prefetch ", r.prefetch));
-  DecodedRequest d;
+  // Built in place: a DecodedRequest assembled field by field and then copied into the
+  // StatusOr reads back its own narrow stores with wide loads (store-forwarding stalls).
+  absl::StatusOr<DecodedRequest> out(absl::in_place);
+  DecodedRequest& d = *out;
   d.seq = r.seq;
   d.op = op;
   d.handle = r.handle;
@@ -83,7 +87,7 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
   d.write = (r.flags & kFlagWrite) != 0;
   if (r.prefetch == kPrefetchSync) d.prefetch = odp::PrefetchMode::kSync;
   if (r.prefetch == kPrefetchAsync) d.prefetch = odp::PrefetchMode::kAsync;
-  return d;
+  return out;
 }
 
 RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status) {

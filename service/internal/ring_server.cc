@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
 #include "base/log.h"
+#include "service/internal/session_table.h"
 #include "service/shm_futex.h"
 
 namespace regcache::service::internal {
@@ -71,16 +72,21 @@ shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
 
 }  // namespace
 
-RingServer::RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats)
-    : session_(session), shm_(shm), backend_(backend), stats_(stats), view_(shm->channels()) {
+RingServer::RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats)
+    : session_(session),
+      id_(session->id),
+      shm_(shm),
+      backend_(backend),
+      stats_(stats),
+      view_(shm->channels()) {
   for (uint32_t i = 0; i < view_.size(); ++i)
     view_[i].req_head = &shm->channel(i)->control.req_head;
 }
 
-absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session, SessionShm* shm,
+absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session,
                                                               RingBackend* backend,
                                                               RingStats* stats) {
-  std::unique_ptr<RingServer> s(new RingServer(session, shm, backend, stats));
+  std::unique_ptr<RingServer> s(new RingServer(session, session->shm.get(), backend, stats));
   pthread_attr_t attr;
   ::pthread_attr_init(&attr);
   ::pthread_attr_setstacksize(&attr, kStackBytes);
@@ -90,7 +96,7 @@ absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session,
     s->joined_.store(true);
     return base::ErrnoToStatus(err, "start a ring worker");
   }
-  const std::string name = absl::StrFormat("rc-ring-%d", session % 100000);
+  const std::string name = absl::StrFormat("rc-ring-%d", session->id % 100000);
   ::pthread_setname_np(s->thread_, name.c_str());
   stats->workers.Add();
   return s;
@@ -190,7 +196,7 @@ void RingServer::Break(uint32_t index) {
   c.state.store(shm::kChannelBroken, std::memory_order_seq_cst);
   shm::FutexWakeAll(&c.cpl_head);  // a client waiting there learns it now
   stats_->broken_channels.Inc();
-  RC_LOG(WARNING) << "session " << session_ << ": ring channel " << index
+  RC_LOG(WARNING) << "session " << id_ << ": ring channel " << index
                   << " broken (indices out of range); it is no longer served";
 }
 
@@ -243,24 +249,23 @@ shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
 
 shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
   const uint16_t op = static_cast<uint16_t>(d.op);
+  Session& s = *session_;
   switch (d.op) {
     case shm::RingOp::kRegister:
-      return GrantCompletion(
-          d, backend_->RingRegister(session_, d.va, d.length, d.access, d.prefetch));
+      return GrantCompletion(d, backend_->RingRegister(s, d.va, d.length, d.access, d.prefetch));
     case shm::RingOp::kWindow:
-      return GrantCompletion(d, backend_->RingWindow(session_, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->RingWindow(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kReregister:
-      return GrantCompletion(
-          d, backend_->RingReregister(session_, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->RingReregister(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kRelease:
-      return shm::CompletionFor(d.seq, op, backend_->Release(session_, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->RingRelease(s, d.handle));
     case shm::RingOp::kInvalidate:
-      return shm::CompletionFor(d.seq, op, backend_->Invalidate(session_, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->RingInvalidate(s, d.handle));
     case shm::RingOp::kPrefetch:
       return shm::CompletionFor(d.seq, op,
-                                backend_->Prefetch(session_, d.va, d.length, d.write, d.prefetch));
+                                backend_->RingPrefetch(s, d.va, d.length, d.write, d.prefetch));
     case shm::RingOp::kQuery:
-      return QueryCompletion(d, backend_->Query(session_, d.handle));
+      return QueryCompletion(d, backend_->RingQuery(s, d.handle));
     case shm::RingOp::kNop:
       return shm::CompletionFor(d.seq, op, absl::OkStatus());
   }

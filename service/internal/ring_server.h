@@ -51,25 +51,26 @@ namespace regcache::service::internal {
 // Hot: every worker bumps `requests` per request; per-thread slots keep that off shared lines.
 RC_DEFINE_HOT_STATS(RingStats, REGCACHE_RING_STATS);
 
-// What the worker calls: the daemon's key methods, with the grant state slot of each grant.
+struct Session;  // service/internal/session_table.h
+
+// What the worker calls: the daemon's key methods for the worker's own session, with the grant
+// state slot of each grant. `s` is open for as long as its worker runs (the daemon stops the
+// worker before it closes the session), so these calls need neither a lookup nor a pin.
 class RingBackend {
  public:
   virtual ~RingBackend() = default;
-  virtual absl::StatusOr<SlottedGrant> RingRegister(SessionId session, uint64_t va, uint64_t length,
+  virtual absl::StatusOr<SlottedGrant> RingRegister(Session& s, uint64_t va, uint64_t length,
                                                     hca::AccessFlags access,
                                                     std::optional<odp::PrefetchMode> prefetch) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingWindow(SessionId session, cache::Handle parent,
-                                                  uint64_t offset, uint64_t length,
-                                                  hca::AccessFlags access) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingReregister(SessionId session, cache::Handle handle,
-                                                      uint64_t va, uint64_t length,
-                                                      hca::AccessFlags access) = 0;
-  virtual absl::Status Release(SessionId session, cache::Handle handle) = 0;
-  virtual absl::Status Invalidate(SessionId session, cache::Handle handle) = 0;
-  virtual absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
-                                std::optional<odp::PrefetchMode> mode) = 0;
-  virtual absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
-                                                        cache::Handle handle) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingWindow(Session& s, cache::Handle parent, uint64_t offset,
+                                                  uint64_t length, hca::AccessFlags access) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingReregister(Session& s, cache::Handle handle, uint64_t va,
+                                                      uint64_t length, hca::AccessFlags access) = 0;
+  virtual absl::Status RingRelease(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status RingInvalidate(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                                    std::optional<odp::PrefetchMode> mode) = 0;
+  virtual absl::StatusOr<cache::RegistrationInfo> RingQuery(Session& s, cache::Handle handle) = 0;
 };
 
 class RingServer {
@@ -78,10 +79,10 @@ class RingServer {
   static constexpr absl::Duration kSleepLimit = absl::Seconds(1);
   static constexpr uint32_t kIdleSweepsPerClock = 16;
 
-  // Starts the session's worker. `shm`, `backend` and `stats` must outlive the server.
-  // Errors: pthread_create's.
-  static absl::StatusOr<std::unique_ptr<RingServer>> Start(SessionId session, SessionShm* shm,
-                                                           RingBackend* backend, RingStats* stats);
+  // Starts the worker of `session`, whose shm must be set. `session`, `backend` and `stats`
+  // must outlive the server. Errors: pthread_create's.
+  static absl::StatusOr<std::unique_ptr<RingServer>> Start(Session* session, RingBackend* backend,
+                                                           RingStats* stats);
   // Stop()s.
   ~RingServer();
   RingServer(const RingServer&) = delete;
@@ -101,7 +102,7 @@ class RingServer {
     bool broken = false;
   };
 
-  RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats);
+  RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats);
   static void* ThreadMain(void* self);
   void Loop();
   // Serves up to kBurstPerChannel requests of every channel once; returns how many.
@@ -115,7 +116,8 @@ class RingServer {
   shm::RingCompletion Serve(const shm::RingRequest& copy);
   shm::RingCompletion Answer(const shm::DecodedRequest& d);
 
-  const SessionId session_;
+  Session* const session_;
+  const SessionId id_;
   SessionShm* const shm_;
   RingBackend* const backend_;
   RingStats* const stats_;
