@@ -1,5 +1,6 @@
 #include "api/internal/ring_client.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -143,8 +144,16 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     }
     const absl::Time now = absl::Now();
     if (deadline == absl::InfinitePast()) deadline = now + timeout_;
-    if (spin_until == absl::InfinitePast()) spin_until = now + kSpin;
-    if (now < spin_until) continue;
+    if (spin_until == absl::InfinitePast()) {
+      spin_until = now + kSpin;
+      continue;
+    }
+    if (now < spin_until) {
+      // A slow answer: the worker may be waiting for this CPU (more spinning threads than
+      // cores). Offer it; with nothing else to run this returns at once.
+      ::sched_yield();
+      continue;
+    }
     const absl::Duration left = deadline - now;
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError("regcached did not answer on the ring in time");

@@ -8,7 +8,9 @@
 // consumer at a time and its completions come back in the order of its requests.
 //
 // Waiting: after posting, a caller spins on cpl_head for kSpin, then sleeps on it (futex) per
-// the header's handshake, until the call's deadline: kDeadlineExceeded then. The clock is read
+// the header's handshake, until the call's deadline: kDeadlineExceeded then. Past the first
+// kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
+// waiting for it when there are more busy threads than cores). The clock is read
 // only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
 // posting; a call's time waiting for its channel's lock does not count). A request whose
 // deadline passed may still be served (like a gRPC call that timed out): its completion is

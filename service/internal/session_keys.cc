@@ -6,8 +6,8 @@
 
 namespace regcache::service::internal {
 
-SessionKeys::SessionKeys(cache::RegCache* cache, odp::Servicer* servicer,
-                         const hca::Device* device, const std::atomic<bool>* draining)
+SessionKeys::SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const hca::Device* device,
+                         const std::atomic<bool>* draining)
     : cache_(cache), servicer_(servicer), device_(device), draining_(draining) {}
 
 absl::Status SessionKeys::Open() const {
@@ -45,8 +45,7 @@ absl::StatusOr<SlottedGrant> SessionKeys::RingWindow(Session& s, cache::Handle p
                                                      uint64_t offset, uint64_t length,
                                                      hca::AccessFlags access) {
   RETURN_IF_ERROR(Open());
-  return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access),
-                           parent);
+  return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access), parent);
 }
 
 // The trade goes through the grant table: the new grant gets its slot, the old hold goes; a
