@@ -238,13 +238,13 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
 }
 
 shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
-  absl::StatusOr<shm::DecodedRequest> d = shm::DecodeRequest(copy);
-  if (!d.ok()) {
+  shm::DecodedRequest d;
+  if (absl::Status s = shm::DecodeRequest(copy, d); !s.ok()) {
     stats_->bad_requests.Inc();
-    return shm::CompletionFor(copy.seq, copy.op, d.status());
+    return shm::CompletionFor(copy.seq, copy.op, s);
   }
   stats_->requests.Inc();
-  return Answer(*d);
+  return Answer(d);
 }
 
 shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
