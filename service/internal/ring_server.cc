@@ -123,10 +123,12 @@ void RingServer::Loop() {
   const int64_t spin_ns = absl::ToInt64Nanoseconds(kSpin);
   uint32_t idle_sweeps = 0;
   int64_t idle_since = 0;  // the first clock read of this idle spell; 0: not read yet
+  bool quiet = false;      // the last sleep ended by its time limit: no spin before the next
   while (!stop_.load(std::memory_order_acquire)) {
     if (Sweep() > 0) {
       idle_sweeps = 0;
       idle_since = 0;
+      quiet = false;
       continue;
     }
     // No clock while requests keep coming: it is read every kIdleSweepsPerClock idle sweeps.
@@ -134,28 +136,31 @@ void RingServer::Loop() {
       shm::CpuRelax();
       continue;
     }
-    const int64_t now = NowNs();
-    if (idle_since == 0) idle_since = now;
-    if (now - idle_since < spin_ns) continue;
-    Sleep();
+    if (!quiet) {
+      const int64_t now = NowNs();
+      if (idle_since == 0) idle_since = now;
+      if (now - idle_since < spin_ns) continue;
+    }
+    quiet = !Sleep();
     idle_sweeps = 0;
     idle_since = 0;
   }
 }
 
-void RingServer::Sleep() {
+bool RingServer::Sleep() {
   shm::ChannelFileHeader* h = shm_->channel_header();
   const uint32_t bell = h->doorbell.load(std::memory_order_acquire);
-  h->daemon_waiting.store(1, std::memory_order_seq_cst);
+  h->daemon_waiting.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (stop_.load(std::memory_order_seq_cst) || AnyWork()) {
     h->daemon_waiting.store(0, std::memory_order_relaxed);
-    return;
+    return true;
   }
   stats_->sleeps.Inc();
   shm::FutexWait(&h->doorbell, bell, kSleepLimit);
   h->daemon_waiting.store(0, std::memory_order_relaxed);
   stats_->wakeups.Inc();
+  return h->doorbell.load(std::memory_order_acquire) != bell;
 }
 
 bool RingServer::AnyWork() {

@@ -110,8 +110,10 @@ class RingServer {
   uint32_t ServeChannel(uint32_t index);
   // Whether some channel has a request it may take now.
   bool AnyWork();
-  // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit.
-  void Sleep();
+  // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit: false when it
+  // slept the whole limit without a ring (then the worker sleeps again without spinning:
+  // 64 idle sessions cost 64 wake-ups a second and nothing more).
+  bool Sleep();
   void Break(uint32_t index);
   shm::RingCompletion Serve(const shm::RingRequest& copy);
   shm::RingCompletion Answer(const shm::DecodedRequest& d);
