@@ -43,6 +43,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -226,7 +227,9 @@ struct Daemon {
   }
 };
 
-// One client with N registered 4 KiB regions of one allocation, kept per (N, cache).
+// One client with N registered 4 KiB regions of one allocation and `spare` pages after them that
+// nothing registered, kept per (N, cache, spare): a benchmark that needs fresh ranges (misses)
+// never shares a world with one that registered them already.
 struct ClientWorld {
   std::unique_ptr<rc::Client> client;
   rc::Memory memory;
@@ -235,9 +238,10 @@ struct ClientWorld {
 
   static ClientWorld* Get(uint64_t regions, bool client_cache, uint64_t spare = 0) {
     static std::mutex* mu = new std::mutex;
-    static auto* worlds = new std::map<std::pair<uint64_t, bool>, std::unique_ptr<ClientWorld>>;
+    static auto* worlds =
+        new std::map<std::tuple<uint64_t, bool, uint64_t>, std::unique_ptr<ClientWorld>>;
     std::lock_guard<std::mutex> lock(*mu);
-    auto& w = (*worlds)[{regions, client_cache}];
+    auto& w = (*worlds)[{regions, client_cache, spare}];
     if (w == nullptr) {
       w = std::make_unique<ClientWorld>();
       w->regions = regions;

@@ -12,10 +12,10 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
-#include "odp/register.h"
 #include "odp/servicer.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/ring_server.h"
+#include "service/internal/session_keys.h"
 #include "service/internal/session_shm.h"
 #include "service/internal/session_table.h"
 #include "service/internal/shared_memory.h"
@@ -51,8 +51,7 @@ bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// Also the ring workers' backend: the key calls with the grant state slot of each grant.
-class DaemonImpl final : public Daemon, public internal::RingBackend {
+class DaemonImpl final : public Daemon {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
              std::unique_ptr<hca::Device> device, std::unique_ptr<odp::Servicer> servicer,
@@ -62,6 +61,7 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
         device_(std::move(device)),
         servicer_(std::move(servicer)),
         cache_(std::move(cache)),
+        keys_(cache_.get(), servicer_.get(), device_.get(), &draining_),
         started_(absl::Now()) {
     if (registry_ != nullptr) {
       stats_registration_ = {*registry_, "daemon", &stats_};
@@ -93,86 +93,43 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
   absl::Status DetachMemory(SessionId session, MemoryId memory) override;
   absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
 
+  // The key calls: the session pinned, then the same code as the session's ring worker runs.
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
                                            hca::AccessFlags access,
                                            std::optional<odp::PrefetchMode> prefetch) override {
-    ASSIGN_OR_RETURN(SlottedGrant g, RingRegister(session, va, length, access, prefetch));
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingRegister(**pin, va, length, access, prefetch));
     return g.grant;
-  }
-  // Every grant goes through the session's grant table (its state slot, reclaim).
-  absl::StatusOr<SlottedGrant> RingRegister(SessionId session, uint64_t va, uint64_t length,
-                                            hca::AccessFlags access,
-                                            std::optional<odp::PrefetchMode> prefetch) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    return s.grants->Granted(RegisterIn(s, va, length, access, prefetch), /*parent=*/0);
-  }
-  // The trade goes through the grant table: the new grant gets its slot, the old hold goes;
-  // a re-registration that takes rights away from the session's only hold revokes the old
-  // state word first (the cache then invalidates the key).
-  absl::StatusOr<SlottedGrant> RingReregister(SessionId session, cache::Handle handle, uint64_t va,
-                                              uint64_t length, hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    if (s.grants->Holds(handle) == 1) {
-      absl::StatusOr<cache::RegistrationInfo> old = cache_->Query(s.tenant, handle);
-      absl::StatusOr<hca::AccessFlags> want = cache::NormalizeAccess(access);
-      if (old.ok() && want.ok() && !old->revoked &&
-          (va > old->va || va + length < old->va + old->length || (old->access & ~*want) != 0)) {
-        s.grants->RevokeHandle(handle, shm::RevokeReason::kReregistered);
-      }
-    }
-    absl::StatusOr<cache::KeyGrant> g = cache_->Reregister(s.tenant, handle, va, length, access);
-    absl::StatusOr<SlottedGrant> out = s.grants->Granted(g, /*parent=*/0);
-    if (g.ok()) s.grants->Released(handle);  // the hold traded in
-    return out;
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    if (servicer_ == nullptr) return NoOdp();
-    if (length == 0 || va + length < va) {
-      return absl::InvalidArgumentError("prefetch range is empty or wraps");
-    }
-    if (!mode.has_value()) return absl::OkStatus();
-    return servicer_->PrefetchTenantRange(s.tenant, va, length, write, *mode);
+    return keys_.RingPrefetch(**pin, va, length, write, mode);
   }
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(SlottedGrant g, RingWindow(session, parent, offset, length, access));
-    return g.grant;
-  }
-  absl::StatusOr<SlottedGrant> RingWindow(SessionId session, cache::Handle parent, uint64_t offset,
-                                          uint64_t length, hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access),
-                             parent);
+    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingWindow(**pin, parent, offset, length, access));
+    return g.grant;
   }
   absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
                                              uint64_t length, hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(SlottedGrant g, RingReregister(session, handle, va, length, access));
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingReregister(**pin, handle, va, length, access));
     return g.grant;
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    RETURN_IF_ERROR(cache_->Release(s.tenant, handle));
-    s.grants->Released(handle);
-    return absl::OkStatus();
+    return keys_.RingRelease(**pin, handle);
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    s.grants->RevokeHandle(handle);  // the state word says it before the key stops working
-    return cache_->Invalidate(s.tenant, handle);
+    return keys_.RingInvalidate(**pin, handle);
   }
   absl::StatusOr<cache::RegistrationInfo> Query(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    return cache_->Query(s.tenant, handle);
+    return keys_.RingQuery(**pin, handle);
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
@@ -203,20 +160,12 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
   // kUnavailable while draining.
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
   bool Allowed(const PeerCredentials& peer) const;
-  absl::Status NoOdp() const {
-    return absl::UnimplementedError(
-        absl::StrFormat("device %s has no on-demand paging: prefetch has nothing to do",
-                        device_->capabilities().backend));
-  }
   bool AdminUid(uid_t uid) const;
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
   // The sim's peer port for the session's PD. REQUIRES s.mu.
   absl::StatusOr<hca::Peer*> PeerPort(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Length limits and the session's memory quota for a new mapping of `length` bytes.
   absl::Status AdmitMemory(const Session& s, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  absl::StatusOr<cache::KeyGrant> RegisterIn(Session& s, uint64_t va, uint64_t length,
-                                             hca::AccessFlags access,
-                                             std::optional<odp::PrefetchMode> prefetch);
   // The session's shared files, grant table and ring worker.
   absl::Status StartFastPath(Session& s);
 
@@ -225,6 +174,7 @@ class DaemonImpl final : public Daemon, public internal::RingBackend {
   std::unique_ptr<hca::Device> device_;
   std::unique_ptr<odp::Servicer> servicer_;  // null on a device without ODP
   std::unique_ptr<cache::RegCache> cache_;
+  internal::SessionKeys keys_;  // the ring workers' backend too
   const absl::Time started_;
   DaemonStats stats_;
   internal::RingStats ring_stats_;
@@ -246,20 +196,10 @@ bool DaemonImpl::AdminUid(uid_t uid) const {
   return Contains(config_.admin_uids, uid);
 }
 
-absl::StatusOr<cache::KeyGrant> DaemonImpl::RegisterIn(Session& s, uint64_t va, uint64_t length,
-                                                       hca::AccessFlags access,
-                                                       std::optional<odp::PrefetchMode> prefetch) {
-  if (!prefetch.has_value()) return cache_->Register(s.tenant, va, length, access);
-  if (servicer_ == nullptr) return NoOdp();
-  odp::RegisterOptions o;
-  o.mode = *prefetch;
-  return odp::RegisterWithPrefetch(cache_.get(), servicer_.get(), s.tenant, va, length, access, o);
-}
-
 absl::Status DaemonImpl::StartFastPath(Session& s) {
   ASSIGN_OR_RETURN(s.shm, SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
   s.grants = std::make_unique<GrantTable>(s.shm.get());
-  ASSIGN_OR_RETURN(s.ring, RingServer::Start(s.id, s.shm.get(), this, &ring_stats_));
+  ASSIGN_OR_RETURN(s.ring, RingServer::Start(&s, &keys_, &ring_stats_));
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/status_macros.h"
 
 namespace regcache::service::shm {
 namespace {
@@ -58,7 +59,7 @@ absl::Status CheckUnused(const RingRequest& r, uint32_t used) {
 
 }  // namespace
 
-absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
+absl::Status DecodeRequest(const RingRequest& copy, DecodedRequest& d) {
   const RingRequest& r = copy;
   if (r.op == 0 || r.op > kMaxRingOp) return Bad(r, "unknown op");
   const RingOp op = static_cast<RingOp>(r.op);
@@ -73,7 +74,7 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
     return Bad(r, absl::StrCat("unknown access bits ", r.access));
   }
   if (r.prefetch > kPrefetchAsync) return Bad(r, absl::StrCat("prefetch ", r.prefetch));
-  DecodedRequest d;
+  d = DecodedRequest{};
   d.seq = r.seq;
   d.op = op;
   d.handle = r.handle;
@@ -83,6 +84,12 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
   d.write = (r.flags & kFlagWrite) != 0;
   if (r.prefetch == kPrefetchSync) d.prefetch = odp::PrefetchMode::kSync;
   if (r.prefetch == kPrefetchAsync) d.prefetch = odp::PrefetchMode::kAsync;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
+  DecodedRequest d;
+  RETURN_IF_ERROR(DecodeRequest(copy, d));
   return d;
 }
 

@@ -38,6 +38,9 @@ struct DecodedRequest {
 // field otherwise. Semantic checks (does the handle exist, is the range attached) are the
 // daemon's, after decoding.
 absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy);
+// The same into `out` (the daemon's hot path: no DecodedRequest copied through a StatusOr).
+// `out` is unspecified on error.
+absl::Status DecodeRequest(const RingRequest& copy, DecodedRequest& out);
 
 // A completion for request `seq`/`op` with `status`'s code and message (truncated to
 // kMessageBytes - 1 bytes, NUL-terminated); every other field zero, slot kNoSlot.

@@ -40,6 +40,12 @@
 //                  head + 1, full fence, then if client_waiting != 0: FUTEX_WAKE(cpl_head).
 //   client waits   spins on cpl_head; then client_waiting = 1, full fence, re-reads cpl_head;
 //                  if unchanged, FUTEX_WAIT(cpl_head, value), then client_waiting = 0.
+//   client reads   copies the completion out, then counts it consumed; it may publish
+//                  cpl_tail late, but no later than its next post (store-release cpl_tail
+//                  before it writes the next request): the daemon then sees at least as much
+//                  room as the client used, and one line carries both indices per round trip.
+// The daemon finds work by sweeping the channels' req_head words; a channel with nothing
+// posted costs one load of a line that stays in the daemon's cache until its client writes.
 // The futexes are shared (not FUTEX_PRIVATE), since the words live in a file two processes map.
 //
 // Trust. The daemon trusts nothing in the channel file. It keeps its own copies of req_tail,
@@ -167,12 +173,18 @@ struct RingCompletion {
   char message[kMessageBytes];  // error text, NUL-terminated; empty on OK
 };
 static_assert(sizeof(RingCompletion) == 128);
+// The completion's first cache line: everything before `parent`. The daemon writes only these
+// bytes for an OK completion of an op other than kQuery (the second half would be zeros:
+// parent, key_state and an empty message are kQuery's or an error's); a reader copies the rest
+// only when code != 0 or op == kQuery, and takes it as zero otherwise.
+inline constexpr size_t kCompletionHeadBytes = 64;
+static_assert(offsetof(RingCompletion, parent) == kCompletionHeadBytes);
 
 // One channel's indices. Client-written and daemon-written words sit on separate cache lines.
 struct ChannelControl {
   // Written by the client.
   alignas(64) std::atomic<uint32_t> req_head;  // requests posted
-  std::atomic<uint32_t> cpl_tail;              // completions consumed
+  std::atomic<uint32_t> cpl_tail;              // completions consumed (see "Wake-up")
   std::atomic<uint32_t> client_waiting;        // the client sleeps (or is about to) on cpl_head
   // Written by the daemon.
   alignas(64) std::atomic<uint32_t> req_tail;  // requests taken (published copy)

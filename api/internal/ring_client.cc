@@ -1,5 +1,6 @@
 #include "api/internal/ring_client.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,16 +131,30 @@ void RingClient::RingDoorbell() {
 }
 
 absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
-                                                     absl::Time deadline) {
+                                                     absl::Time& deadline) {
   shm::ChannelControl& ctl = rings_[index].control;
-  const int64_t spin_until = absl::ToUnixNanos(absl::Now() + kSpin);
+  // A fast answer costs no clock read: the clock is read once every kSpinsPerClock spins, and
+  // the first read starts both the spin budget and (if the call has none yet) the deadline.
+  absl::Time spin_until = absl::InfinitePast();
   uint32_t spins = 0;
   while (ctl.cpl_head.load(std::memory_order_acquire) == c.cpl_tail) {
-    if ((++spins & 63) != 0 || absl::ToUnixNanos(absl::Now()) < spin_until) {
+    if (++spins % kSpinsPerClock != 0) {
       shm::CpuRelax();
       continue;
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Time now = absl::Now();
+    if (deadline == absl::InfinitePast()) deadline = now + timeout_;
+    if (spin_until == absl::InfinitePast()) {
+      spin_until = now + kSpin;
+      continue;
+    }
+    if (now < spin_until) {
+      // A slow answer: the worker may be waiting for this CPU (more spinning threads than
+      // cores). Offer it; with nothing else to run this returns at once.
+      ::sched_yield();
+      continue;
+    }
+    const absl::Duration left = deadline - now;
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError("regcached did not answer on the ring in time");
     }
@@ -148,9 +163,9 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     }
     const bool closing =
         state_->session_state.load(std::memory_order_acquire) == shm::kSessionClosing;
-    ctl.client_waiting.store(1, std::memory_order_seq_cst);
+    ctl.client_waiting.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ctl.cpl_head.load(std::memory_order_seq_cst) == c.cpl_tail) {
+    if (ctl.cpl_head.load(std::memory_order_relaxed) == c.cpl_tail) {
       if (closing) {
         ctl.client_waiting.store(0, std::memory_order_relaxed);
         return absl::UnavailableError("the session is closing");
@@ -159,10 +174,18 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     }
     ctl.client_waiting.store(0, std::memory_order_relaxed);
   }
+  // The first line always; the second only where the daemon wrote it (service/shm_protocol.h).
+  const shm::RingCompletion& slot = rings_[index].completions[c.cpl_tail % shm::kRingDepth];
   shm::RingCompletion out;
-  std::memcpy(&out, &rings_[index].completions[c.cpl_tail % shm::kRingDepth], sizeof(out));
-  ++c.cpl_tail;
-  ctl.cpl_tail.store(c.cpl_tail, std::memory_order_release);
+  std::memcpy(&out, &slot, shm::kCompletionHeadBytes);
+  char* rest = reinterpret_cast<char*>(&out) + shm::kCompletionHeadBytes;
+  constexpr size_t kRestBytes = sizeof(out) - shm::kCompletionHeadBytes;
+  if (out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery)) {
+    std::memcpy(rest, reinterpret_cast<const char*>(&slot) + shm::kCompletionHeadBytes, kRestBytes);
+  } else {
+    std::memset(rest, 0, kRestBytes);
+  }
+  ++c.cpl_tail;  // published with the channel's next post (Run)
   return out;
 }
 
@@ -170,12 +193,16 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
                              shm::RingCompletion* out) {
   Channel& c = mine_[index];
   shm::Channel& ring = rings_[index];
-  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Time deadline = absl::InfinitePast();  // set by Next at its first clock read
   base::MutexLock lock(&c.mu);
   const uint64_t first = c.next_seq;
   size_t posted = 0, done = 0;
   while (done < n) {
     size_t now = 0;
+    if (posted < n && c.req_head - c.cpl_tail < shm::kRingDepth) {
+      // Completions consumed since the last post: the daemon must see the room this post uses.
+      ring.control.cpl_tail.store(c.cpl_tail, std::memory_order_release);
+    }
     for (; posted < n && c.req_head - c.cpl_tail < shm::kRingDepth; ++posted, ++now) {
       shm::RingRequest r = requests[posted];
       r.seq = c.next_seq++;
@@ -183,7 +210,16 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
       ++c.req_head;
       ring.control.req_head.store(c.req_head, std::memory_order_release);
     }
-    if (now > 0) RingDoorbell();
+    if (now > 0) {
+      RingDoorbell();
+      // Own the next request slot's line while the daemon works (it read that line a ring
+      // ago): the next post then writes to this core's cache instead of waiting for it. The
+      // slot is ours: its last request was answered (the room check), and the daemon reads it
+      // only after req_head covers it.
+      if (c.req_head - c.cpl_tail < shm::kRingDepth) {
+        ring.requests[c.req_head % shm::kRingDepth].seq = 0;
+      }
+    }
     ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline));
     if (got.seq < first) continue;  // the answer to a call whose deadline passed
     if (got.seq != first + done) {

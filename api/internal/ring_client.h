@@ -8,7 +8,11 @@
 // consumer at a time and its completions come back in the order of its requests.
 //
 // Waiting: after posting, a caller spins on cpl_head for kSpin, then sleeps on it (futex) per
-// the header's handshake, until the call's deadline: kDeadlineExceeded then. A request whose
+// the header's handshake, until the call's deadline: kDeadlineExceeded then. Past the first
+// kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
+// waiting for it when there are more busy threads than cores). The clock is read
+// only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
+// posting; a call's time waiting for its channel's lock does not count). A request whose
 // deadline passed may still be served (like a gRPC call that timed out): its completion is
 // discarded by the channel's next call, which recognises it by sequence number.
 //
@@ -40,6 +44,9 @@ namespace shm = ::regcache::service::shm;
 class RingClient {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(20);
+  // Spins between clock reads while waiting (a pause each): an answer that comes within the
+  // first kSpinsPerClock spins costs no clock read at all.
+  static constexpr uint32_t kSpinsPerClock = 64;
 
   // Maps the files of session `session_id` whose Welcome announced `channels` and `slots`.
   // Takes both descriptors (closed on return, whatever happens). `timeout` is every call's
@@ -85,8 +92,9 @@ class RingClient {
   // Runs `n` requests on channel `index`, answers into `out`.
   absl::Status Run(uint32_t index, const shm::RingRequest* requests, size_t n,
                    shm::RingCompletion* out);
-  // The next completion of the channel, by `deadline`.
-  absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time deadline)
+  // The next completion of the channel, by `deadline`; InfinitePast: not set yet (then the
+  // first clock read sets it to now + timeout_).
+  absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void RingDoorbell();
 

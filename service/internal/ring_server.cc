@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
 #include "base/log.h"
+#include "service/internal/session_table.h"
 #include "service/shm_futex.h"
 
 namespace regcache::service::internal {
@@ -71,13 +72,21 @@ shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
 
 }  // namespace
 
-RingServer::RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats)
-    : session_(session), shm_(shm), backend_(backend), stats_(stats), view_(shm->channels()) {}
+RingServer::RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats)
+    : session_(session),
+      id_(session->id),
+      shm_(shm),
+      backend_(backend),
+      stats_(stats),
+      view_(shm->channels()) {
+  for (uint32_t i = 0; i < view_.size(); ++i)
+    view_[i].req_head = &shm->channel(i)->control.req_head;
+}
 
-absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session, SessionShm* shm,
+absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session,
                                                               RingBackend* backend,
                                                               RingStats* stats) {
-  std::unique_ptr<RingServer> s(new RingServer(session, shm, backend, stats));
+  std::unique_ptr<RingServer> s(new RingServer(session, session->shm.get(), backend, stats));
   pthread_attr_t attr;
   ::pthread_attr_init(&attr);
   ::pthread_attr_setstacksize(&attr, kStackBytes);
@@ -87,7 +96,7 @@ absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(SessionId session,
     s->joined_.store(true);
     return base::ErrnoToStatus(err, "start a ring worker");
   }
-  const std::string name = absl::StrFormat("rc-ring-%d", session % 100000);
+  const std::string name = absl::StrFormat("rc-ring-%d", session->id % 100000);
   ::pthread_setname_np(s->thread_, name.c_str());
   stats->workers.Add();
   return s;
@@ -112,38 +121,46 @@ void* RingServer::ThreadMain(void* self) {
 
 void RingServer::Loop() {
   const int64_t spin_ns = absl::ToInt64Nanoseconds(kSpin);
-  int64_t last_work = NowNs();
-  uint32_t idle_rounds = 0;
+  uint32_t idle_sweeps = 0;
+  int64_t idle_since = 0;  // the first clock read of this idle spell; 0: not read yet
+  bool quiet = false;      // the last sleep ended by its time limit: no spin before the next
   while (!stop_.load(std::memory_order_acquire)) {
     if (Sweep() > 0) {
-      idle_rounds = 0;
-      last_work = NowNs();
+      idle_sweeps = 0;
+      idle_since = 0;
+      quiet = false;
       continue;
     }
-    // Read the clock only every few idle sweeps: a sweep of idle channels is a few loads.
-    if ((++idle_rounds & 15) != 0 || NowNs() - last_work < spin_ns) {
+    // No clock while requests keep coming: it is read every kIdleSweepsPerClock idle sweeps.
+    if (++idle_sweeps % kIdleSweepsPerClock != 0) {
       shm::CpuRelax();
       continue;
     }
-    Sleep();
-    idle_rounds = 0;
-    last_work = NowNs();
+    if (!quiet) {
+      const int64_t now = NowNs();
+      if (idle_since == 0) idle_since = now;
+      if (now - idle_since < spin_ns) continue;
+    }
+    quiet = !Sleep();
+    idle_sweeps = 0;
+    idle_since = 0;
   }
 }
 
-void RingServer::Sleep() {
+bool RingServer::Sleep() {
   shm::ChannelFileHeader* h = shm_->channel_header();
   const uint32_t bell = h->doorbell.load(std::memory_order_acquire);
-  h->daemon_waiting.store(1, std::memory_order_seq_cst);
+  h->daemon_waiting.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (stop_.load(std::memory_order_seq_cst) || AnyWork()) {
     h->daemon_waiting.store(0, std::memory_order_relaxed);
-    return;
+    return true;
   }
   stats_->sleeps.Inc();
   shm::FutexWait(&h->doorbell, bell, kSleepLimit);
   h->daemon_waiting.store(0, std::memory_order_relaxed);
   stats_->wakeups.Inc();
+  return h->doorbell.load(std::memory_order_acquire) != bell;
 }
 
 bool RingServer::AnyWork() {
@@ -163,8 +180,18 @@ bool RingServer::AnyWork() {
 uint32_t RingServer::Sweep() {
   uint32_t served = 0;
   const uint32_t n = static_cast<uint32_t>(view_.size());
-  for (uint32_t k = 0; k < n; ++k) served += ServeChannel((next_channel_ + k) % n);
-  next_channel_ = (next_channel_ + 1) % n;
+  // Round robin from next_channel_, wrapping by compare (no division per channel). A channel
+  // whose req_head still equals our req_tail costs one load of a line that stays in this
+  // core's cache until its client writes it; ServeChannel does the full checks.
+  uint32_t i = next_channel_;
+  for (uint32_t k = 0; k < n; ++k) {
+    const ChannelView& v = view_[i];
+    if (!v.broken && v.req_head->load(std::memory_order_relaxed) != v.req_tail) {
+      served += ServeChannel(i);
+    }
+    if (++i == n) i = 0;
+  }
+  if (++next_channel_ == n) next_channel_ = 0;
   return served;
 }
 
@@ -174,7 +201,7 @@ void RingServer::Break(uint32_t index) {
   c.state.store(shm::kChannelBroken, std::memory_order_seq_cst);
   shm::FutexWakeAll(&c.cpl_head);  // a client waiting there learns it now
   stats_->broken_channels.Inc();
-  RC_LOG(WARNING) << "session " << session_ << ": ring channel " << index
+  RC_LOG(WARNING) << "session " << id_ << ": ring channel " << index
                   << " broken (indices out of range); it is no longer served";
 }
 
@@ -198,46 +225,52 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
     ++v.req_tail;
     c.req_tail.store(v.req_tail, std::memory_order_release);
     const shm::RingCompletion out = Serve(copy);
-    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out, sizeof(out));
+    // An OK answer of an op other than kQuery leaves the completion's second half unwritten
+    // (service/shm_protocol.h): one cache line less to move.
+    const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
+    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
+                whole ? sizeof(out) : shm::kCompletionHeadBytes);
     ++v.cpl_head;
     c.cpl_head.store(v.cpl_head, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
+    // Own the next completion slot's first line before the next answer (the client read it a
+    // ring ago). Only where the client has consumed that slot, by the cpl_tail read above.
+    if (unread + 1 < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
     ++served;
   }
   return served;
 }
 
 shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
-  absl::StatusOr<shm::DecodedRequest> d = shm::DecodeRequest(copy);
-  if (!d.ok()) {
+  shm::DecodedRequest d;
+  if (absl::Status s = shm::DecodeRequest(copy, d); !s.ok()) {
     stats_->bad_requests.Inc();
-    return shm::CompletionFor(copy.seq, copy.op, d.status());
+    return shm::CompletionFor(copy.seq, copy.op, s);
   }
   stats_->requests.Inc();
-  return Answer(*d);
+  return Answer(d);
 }
 
 shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
   const uint16_t op = static_cast<uint16_t>(d.op);
+  Session& s = *session_;
   switch (d.op) {
     case shm::RingOp::kRegister:
-      return GrantCompletion(
-          d, backend_->RingRegister(session_, d.va, d.length, d.access, d.prefetch));
+      return GrantCompletion(d, backend_->RingRegister(s, d.va, d.length, d.access, d.prefetch));
     case shm::RingOp::kWindow:
-      return GrantCompletion(d, backend_->RingWindow(session_, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->RingWindow(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kReregister:
-      return GrantCompletion(
-          d, backend_->RingReregister(session_, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->RingReregister(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kRelease:
-      return shm::CompletionFor(d.seq, op, backend_->Release(session_, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->RingRelease(s, d.handle));
     case shm::RingOp::kInvalidate:
-      return shm::CompletionFor(d.seq, op, backend_->Invalidate(session_, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->RingInvalidate(s, d.handle));
     case shm::RingOp::kPrefetch:
       return shm::CompletionFor(d.seq, op,
-                                backend_->Prefetch(session_, d.va, d.length, d.write, d.prefetch));
+                                backend_->RingPrefetch(s, d.va, d.length, d.write, d.prefetch));
     case shm::RingOp::kQuery:
-      return QueryCompletion(d, backend_->Query(session_, d.handle));
+      return QueryCompletion(d, backend_->RingQuery(s, d.handle));
     case shm::RingOp::kNop:
       return shm::CompletionFor(d.seq, op, absl::OkStatus());
   }

@@ -4,10 +4,11 @@
 //
 // Fairness and bounded work: a sweep takes at most kBurstPerChannel requests of a channel
 // before it moves on, and only while that channel's completion ring has room; a session's
-// flood only keeps its own worker busy. Idle: the worker spins for kSpin after the last
-// request it saw, then sleeps on the doorbell futex (the Dekker handshake of the header), at
-// most kSleepLimit at a time — the limit only bounds how long a client that rewrites the
-// doorbell can hide a stop request.
+// flood only keeps its own worker busy. Idle: the worker spins for about kSpin after the last
+// request it saw (it reads the clock only once every kIdleSweepsPerClock idle sweeps: a
+// sweep of idle channels costs a few loads, clock_gettime in a VM can cost more), then sleeps on
+// the doorbell futex (the Dekker handshake of the header), at most kSleepLimit at a time — the
+// limit only bounds how long a client that rewrites the doorbell can hide a stop request.
 //
 // Trust: the worker keeps its own copies of req_tail and cpl_head per channel and reads each
 // client index once per use; an index out of range marks the channel broken
@@ -47,38 +48,41 @@ namespace regcache::service::internal {
   COUNTER(wakeups, "times a ring worker woke from its doorbell")                  \
   GAUGE(workers, "ring worker threads running (one per session)")
 
-RC_DEFINE_STATS(RingStats, REGCACHE_RING_STATS);
+// Hot: every worker bumps `requests` per request; per-thread slots keep that off shared lines.
+RC_DEFINE_HOT_STATS(RingStats, REGCACHE_RING_STATS);
 
-// What the worker calls: the daemon's key methods, with the grant state slot of each grant.
+struct Session;  // service/internal/session_table.h
+
+// What the worker calls: the daemon's key methods for the worker's own session, with the grant
+// state slot of each grant. `s` is open for as long as its worker runs (the daemon stops the
+// worker before it closes the session), so these calls need neither a lookup nor a pin.
 class RingBackend {
  public:
   virtual ~RingBackend() = default;
-  virtual absl::StatusOr<SlottedGrant> RingRegister(SessionId session, uint64_t va, uint64_t length,
+  virtual absl::StatusOr<SlottedGrant> RingRegister(Session& s, uint64_t va, uint64_t length,
                                                     hca::AccessFlags access,
                                                     std::optional<odp::PrefetchMode> prefetch) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingWindow(SessionId session, cache::Handle parent,
-                                                  uint64_t offset, uint64_t length,
-                                                  hca::AccessFlags access) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingReregister(SessionId session, cache::Handle handle,
-                                                      uint64_t va, uint64_t length,
-                                                      hca::AccessFlags access) = 0;
-  virtual absl::Status Release(SessionId session, cache::Handle handle) = 0;
-  virtual absl::Status Invalidate(SessionId session, cache::Handle handle) = 0;
-  virtual absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
-                                std::optional<odp::PrefetchMode> mode) = 0;
-  virtual absl::StatusOr<cache::RegistrationInfo> Query(SessionId session,
-                                                        cache::Handle handle) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingWindow(Session& s, cache::Handle parent, uint64_t offset,
+                                                  uint64_t length, hca::AccessFlags access) = 0;
+  virtual absl::StatusOr<SlottedGrant> RingReregister(Session& s, cache::Handle handle, uint64_t va,
+                                                      uint64_t length, hca::AccessFlags access) = 0;
+  virtual absl::Status RingRelease(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status RingInvalidate(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                                    std::optional<odp::PrefetchMode> mode) = 0;
+  virtual absl::StatusOr<cache::RegistrationInfo> RingQuery(Session& s, cache::Handle handle) = 0;
 };
 
 class RingServer {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(50);
   static constexpr absl::Duration kSleepLimit = absl::Seconds(1);
+  static constexpr uint32_t kIdleSweepsPerClock = 16;
 
-  // Starts the session's worker. `shm`, `backend` and `stats` must outlive the server.
-  // Errors: pthread_create's.
-  static absl::StatusOr<std::unique_ptr<RingServer>> Start(SessionId session, SessionShm* shm,
-                                                           RingBackend* backend, RingStats* stats);
+  // Starts the worker of `session`, whose shm must be set. `session`, `backend` and `stats`
+  // must outlive the server. Errors: pthread_create's.
+  static absl::StatusOr<std::unique_ptr<RingServer>> Start(Session* session, RingBackend* backend,
+                                                           RingStats* stats);
   // Stop()s.
   ~RingServer();
   RingServer(const RingServer&) = delete;
@@ -89,14 +93,16 @@ class RingServer {
   void Stop();
 
  private:
-  // The worker's own view of a channel; never read from shared memory.
+  // The worker's own view of a channel; never read from shared memory (but req_head points
+  // into it: the sweep's first look).
   struct ChannelView {
+    const std::atomic<uint32_t>* req_head = nullptr;
     uint32_t req_tail = 0;
     uint32_t cpl_head = 0;
     bool broken = false;
   };
 
-  RingServer(SessionId session, SessionShm* shm, RingBackend* backend, RingStats* stats);
+  RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats);
   static void* ThreadMain(void* self);
   void Loop();
   // Serves up to kBurstPerChannel requests of every channel once; returns how many.
@@ -104,13 +110,16 @@ class RingServer {
   uint32_t ServeChannel(uint32_t index);
   // Whether some channel has a request it may take now.
   bool AnyWork();
-  // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit.
-  void Sleep();
+  // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit: false when it
+  // slept the whole limit without a ring (then the worker sleeps again without spinning:
+  // 64 idle sessions cost 64 wake-ups a second and nothing more).
+  bool Sleep();
   void Break(uint32_t index);
   shm::RingCompletion Serve(const shm::RingRequest& copy);
   shm::RingCompletion Answer(const shm::DecodedRequest& d);
 
-  const SessionId session_;
+  Session* const session_;
+  const SessionId id_;
   SessionShm* const shm_;
   RingBackend* const backend_;
   RingStats* const stats_;

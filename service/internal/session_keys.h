@@ -1,0 +1,64 @@
+// The key calls of one session (register, window, re-register, release, invalidate, prefetch,
+// query) on the daemon's cache, with the session's grant table around each: whichever
+// transport a call came by, every grant gets its state slot and every revocation sets the
+// state word first (service/internal/grant_table.h). Internal to service/.
+//
+// Callers hand in the Session itself: the daemon's gRPC side after pinning it (SessionTable::
+// Pin), a session's ring worker directly — the worker runs only while its session is open
+// (the daemon stops it before it closes the session), so the ring's hot path takes no lock
+// and no lookup for it. Every call refuses with kUnavailable once the daemon drains.
+//
+// Thread safety: any thread; the cache and the grant table lock for themselves.
+#ifndef REGCACHE_SERVICE_INTERNAL_SESSION_KEYS_H_
+#define REGCACHE_SERVICE_INTERNAL_SESSION_KEYS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cache/reg_cache.h"
+#include "hca/device.h"
+#include "odp/servicer.h"
+#include "service/internal/grant_table.h"
+#include "service/internal/ring_server.h"
+#include "service/internal/session_table.h"
+
+namespace regcache::service::internal {
+
+class SessionKeys final : public RingBackend {
+ public:
+  // `cache`, `servicer` (null on a device without on-demand paging), `device` and `draining`
+  // must outlive this object.
+  SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const hca::Device* device,
+              const std::atomic<bool>* draining);
+
+  absl::StatusOr<SlottedGrant> RingRegister(Session& s, uint64_t va, uint64_t length,
+                                            hca::AccessFlags access,
+                                            std::optional<odp::PrefetchMode> prefetch) override;
+  absl::StatusOr<SlottedGrant> RingWindow(Session& s, cache::Handle parent, uint64_t offset,
+                                          uint64_t length, hca::AccessFlags access) override;
+  absl::StatusOr<SlottedGrant> RingReregister(Session& s, cache::Handle handle, uint64_t va,
+                                              uint64_t length, hca::AccessFlags access) override;
+  absl::Status RingRelease(Session& s, cache::Handle handle) override;
+  absl::Status RingInvalidate(Session& s, cache::Handle handle) override;
+  absl::Status RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                            std::optional<odp::PrefetchMode> mode) override;
+  absl::StatusOr<cache::RegistrationInfo> RingQuery(Session& s, cache::Handle handle) override;
+
+ private:
+  absl::Status Open() const;  // kUnavailable while draining
+  absl::Status NoOdp() const;
+  absl::StatusOr<cache::KeyGrant> RegisterIn(Session& s, uint64_t va, uint64_t length,
+                                             hca::AccessFlags access,
+                                             std::optional<odp::PrefetchMode> prefetch);
+
+  cache::RegCache* const cache_;
+  odp::Servicer* const servicer_;
+  const hca::Device* const device_;
+  const std::atomic<bool>* const draining_;
+};
+
+}  // namespace regcache::service::internal
+#endif  // REGCACHE_SERVICE_INTERNAL_SESSION_KEYS_H_
