@@ -243,6 +243,23 @@ TEST_F(KeyPoolTest, MaintainReleasesEligibleQuarantinedKeys) {
   ExpectCounts(4, 0, 0);
 }
 
+// Idle tells the maintenance thread it may sleep longer: nothing quarantined, no class below
+// its low watermark.
+TEST_F(KeyPoolTest, IdleOnlyWithNothingToRefillOrRelease) {
+  PoolOptions o = NoQuarantine();  // low 2, high 4
+  o.quarantine_time = absl::Milliseconds(10);
+  Init(o);
+  EXPECT_FALSE(pool_->Idle()) << "empty classes want a refill";
+  ASSERT_TRUE(pool_->Maintain(kT0).ok());
+  EXPECT_TRUE(pool_->Idle());
+  TakenKey t = MustTake(0);
+  EXPECT_TRUE(pool_->Idle()) << "3 free: still above the low watermark";
+  Return(t, kT0);
+  EXPECT_FALSE(pool_->Idle()) << "a key waits in quarantine";
+  ASSERT_TRUE(pool_->Maintain(kT0 + absl::Milliseconds(10)).ok());
+  EXPECT_TRUE(pool_->Idle());
+}
+
 TEST_F(KeyPoolTest, MaintainReportsAClassAtItsLimitAndStaysUsable) {
   PoolOptions o = NoQuarantine();
   o.max_keys_per_class = 4;

@@ -2,6 +2,7 @@
 // The machinery is under cache/internal/ (internal/tenant.h says what lives where).
 #include "cache/reg_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -124,6 +125,8 @@ class RegCacheImpl final : public RegCache {
   // Fills `g` and returns true on a hit.
   static bool TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
   void MaintenanceLoop();
+  // One maintenance pass; true when every tenant's pool was idle after it.
+  bool MaintainPass();
 
   internal::CacheContext ctx_;
   CacheStats stats_;
@@ -331,7 +334,10 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
 // ---------------------------------------------------------------------------------------------
 // Maintenance
 
-void RegCacheImpl::Maintain() {
+void RegCacheImpl::Maintain() { (void)MaintainPass(); }
+
+bool RegCacheImpl::MaintainPass() {
+  bool idle = true;
   std::vector<std::shared_ptr<Tenant>> tenants;
   {
     base::MutexLock lock(&tenants_mu_);
@@ -343,21 +349,26 @@ void RegCacheImpl::Maintain() {
     if (t->closing || t->pool == nullptr) continue;
     absl::Status s = t->pool->Maintain(now);
     if (!s.ok()) RC_LOG(DEBUG) << "pool refill for tenant " << t->id << ": " << s;
+    idle = idle && t->pool->Idle();
   }
+  return idle;
 }
 
 void RegCacheImpl::MaintenanceLoop() {
+  const absl::Duration busy = ctx_.options.maintenance_period;
+  const absl::Duration most = std::max(busy, ctx_.options.idle_maintenance_period);
+  absl::Duration period = busy;
   for (;;) {
     {
       base::MutexLock lock(&stop_mu_);
-      if (stop_cv_.WaitFor(&stop_mu_, ctx_.options.maintenance_period, [this]() {
+      if (stop_cv_.WaitFor(&stop_mu_, period, [this]() {
             stop_mu_.AssertHeld();
             return stop_;
           })) {
         return;
       }
     }
-    Maintain();
+    period = MaintainPass() ? std::min(period * 2, most) : busy;
   }
 }
 

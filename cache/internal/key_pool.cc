@@ -140,6 +140,14 @@ absl::Status KeyPool::DestroyAll() {
   return first;
 }
 
+bool KeyPool::Idle() const {
+  if (!quarantine_.empty()) return false;
+  for (const Class& c : classes_) {
+    if (c.free.size() < options_.low_watermark) return false;
+  }
+  return true;
+}
+
 uint64_t KeyPool::free_keys() const {
   uint64_t n = 0;
   for (const Class& c : classes_) n += c.free.size();

@@ -72,6 +72,8 @@ class KeyPool {
   absl::Status DestroyAll();
 
   uint64_t free_keys() const;
+  // Nothing for Maintain to do: no key in quarantine, every class at or above its low watermark.
+  bool Idle() const;
   uint64_t quarantined_keys() const { return quarantine_.size(); }
   uint64_t outstanding_keys() const;  // handed out, not yet back (mapping/live/draining)
   uint64_t total_keys() const;        // free + quarantined + outstanding
