@@ -31,9 +31,6 @@ bool ValidAccess(uint32_t access) {
   return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
 }
 
-// The hot path's way to this thread's table: the last cache it used (a few words of TLS).
-thread_local uint64_t tls_last_id = 0;
-thread_local grant_cache_detail::ThreadRefs* tls_last = nullptr;
 thread_local bool tls_exiting = false;
 
 }  // namespace
@@ -73,6 +70,8 @@ ThreadTables& Tables() {
 using grant_cache_detail::FrontTable;
 using grant_cache_detail::ProbeTable;
 using grant_cache_detail::ThreadRefs;
+using grant_cache_detail::tls_last;
+using grant_cache_detail::tls_last_id;
 
 GrantCache::GrantCache(const GrantStateView& state)
     : state_(state),
@@ -213,7 +212,7 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
               e.end.load(kR) - va,
               e.access.load(kR),
               true};
-  if (mine != nullptr && (epoch & 1) == 0) Remember(*t, idx, addr, k, epoch);
+  if (mine != nullptr && (epoch & 1) == 0 && t->front_on) Remember(*t, idx, addr, k, epoch);
   return k;
 }
 
@@ -258,13 +257,10 @@ void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
   }
 }
 
-std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
+std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint32_t access) {
   const uint64_t end = addr + length;
   if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
   ThreadRefs* t = MyRefs(/*create=*/true);
-  if (t != nullptr) {
-    if (std::optional<Key> k = FrontHit(t, addr, end, access)) return k;
-  }
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
   // A grant that starts at `addr`.
   const ProbeTable* p = by_va_.load(std::memory_order_acquire);
@@ -373,10 +369,9 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
 }
 
 // --- Release -----------------------------------------------------------------------------------
-GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
+GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
   ThreadRefs* t = MyRefs(/*create=*/false);
   if (t == nullptr) return ReleaseSlow(handle);
-  if (ReleaseOutcome out; FrontRelease(t, handle, &out)) return out;
   const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
   uint32_t h = static_cast<uint32_t>(Mix(handle)) & p->mask;
   for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {

@@ -36,7 +36,10 @@
 //     are seen by the validation (the acquire load of E0 orders their state changes). The
 //     daemon word is read after the count is taken, as in the probe path.
 //     The path touches this thread's slot and count word, epoch_ (read-mostly) and the
-//     daemon's words: no entry line and no shared table.
+//     daemon's words: no entry line and no shared table. It is inline (Acquire, Release), so
+//     the copy goes straight into the caller's result. A thread whose hits mostly miss its
+//     front (more grants in use than it holds) turns it off for a while (ThreadRefs::Retune):
+//     a miss there costs a cold line and a fill.
 //   - Probe path (a front miss): two open-addressed tables, by start address and by handle,
 //     that readers probe without a lock (entry index + 1 per slot; writers serialise on mu_
 //     and delete by backward shift). A reader validates what it finds through the entry's
@@ -138,6 +141,7 @@ class GrantCache {
   // A cached grant that covers [addr, addr + length) with at least `access` and whose state
   // word is current, with one more local reference; nullopt otherwise. Never blocks on the
   // daemon. REQUIRES length > 0.
+  // Inline: the front path (see the header comment), then the rest out of line.
   std::optional<Key> Acquire(uint64_t addr, uint64_t length, uint32_t access);
 
   // A grant the daemon just returned, with one daemon hold the caller took. Caches it and takes
@@ -155,7 +159,7 @@ class GrantCache {
   // Gives back one local reference of `handle`. A grant found revoked whose last reference
   // this was leaves the cache, and its daemon holds are returned in the outcome. Fastest from
   // the thread that acquired the reference; any thread may release it.
-  ReleaseOutcome Release(uint64_t handle);
+  ReleaseOutcome Release(uint64_t handle);  // inline: the front path, then the rest
 
   // Takes every grant no one references out of the cache (reclaim, close) and returns its
   // handle and daemon holds, for the caller to release at the daemon; pending holds too.
@@ -231,6 +235,8 @@ class GrantCache {
   std::optional<Key> TryHit(Refs* t, uint32_t idx, uint64_t addr, uint64_t end, uint32_t access,
                             uint64_t epoch);
   void Remember(Refs& t, uint32_t idx, uint64_t addr, const Key& k, uint64_t epoch);
+  std::optional<Key> AcquireSlow(uint64_t addr, uint64_t length, uint32_t access);
+  ReleaseOutcome ReleaseProbe(uint64_t handle);
   // The front paths (inline below). REQUIRES t != nullptr.
   std::optional<Key> FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access);
   bool FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* out);
@@ -309,6 +315,19 @@ struct ThreadRefs {
   std::atomic<std::atomic<uint64_t>*> chunks[GrantCache::kMaxChunks] = {};
   uint32_t hints[GrantCache::kHints] = {};  // owner only: entry index + 1 last hit at an address
   std::unique_ptr<FrontTable> front;        // owner only; allocated on the first hit
+  // Owner only: whether the front is in use, and how it did in this window of acquisitions.
+  // Off, it costs nothing; it goes off for kFrontOff acquisitions when fewer than a quarter of a
+  // window's hits came from it (more grants in use than it holds), then is sampled again.
+  static constexpr uint32_t kFrontWindow = 1024;
+  static constexpr uint32_t kFrontOff = 15 * kFrontWindow;
+  bool front_on = true;
+  uint32_t front_left = kFrontWindow;
+  uint32_t front_hits = 0;
+  void Retune() {
+    front_on = !front_on || 4 * front_hits >= kFrontWindow;
+    front_left = front_on ? kFrontWindow : kFrontOff;
+    front_hits = 0;
+  }
 };
 
 // A copy of a grant this thread hit, good while the cache's epoch is `epoch` (see the header).
@@ -340,6 +359,11 @@ struct FrontTable {
   uint32_t last = 0;                // the slot of the last front hit
 };
 
+// The hot path's way to this thread's table: the last cache it used (a few words of TLS; a
+// library loaded with dlopen needs no more).
+inline constinit thread_local uint64_t tls_last_id = 0;
+inline constinit thread_local ThreadRefs* tls_last = nullptr;
+
 struct ProbeTable {
   explicit ProbeTable(uint32_t capacity)
       : mask(capacity - 1), slots(new std::atomic<uint32_t>[capacity]()) {}
@@ -351,6 +375,29 @@ struct ProbeTable {
 }  // namespace grant_cache_detail
 
 // --- Small methods ---
+inline std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
+  if (grant_cache_detail::tls_last_id == id_ && addr + length > addr) [[likely]] {
+    Refs* t = grant_cache_detail::tls_last;
+    if (--t->front_left == 0) [[unlikely]]
+      t->Retune();
+    if (t->front_on) {
+      std::optional<Key> k = FrontHit(t, addr, addr + length, access);
+      if (k.has_value()) {
+        ++t->front_hits;
+        return k;
+      }
+    }
+  }
+  return AcquireSlow(addr, length, access);
+}
+
+inline GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
+  if (grant_cache_detail::tls_last_id == id_ && grant_cache_detail::tls_last->front_on) [[likely]] {
+    if (ReleaseOutcome out; FrontRelease(grant_cache_detail::tls_last, handle, &out)) return out;
+  }
+  return ReleaseProbe(handle);
+}
+
 inline void GrantCache::AddPending(uint64_t handle, uint32_t holds) {
   pending_.emplace_back(handle, holds);
   has_pending_.store(true, std::memory_order_release);
