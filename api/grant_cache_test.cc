@@ -224,6 +224,76 @@ TEST_F(GrantCacheTest, TakeSoleOnlyWithOneReference) {
   EXPECT_FALSE(cache_->Release(1).cached);
 }
 
+// The front path (a thread's copies of the grants it hit): every check of the probe path holds.
+TEST_F(GrantCacheTest, FrontHitStillReadsTheDaemonWord) {
+  ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
+  for (int i = 0; i < 3; ++i) {  // the second and third come from the front copy
+    auto k = cache_->Acquire(0x10000, 0x1000, kLocalRead);
+    ASSERT_TRUE(k.has_value());
+    EXPECT_EQ(k->lkey, 101u);
+    EXPECT_EQ(cache_->Release(1).daemon_releases, 0u);
+  }
+  session_state_.store(shm::kSessionClosing);
+  EXPECT_FALSE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value()) << "closing";
+  session_state_.store(shm::kSessionOpen);
+  ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());
+  EXPECT_FALSE(cache_->Release(1).no_reference);
+  Revoke(3);
+  EXPECT_FALSE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value()) << "revoked";
+  // The insert's reference is still out: the holds come back with it.
+  EXPECT_EQ(cache_->Release(1).daemon_releases, 1u);
+  EXPECT_FALSE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());
+  EXPECT_EQ(cache_->size(), 0u);
+}
+
+TEST_F(GrantCacheTest, FrontCopyDiesWithItsGrant) {
+  ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
+  ASSERT_FALSE(cache_->Release(1).no_reference);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());
+    ASSERT_FALSE(cache_->Release(1).no_reference);
+  }
+  auto taken = cache_->TakeUnreferenced();
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0], std::make_pair(uint64_t{1}, uint32_t{1}));
+  EXPECT_FALSE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value()) << "reaped";
+  EXPECT_FALSE(cache_->Release(1).cached);
+  // The same entry, another grant at the same address: the old copy never answers for it.
+  ASSERT_TRUE(cache_->Insert(MakeKey(2, 0x10000, 0x1000), 4, 7));
+  ASSERT_FALSE(cache_->Release(2).no_reference);
+  for (int i = 0; i < 2; ++i) {
+    auto k = cache_->Acquire(0x10000, 0x1000, kLocalRead);
+    ASSERT_TRUE(k.has_value());
+    EXPECT_EQ(k->handle, 2u);
+    EXPECT_EQ(k->lkey, 102u);
+    ASSERT_FALSE(cache_->Release(2).no_reference);
+  }
+}
+
+TEST_F(GrantCacheTest, ForgetWhileFrontHitsAreHeld) {
+  ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
+  ASSERT_FALSE(cache_->Release(1).no_reference);
+  ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());  // fills the front
+  ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());  // from the front
+  EXPECT_EQ(cache_->Forget(1), 0u) << "still referenced twice";
+  EXPECT_FALSE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value()) << "forgotten";
+  EXPECT_EQ(cache_->Release(1).daemon_releases, 0u);
+  EXPECT_EQ(cache_->Release(1).daemon_releases, 1u) << "the last reference";
+  EXPECT_EQ(cache_->size(), 0u);
+}
+
+TEST_F(GrantCacheTest, FrontReleaseFromAnotherThreadStaysExact) {
+  ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
+  ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());
+  ASSERT_TRUE(cache_->Acquire(0x10000, 0x1000, kLocalRead).has_value());  // 3 references here
+  std::thread([&] {
+    for (int i = 0; i < 2; ++i) EXPECT_FALSE(cache_->Release(1).no_reference);
+  }).join();
+  EXPECT_FALSE(cache_->Release(1).no_reference);
+  EXPECT_TRUE(cache_->Release(1).no_reference) << "all three are back";
+  EXPECT_EQ(cache_->TakeUnreferenced().size(), 1u);
+}
+
 // Per handle: holds given back, and whether a thread still used it after that.
 struct Ledger {
   static constexpr uint64_t kMax = 1 << 20;
@@ -326,6 +396,71 @@ TEST(GrantCacheRaceTest, RevocationRacingHits) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(cache.size(), 0u);
   for (uint32_t g = 0; g < kGrants; ++g) EXPECT_EQ(ledger.returned[g + 1].load(), 1) << g;
+}
+
+// Threads hit few grants, mostly from their front copies, while another thread now and then
+// reclaims, forgets and re-inserts: a held grant's holds never come back, each comes back once.
+TEST(GrantCacheRaceTest, ReapersRacingFrontHits) {
+  constexpr uint32_t kGrants = 8;
+  std::vector<std::atomic<uint32_t>> words(kGrants);
+  for (auto& w : words) w.store(shm::SlotWord(1, false));
+  GrantCache cache(GrantStateView{words.data(), kGrants, nullptr});
+  Ledger ledger;
+  std::atomic<uint64_t> next_handle{1};
+  std::vector<uint32_t> grant_of(Ledger::kMax);  // the reaping thread's only
+  std::vector<uint64_t> current(kGrants);        // and the handle now cached for each grant
+  auto insert = [&](uint32_t g) {
+    const uint64_t h = next_handle++;
+    grant_of[h] = g;
+    current[g] = h;
+    ASSERT_TRUE(cache.Insert(Key{h, 1, 1, 0x100000 + g * 0x1000ull, 0x1000, kLocalRead}, g, 1));
+    EXPECT_FALSE(cache.Release(h).no_reference);
+  };
+  for (uint32_t g = 0; g < kGrants; ++g) insert(g);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      uint64_t x = 88172645463325252ull * (t + 1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        auto k = cache.Acquire(0x100000 + (x % kGrants) * 0x1000ull, 8, kLocalRead);
+        if (!k.has_value()) continue;
+        hits.fetch_add(1, std::memory_order_relaxed);
+        if (ledger.returned[k->handle % Ledger::kMax].load() != 0) ++ledger.used_after_return;
+        auto r = cache.Release(k->handle);
+        EXPECT_TRUE(r.cached);
+        EXPECT_FALSE(r.no_reference);
+        ledger.Return(k->handle, r.daemon_releases);  // the last reference of a forgotten one
+      }
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  for (int round = 0; round < 600 && absl::Now() < deadline; ++round) {
+    // Let the hitters run on their front copies for a while (bounded), then reap.
+    const int64_t until = hits.load() + 200;
+    while (hits.load() < until && absl::Now() < deadline) std::this_thread::yield();
+    if (round % 2 == 0) {
+      for (const auto& [h, n] : cache.TakeUnreferenced()) {
+        ledger.Return(h, n);
+        insert(grant_of[h]);
+      }
+    } else {
+      const uint32_t g = round % kGrants;  // revoked by an event; the daemon grants it anew
+      ledger.Return(current[g], cache.Forget(current[g]));
+      ledger.Return(cache.TakePending());
+      insert(g);
+    }
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  ledger.Return(cache.TakePending());
+  ledger.Return(cache.TakeUnreferenced());
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_GT(hits.load(), 0);
+  EXPECT_EQ(ledger.used_after_return.load(), 0);
+  for (uint64_t h = 1; h < next_handle.load(); ++h) EXPECT_EQ(ledger.returned[h].load(), 1) << h;
 }
 
 // Several caches in one process (several clients): independent, and a cache destroyed while

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 
-#include "base/asymmetric_fence.h"
-#include "service/shm_protocol.h"
-
 namespace regcache::api::internal {
 namespace {
 
@@ -19,7 +16,6 @@ uint32_t Inc(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 uint64_t Clean(uint32_t inc) { return (uint64_t{inc} << 32) | kLive; }
 // A thread's count word: (incarnation << 32) | references.
 uint32_t Count(uint64_t w) { return static_cast<uint32_t>(w); }
-constexpr uint32_t kMaxCount = 0x7fffffff;
 
 uint64_t Mix(uint64_t x) {
   return (x * 0x9e3779b97f4a7c15ull) ^ ((x * 0x9e3779b97f4a7c15ull) >> 31);
@@ -35,9 +31,6 @@ bool ValidAccess(uint32_t access) {
   return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
 }
 
-// The hot path's way to this thread's table: the last cache it used (a few words of TLS).
-thread_local uint64_t tls_last_id = 0;
-thread_local grant_cache_detail::ThreadRefs* tls_last = nullptr;
 thread_local bool tls_exiting = false;
 
 }  // namespace
@@ -74,8 +67,11 @@ ThreadTables& Tables() {
 
 }  // namespace grant_cache_detail
 
+using grant_cache_detail::FrontTable;
 using grant_cache_detail::ProbeTable;
 using grant_cache_detail::ThreadRefs;
+using grant_cache_detail::tls_last;
+using grant_cache_detail::tls_last_id;
 
 GrantCache::GrantCache(const GrantStateView& state)
     : state_(state),
@@ -162,7 +158,7 @@ void GrantCache::HandBack(ThreadRefs& t) {
 
 // --- Hits --------------------------------------------------------------------------------------
 std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr, uint64_t end,
-                                      uint32_t access) {
+                                      uint32_t access, uint64_t epoch) {
   Entry& e = At(idx);
   const uint64_t s = e.state.load(std::memory_order_acquire);
   if ((s & (kLive | kForgotten | kMarked)) != kLive) return std::nullopt;
@@ -199,6 +195,7 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
     if (open) {  // revoked: no one gets it again; its holds go back once unreferenced
       base::MutexLock l(&mu_);
       base::MutexLock r(&registry_->mu);
+      Reaping reaping(epoch_);
       const uint64_t h = e.handle.load(std::memory_order_relaxed);
       if (Inc(e.state.load(std::memory_order_acquire)) == inc) {
         if (uint32_t holds = ForgetLocked(idx); holds > 0) AddPending(h, holds);
@@ -208,13 +205,36 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
   }
   constexpr auto kR = std::memory_order_relaxed;
   const uint64_t va = e.va.load(kR);
-  return Key{e.handle.load(kR),
-             e.lkey.load(kR),
-             e.rkey.load(kR),
-             va,
-             e.end.load(kR) - va,
-             e.access.load(kR),
-             true};
+  const Key k{e.handle.load(kR),
+              e.lkey.load(kR),
+              e.rkey.load(kR),
+              va,
+              e.end.load(kR) - va,
+              e.access.load(kR),
+              true};
+  if (mine != nullptr && (epoch & 1) == 0 && t->front_on) Remember(*t, idx, addr, k, epoch);
+  return k;
+}
+
+// Fills `addr`'s front slot with a grant this thread holds (its word counts it) and that was
+// validated after epoch_ read `epoch` (even). The newer way is 0: the older one is dropped.
+void GrantCache::Remember(ThreadRefs& t, uint32_t idx, uint64_t addr, const Key& k,
+                          uint64_t epoch) {
+  if (t.front == nullptr) t.front = std::make_unique<FrontTable>();
+  FrontTable& ft = *t.front;
+  const uint32_t i = 2 * FrontTable::Set(addr);
+  grant_cache_detail::Front& f = ft.slots[i];
+  if (f.handle != k.handle || f.epoch != epoch) {
+    ft.slots[i + 1] = f;
+    ft.by_handle[FrontTable::ByHandle(f.handle)] = static_cast<uint16_t>(i + 1);
+  }
+  const Entry& e = At(idx);
+  constexpr auto kR = std::memory_order_relaxed;
+  const uint32_t word = shm::SlotWord(e.generation.load(kR), false);
+  f = {k.va, k.va + k.length,       k.handle, epoch, k.lkey, k.rkey, k.access, e.slot.load(kR),
+       word, Inc(e.state.load(kR)), idx};
+  ft.by_handle[FrontTable::ByHandle(k.handle)] = static_cast<uint16_t>(i);
+  ft.last = i;
 }
 
 // Drops a reference TryHit took (`t` nullptr: a shared one).
@@ -237,22 +257,23 @@ void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
   }
 }
 
-std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
+std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint32_t access) {
   const uint64_t end = addr + length;
   if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
   ThreadRefs* t = MyRefs(/*create=*/true);
+  const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
   // A grant that starts at `addr`.
   const ProbeTable* p = by_va_.load(std::memory_order_acquire);
   uint32_t h = static_cast<uint32_t>(Mix(addr)) & p->mask;
   for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
     const uint32_t v = p->slots[h].load(std::memory_order_acquire);
     if (v == 0) break;
-    if (std::optional<Key> k = TryHit(t, v - 1, addr, end, access)) return k;
+    if (std::optional<Key> k = TryHit(t, v - 1, addr, end, access, epoch)) return k;
   }
   // The grant this thread last used at this address, then the ordered index.
   uint32_t* hint = t != nullptr ? &t->hints[Mix(addr >> 12) % kHints] : nullptr;
   if (hint != nullptr && *hint != 0) {
-    if (std::optional<Key> k = TryHit(t, *hint - 1, addr, end, access)) return k;
+    if (std::optional<Key> k = TryHit(t, *hint - 1, addr, end, access, epoch)) return k;
   }
   std::optional<uint32_t> idx;
   {
@@ -260,7 +281,7 @@ std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t 
     idx = FindCovering(addr, end, access);
   }
   if (!idx.has_value()) return std::nullopt;
-  std::optional<Key> k = TryHit(t, *idx, addr, end, access);
+  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
   if (k.has_value() && hint != nullptr) *hint = *idx + 1;
   return k;
 }
@@ -348,7 +369,7 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
 }
 
 // --- Release -----------------------------------------------------------------------------------
-GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
+GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
   ThreadRefs* t = MyRefs(/*create=*/false);
   if (t == nullptr) return ReleaseSlow(handle);
   const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
@@ -368,21 +389,26 @@ GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
     }
     mine->store(w - 1, std::memory_order_release);
     base::LightFence();  // the count, before the state read (pairs with a reaper's HeavyFence)
-    const uint64_t now = e.state.load(std::memory_order_acquire);
-    ReleaseOutcome out;
-    out.cached = true;
-    // Reaped since the check above, after this release: the reaper gave the holds back.
-    if (Inc(now) != Inc(w)) return out;
-    if (e.shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
-      // Some references were released by other threads: the exact path decides.
-      mine->store(w, std::memory_order_release);
-      return ReleaseSlow(handle);
-    }
-    if ((now & kForgotten) != 0) [[unlikely]]
-      out.daemon_releases = Settle(v - 1, Inc(w)).second;
-    return out;
+    return Released(v - 1, mine, w, handle);
   }
   return ReleaseSlow(handle);
+}
+
+GrantCache::ReleaseOutcome GrantCache::Released(uint32_t idx, std::atomic<uint64_t>* mine,
+                                                uint64_t w, uint64_t handle) {
+  const uint64_t now = At(idx).state.load(std::memory_order_acquire);
+  ReleaseOutcome out;
+  out.cached = true;
+  // Reaped since the caller's check, after this release: the reaper gave the holds back.
+  if (Inc(now) != Inc(w)) return out;
+  if (At(idx).shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
+    // Some references were released by other threads: the exact path decides.
+    mine->store(w, std::memory_order_release);
+    return ReleaseSlow(handle);
+  }
+  if ((now & kForgotten) != 0) [[unlikely]]
+    out.daemon_releases = Settle(idx, Inc(w)).second;
+  return out;
 }
 
 // A reference this thread does not count: from the shared count, after a check that the grant
@@ -391,6 +417,7 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
   ReleaseOutcome out;
   base::MutexLock l(&mu_);
   base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return out;
   out.cached = true;
@@ -456,6 +483,7 @@ uint32_t GrantCache::ForgetLocked(uint32_t idx) {
 std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
   base::MutexLock l(&mu_);
   base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
   Entry& e = At(idx);
   const uint64_t s = e.state.load(std::memory_order_acquire);
   if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
@@ -464,21 +492,10 @@ std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
   return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
 }
 
-void GrantCache::AddPending(uint64_t handle, uint32_t holds) {
-  pending_.emplace_back(handle, holds);
-  has_pending_.store(true, std::memory_order_release);
-}
-
-std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakePending() {
-  if (!HasPending()) return {};
-  base::MutexLock l(&mu_);
-  has_pending_.store(false, std::memory_order_relaxed);
-  return std::exchange(pending_, {});
-}
-
 std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
   base::MutexLock l(&mu_);
   base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
   // Candidates: no reference seen without the fence (a cheap filter), then marked.
   std::vector<std::pair<uint32_t, uint64_t>> marked;  // (index, state before the mark)
   for (const auto& [handle, idx] : handles_) {
@@ -502,17 +519,11 @@ std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
   return out;
 }
 
-uint32_t GrantCache::Forget(uint64_t handle) {
-  base::MutexLock l(&mu_);
-  base::MutexLock r(&registry_->mu);
-  auto it = handles_.find(handle);
-  return it == handles_.end() ? 0 : ForgetLocked(it->second);
-}
-
 GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
   Sole out;
   base::MutexLock l(&mu_);
   base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
   auto it = handles_.find(handle);
   if (it == handles_.end()) return out;
   out.cached = true;
@@ -527,24 +538,6 @@ GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
     e.state.fetch_and(~kMarked, std::memory_order_release);
   }
   return out;
-}
-
-std::vector<uint64_t> GrantCache::RevokedHandles() {
-  std::vector<uint64_t> out;
-  base::ReaderMutexLock lock(&mu_);
-  for (const auto& [handle, idx] : handles_) {
-    const Entry& e = At(idx);
-    if (!CurrentWord(e.slot.load(std::memory_order_relaxed),
-                     e.generation.load(std::memory_order_relaxed))) {
-      out.push_back(handle);
-    }
-  }
-  return out;
-}
-
-size_t GrantCache::size() const {
-  base::ReaderMutexLock lock(&mu_);
-  return handles_.size();
 }
 
 // --- The lock-free tables ----------------------------------------------------------------------
