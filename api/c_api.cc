@@ -145,11 +145,11 @@ regcache_code_t Do(regcache_client_t* client, Call call) {
   });
 }
 
-bool ValidPrefetch(regcache_prefetch_t p) {
+bool ValidPrefetch(uint32_t p) {
   return p == REGCACHE_PREFETCH_NONE || p == REGCACHE_PREFETCH_SYNC || p == REGCACHE_PREFETCH_ASYNC;
 }
 
-regcache_code_t BadPrefetch(regcache_prefetch_t p) {
+regcache_code_t BadPrefetch(uint32_t p) {
   char buf[96];
   std::snprintf(buf, sizeof(buf), "prefetch mode %d is none of REGCACHE_PREFETCH_*",
                 static_cast<int>(p));
@@ -247,8 +247,7 @@ regcache_code_t regcache_detach(regcache_client_t* client, const regcache_memory
 }
 
 regcache_code_t regcache_register(regcache_client_t* client, const void* addr, uint64_t length,
-                                  uint32_t access, regcache_prefetch_t prefetch,
-                                  regcache_key_t* out) {
+                                  uint32_t access, uint32_t prefetch, regcache_key_t* out) {
   if (client != nullptr && out != nullptr) {
     if (addr == nullptr) return Invalid("addr");
     if (length == 0) return SetError(REGCACHE_INVALID_ARGUMENT, "length is 0");
@@ -279,7 +278,7 @@ regcache_code_t regcache_query(regcache_client_t* client, uint64_t handle,
 }
 
 regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr, uint64_t length,
-                                  int write, regcache_prefetch_t mode) {
+                                  int write, uint32_t mode) {
   if (client != nullptr) {
     if (addr == nullptr) return Invalid("addr");
     if (!ValidPrefetch(mode)) return BadPrefetch(mode);

@@ -160,7 +160,7 @@ static void TestBadValues(regcache_client_t* c, const regcache_memory_t* m) {
   CHECK_CODE(regcache_allocate(c, 1000, 0, 0, &mem), REGCACHE_INVALID_ARGUMENT, NULL);
   CHECK_CODE(regcache_register(c, m->data, 0, kRw, REGCACHE_PREFETCH_NONE, &key),
              REGCACHE_INVALID_ARGUMENT, "length");
-  CHECK_CODE(regcache_register(c, m->data, 4096, kRw, (regcache_prefetch_t)7, &key),
+  CHECK_CODE(regcache_register(c, m->data, 4096, kRw, 7, &key),
              REGCACHE_INVALID_ARGUMENT, "prefetch");
   CHECK_CODE(regcache_register(c, not_attached, 4096, kRw, REGCACHE_PREFETCH_NONE, &key),
              REGCACHE_OUT_OF_RANGE, NULL);

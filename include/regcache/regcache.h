@@ -71,7 +71,9 @@ typedef enum regcache_code {
 #define REGCACHE_REMOTE_WRITE (1u << 3)
 #define REGCACHE_REMOTE_ATOMIC (1u << 4)
 
-/* Prefetch of on-demand memory (the values of regcache::api::PrefetchMode). */
+/* Prefetch of on-demand memory (the values of regcache::api::PrefetchMode). Functions take it as
+ * a uint32_t, so that a value outside the enum is refused with REGCACHE_INVALID_ARGUMENT rather
+ * than being undefined where the library is C++. */
 typedef enum regcache_prefetch {
   REGCACHE_PREFETCH_NONE = 0, /* translations appear on first access */
   REGCACHE_PREFETCH_SYNC = 1, /* present before the call returns */
@@ -180,8 +182,8 @@ REGCACHE_API regcache_code_t regcache_detach(regcache_client_t* client,
  * | ...). `prefetch` applies to on-demand memory only. REGCACHE_INVALID_ARGUMENT for NULL
  * addr or length 0; REGCACHE_OUT_OF_RANGE when attached memory does not cover the range. */
 REGCACHE_API regcache_code_t regcache_register(regcache_client_t* client, const void* addr,
-                                               uint64_t length, uint32_t access,
-                                               regcache_prefetch_t prefetch, regcache_key_t* out);
+                                               uint64_t length, uint32_t access, uint32_t prefetch,
+                                               regcache_key_t* out);
 
 /* A window key over [offset, offset + length) of the held key `parent`, with at most its
  * access. */
@@ -203,8 +205,7 @@ REGCACHE_API regcache_code_t regcache_query(regcache_client_t* client, uint64_t 
 /* Makes the translations of on-demand memory in [addr, addr + length) present (writable too
  * when `write` is nonzero), now (REGCACHE_PREFETCH_SYNC) or queued (REGCACHE_PREFETCH_ASYNC). */
 REGCACHE_API regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr,
-                                               uint64_t length, int write,
-                                               regcache_prefetch_t mode);
+                                               uint64_t length, int write, uint32_t mode);
 
 /* This session's usage as the daemon counts it. */
 REGCACHE_API regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out);

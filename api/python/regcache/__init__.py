@@ -190,12 +190,12 @@ def _declare(lib):
         "regcache_allocate": (cint, [c_client, u64, cint, cint, P(_Memory)]),
         "regcache_attach_fd": (cint, [c_client, cint, u64, u64, cint, P(_Memory)]),
         "regcache_detach": (cint, [c_client, P(_Memory)]),
-        "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, cint, P(_Key)]),
+        "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
         "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
         "regcache_release": (cint, [c_client, u64]),
         "regcache_invalidate": (cint, [c_client, u64]),
         "regcache_query": (cint, [c_client, u64, P(_KeyInfo)]),
-        "regcache_prefetch": (cint, [c_client, ctypes.c_void_p, u64, cint, cint]),
+        "regcache_prefetch": (cint, [c_client, ctypes.c_void_p, u64, cint, u32]),
         "regcache_usage": (cint, [c_client, P(_Usage)]),
     }
     for name, (restype, argtypes) in signatures.items():
