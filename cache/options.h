@@ -47,8 +47,8 @@ struct CacheOptions {
   // Run a background thread that refills pools and releases quarantined keys. When false, the
   // owner calls RegCache::Maintain() (tests do, for determinism). Default true.
   bool background_maintenance = true;
-  // Period of the background thread while there is work: quarantined keys to release, or a
-  // pool below its low watermark. Default 2 ms.
+  // Period of the background thread while there is work (a pool below its low watermark).
+  // Default 2 ms.
   absl::Duration maintenance_period = absl::Milliseconds(2);
   // While a pass finds nothing to do, the period doubles up to this, so an idle daemon does not
   // wake 500 times a second; the first pass that finds work goes back to maintenance_period.

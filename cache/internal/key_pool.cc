@@ -141,7 +141,6 @@ absl::Status KeyPool::DestroyAll() {
 }
 
 bool KeyPool::Idle() const {
-  if (!quarantine_.empty()) return false;
   for (const Class& c : classes_) {
     if (c.free.size() < options_.low_watermark) return false;
   }

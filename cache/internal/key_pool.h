@@ -72,7 +72,10 @@ class KeyPool {
   absl::Status DestroyAll();
 
   uint64_t free_keys() const;
-  // Nothing for Maintain to do: no key in quarantine, every class at or above its low watermark.
+  // Nothing for Maintain to do soon: every class at or above its low watermark. Quarantined
+  // keys do not count: the last few of a burst wait for later invalidations (quarantine_count)
+  // however long the thread keeps polling, and Take releases eligible ones itself when a class
+  // runs dry; a slower maintenance pass only keeps them in quarantine longer, which is safe.
   bool Idle() const;
   uint64_t quarantined_keys() const { return quarantine_.size(); }
   uint64_t outstanding_keys() const;  // handed out, not yet back (mapping/live/draining)
