@@ -212,7 +212,11 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
               e.end.load(kR) - va,
               e.access.load(kR),
               true};
-  if (mine != nullptr && (epoch & 1) == 0 && t->front_on) Remember(*t, idx, addr, k, epoch);
+  if (mine != nullptr) {
+    t->last_handle = k.handle;
+    t->last_idx = idx;
+    if ((epoch & 1) == 0 && t->front_on) Remember(*t, idx, addr, k, epoch);
+  }
   return k;
 }
 
@@ -374,8 +378,10 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
   if (t == nullptr) return ReleaseSlow(handle);
   const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
   uint32_t h = static_cast<uint32_t>(Mix(handle)) & p->mask;
-  for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
-    const uint32_t v = p->slots[h].load(std::memory_order_acquire);
+  // n == -1: the grant this thread hit last, if it is this handle (checked as any candidate).
+  for (int n = t->last_handle == handle ? -1 : 0; n < kMaxProbe; ++n) {
+    const uint32_t v = n < 0 ? t->last_idx + 1 : p->slots[h].load(std::memory_order_acquire);
+    if (n >= 0) h = (h + 1) & p->mask;
     if (v == 0) break;
     std::atomic<uint64_t>* mine = t->Find(v - 1);
     if (mine == nullptr) continue;
