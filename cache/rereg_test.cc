@@ -384,7 +384,9 @@ TEST_F(ReregTest, HitsRacingInPlaceRewritesAlwaysGetACoveringKey) {
   auto list = cache_->List(tenant_);
   ASSERT_TRUE(list.ok());
   for (const RegistrationInfo& i : *list) {
-    if (!i.revoked) EXPECT_EQ(i.holders, 0u) << i.handle;
+    if (!i.revoked) {
+      EXPECT_EQ(i.holders, 0u) << i.handle;
+    }
   }
 }
 
