@@ -78,6 +78,29 @@ void PinToLastCpu() {
   (void)::sched_setaffinity(0, sizeof(set), &set);
 }
 
+// For one client thread against the pinned server: keeps the thread off the server's CPU for
+// the benchmark's length (the scheduler may otherwise put it there, and the two spinning ends
+// then take turns on one CPU), and restores its affinity after.
+class OffServerCpu {
+ public:
+  explicit OffServerCpu(const benchmark::State& state) {
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    if (state.threads() != 1 || cpus < 2 || ::sched_getaffinity(0, sizeof(old_), &old_) != 0) {
+      return;
+    }
+    cpu_set_t set = old_;
+    CPU_CLR(static_cast<int>(cpus - 1), &set);
+    active_ = CPU_COUNT(&set) > 0 && ::sched_setaffinity(0, sizeof(set), &set) == 0;
+  }
+  ~OffServerCpu() {
+    if (active_) (void)::sched_setaffinity(0, sizeof(old_), &old_);
+  }
+
+ private:
+  cpu_set_t old_;
+  bool active_ = false;
+};
+
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "shm_bench: %s\n", what.c_str());
   std::exit(1);
@@ -175,6 +198,7 @@ struct Floor {
 };
 
 void BM_ShmFloor(benchmark::State& state) {
+  OffServerCpu off(state);
   Floor& f = Floor::Get();
   uint64_t seq = 0;
   for (auto _ : state) f.RoundTrip(++seq);
@@ -279,6 +303,7 @@ struct ClientWorld {
 };
 
 void BM_ShmNop(benchmark::State& state) {
+  OffServerCpu off(state);
   ClientWorld* w = ClientWorld::Get(1, false);
   for (auto _ : state) {
     if (!rc::testing::RingNop(*w->client).ok()) {
@@ -290,6 +315,7 @@ void BM_ShmNop(benchmark::State& state) {
 }
 
 void BM_ShmRoundTrip(benchmark::State& state) {
+  OffServerCpu off(state);
   ClientWorld* w = ClientWorld::Get(1000, false);
   uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
   for (auto _ : state) {
@@ -353,6 +379,7 @@ void BM_UcsRcacheHit(benchmark::State& state) {
 constexpr int kMissIterations = 20000;
 
 void BM_ShmMiss(benchmark::State& state) {
+  OffServerCpu off(state);
   ClientWorld* w = ClientWorld::Get(1, false, 2 * kMissIterations + 16);
   std::vector<uint64_t> ns;
   ns.reserve(kMissIterations);
