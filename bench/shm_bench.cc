@@ -28,6 +28,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,7 @@ struct Floor {
       fl->shared = new (p) FloorShared{};
       fl->child = ::fork();
       if (fl->child == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
         PinToLastCpu();
         Echo(fl->shared);
       }
@@ -222,6 +224,7 @@ struct Daemon {
                                        "--max_keys_per_session=0"};
       dm->pid = ::fork();
       if (dm->pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the benchmark, however it ends
         PinToLastCpu();
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
