@@ -9,10 +9,12 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "regcache/client.h"
 #include "regcache/regcache.h"
 
@@ -28,6 +30,7 @@ static_assert(REGCACHE_PREFETCH_NONE == static_cast<int>(rc::PrefetchMode::kNone
 static_assert(REGCACHE_PREFETCH_SYNC == static_cast<int>(rc::PrefetchMode::kSync));
 static_assert(REGCACHE_PREFETCH_ASYNC == static_cast<int>(rc::PrefetchMode::kAsync));
 static_assert(REGCACHE_OK == static_cast<int>(absl::StatusCode::kOk));
+static_assert(REGCACHE_MAX_BATCH_ITEMS == rc::kMaxBatchItems);
 static_assert(REGCACHE_INVALID_ARGUMENT == static_cast<int>(absl::StatusCode::kInvalidArgument));
 static_assert(REGCACHE_NOT_FOUND == static_cast<int>(absl::StatusCode::kNotFound));
 static_assert(REGCACHE_RESOURCE_EXHAUSTED ==
@@ -96,6 +99,8 @@ void ToC(const rc::Key& k, regcache_key_t* out) {
   out->length = k.length;
   out->access = k.access;
   out->hit = k.hit ? 1 : 0;
+  out->same_key = k.same_key ? 1 : 0;
+  out->reserved = 0;
 }
 
 void ToC(const rc::KeyInfo& k, regcache_key_info_t* out) {
@@ -275,6 +280,71 @@ regcache_code_t regcache_invalidate(regcache_client_t* client, uint64_t handle) 
 regcache_code_t regcache_query(regcache_client_t* client, uint64_t handle,
                                regcache_key_info_t* out) {
   return Fetch(client, out, "out", [&](rc::Client& c) { return c.Query(handle); });
+}
+
+regcache_code_t regcache_reregister(regcache_client_t* client, uint64_t handle, const void* addr,
+                                    uint64_t length, uint32_t access, regcache_key_t* out) {
+  if (client != nullptr && out != nullptr && addr == nullptr) return Invalid("addr");
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.Reregister(handle, addr, length, access); });
+}
+
+regcache_code_t regcache_register_batch(regcache_client_t* client,
+                                        const regcache_register_item_t* items, size_t count,
+                                        regcache_key_t* keys, int* codes) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (items == nullptr) return Invalid("items");
+    if (keys == nullptr) return Invalid("keys");
+    if (codes == nullptr) return Invalid("codes");
+    if (count == 0 || count > REGCACHE_MAX_BATCH_ITEMS) {
+      return SetError(REGCACHE_INVALID_ARGUMENT, "count is 0 or above REGCACHE_MAX_BATCH_ITEMS");
+    }
+    std::vector<rc::RegisterItem> in(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (!ValidPrefetch(items[i].prefetch)) return BadPrefetch(items[i].prefetch);
+      in[i] = rc::RegisterItem{items[i].addr, items[i].length, items[i].access,
+                               static_cast<rc::PrefetchMode>(items[i].prefetch)};
+    }
+    absl::StatusOr<std::vector<absl::StatusOr<rc::Key>>> done = client->impl->RegisterBatch(in);
+    if (!done.ok()) return FromStatus(done.status());
+    absl::Status first;
+    for (size_t i = 0; i < count; ++i) {
+      const absl::StatusOr<rc::Key>& k = (*done)[i];
+      codes[i] = static_cast<int>(k.status().code());
+      if (k.ok()) {
+        ToC(*k, &keys[i]);
+      } else if (first.ok()) {
+        first = k.status();
+      }
+    }
+    if (first.ok()) return Ok();
+    FromStatus(first);  // the message names the first failed item; the call itself succeeded
+    return REGCACHE_OK;
+  });
+}
+
+regcache_code_t regcache_release_batch(regcache_client_t* client, const uint64_t* handles,
+                                       size_t count, int* codes) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (handles == nullptr) return Invalid("handles");
+    if (codes == nullptr) return Invalid("codes");
+    if (count == 0 || count > REGCACHE_MAX_BATCH_ITEMS) {
+      return SetError(REGCACHE_INVALID_ARGUMENT, "count is 0 or above REGCACHE_MAX_BATCH_ITEMS");
+    }
+    absl::StatusOr<std::vector<absl::Status>> done =
+        client->impl->ReleaseBatch(absl::MakeConstSpan(handles, count));
+    if (!done.ok()) return FromStatus(done.status());
+    absl::Status first;
+    for (size_t i = 0; i < count; ++i) {
+      codes[i] = static_cast<int>((*done)[i].code());
+      if (!(*done)[i].ok() && first.ok()) first = (*done)[i];
+    }
+    if (first.ok()) return Ok();
+    FromStatus(first);
+    return REGCACHE_OK;
+  });
 }
 
 regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr, uint64_t length,

@@ -232,6 +232,47 @@ static void TestKeyLifecycle(regcache_client_t* c, const regcache_memory_t* m) {
   CHECK_CODE(regcache_window(c, k1.handle, 0, 4096, kRw, &key), REGCACHE_NOT_FOUND, NULL);
 }
 
+/* Many ranges in one round trip, each item on its own; a re-registration that keeps the rkey. */
+static void TestBatchesAndReregister(regcache_client_t* c, const regcache_memory_t* m) {
+  char* base = (char*)m->data + 128 * 4096;
+  regcache_register_item_t items[5];
+  regcache_key_t keys[5];
+  int codes[5];
+  uint64_t handles[4];
+  for (int i = 0; i < 4; i++) {
+    regcache_register_item_t it = {base + i * 4096, 4096, kRw, REGCACHE_PREFETCH_NONE};
+    items[i] = it;
+  }
+  regcache_register_item_t bad = {base, 0, kRw, REGCACHE_PREFETCH_NONE}; /* length 0 */
+  items[4] = bad;
+  /* The batch ran: OK, and the message names the first item that failed. */
+  CHECK(regcache_register_batch(c, items, 5, keys, codes) == REGCACHE_OK);
+  CHECK(strstr(regcache_last_error(), "length") != NULL);
+  for (int i = 0; i < 4; i++) {
+    CHECK(codes[i] == REGCACHE_OK);
+    CHECK(keys[i].rkey != 0);
+    handles[i] = keys[i].handle;
+  }
+  CHECK(codes[4] == REGCACHE_INVALID_ARGUMENT);
+  CHECK_CODE(regcache_release_batch(c, handles, 4, codes), REGCACHE_OK, NULL);
+  for (int i = 0; i < 4; i++) CHECK(codes[i] == REGCACHE_OK);
+  CHECK_CODE(regcache_register_batch(c, items, 0, keys, codes), REGCACHE_INVALID_ARGUMENT, NULL);
+  CHECK_CODE(regcache_register_batch(c, NULL, 1, keys, codes), REGCACHE_INVALID_ARGUMENT, "items");
+  CHECK_CODE(regcache_release_batch(c, handles, 1, NULL), REGCACHE_INVALID_ARGUMENT, "codes");
+
+  regcache_key_t k, grown;
+  CHECK_CODE(regcache_register(c, base + 64 * 4096, 4096, REGCACHE_LOCAL_WRITE,
+                               REGCACHE_PREFETCH_NONE, &k),
+             REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_reregister(c, k.handle, base + 64 * 4096, 8192, kRw, &grown), REGCACHE_OK,
+             NULL);
+  CHECK(grown.same_key == 1);
+  CHECK(grown.rkey == k.rkey);
+  CHECK_CODE(regcache_reregister(c, grown.handle, NULL, 8192, kRw, &k), REGCACHE_INVALID_ARGUMENT,
+             "addr");
+  CHECK_CODE(regcache_release(c, grown.handle), REGCACHE_OK, NULL);
+}
+
 /* A memfd of the caller's, attached and registered; on-demand memory with a prefetch. */
 static void TestFdAndOnDemand(regcache_client_t* c) {
   int fd = memfd_create("c_api_test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -282,6 +323,7 @@ int main(void) {
       TestNullPointers(c, &m);
       TestBadValues(c, &m);
       TestKeyLifecycle(c, &m);
+      TestBatchesAndReregister(c, &m);
       TestFdAndOnDemand(c);
       CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
     }

@@ -152,6 +152,24 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(again.rkey, key.rkey)
         self.client.release(again)
 
+    def test_batches_and_reregister(self):
+        items = [(self.mem.data + i * 4096, 4096, RW) for i in range(8)] + [(self.mem, 0, RW)]
+        got = self.client.register_batch(items)
+        self.assertEqual(len(got), 9)
+        keys = got[:8]
+        for k in keys:
+            self.assertIsInstance(k, regcache.Key)
+        self.assertIsInstance(got[8], regcache.RegcacheError)
+        self.assertEqual(got[8].code, regcache.INVALID_ARGUMENT)
+        self.assertEqual(self.client.release_batch(keys), [regcache.OK] * 8)
+        # Grown in place: this process holds it alone and only adds.
+        k = self.client.register(self.mem.data + 64 * 4096, 4096, regcache.LOCAL_WRITE)
+        grown = self.client.reregister(k, self.mem.data + 64 * 4096, 8192, RW)
+        self.assertTrue(grown.same_key)
+        self.assertEqual(grown.rkey, k.rkey)
+        self.client.release(grown)
+        self.assertCode(regcache.INVALID_ARGUMENT, self.client.register_batch, [])
+
     def test_without_client_cache_release_reaches_the_daemon(self):
         with regcache.Client(self.daemon.dir, client_cache=False) as c:
             mem = c.allocate(1 << 20)

@@ -107,8 +107,21 @@ typedef struct regcache_key {
   uint64_t va; /* the covering registration's range */
   uint64_t length;
   uint32_t access;
-  uint32_t hit; /* 1: answered from the daemon's cache; 0: a new registration */
+  uint32_t hit;      /* 1: answered from a cache (the daemon's or this process's); 0: new */
+  uint32_t same_key; /* regcache_reregister: 1 when the key (and rkey) were kept */
+  uint32_t reserved;
 } regcache_key_t;
+
+/* One range of regcache_register_batch. */
+typedef struct regcache_register_item {
+  const void* addr;
+  uint64_t length;
+  uint32_t access;
+  uint32_t prefetch; /* a regcache_prefetch_t value */
+} regcache_register_item_t;
+
+/* Most items one batch may carry (the C++ client's kMaxBatchItems). */
+#define REGCACHE_MAX_BATCH_ITEMS 1024
 
 /* What regcache_query reports about a held key. */
 typedef struct regcache_key_info {
@@ -190,6 +203,31 @@ REGCACHE_API regcache_code_t regcache_register(regcache_client_t* client, const 
 REGCACHE_API regcache_code_t regcache_window(regcache_client_t* client, uint64_t parent,
                                              uint64_t offset, uint64_t length, uint32_t access,
                                              regcache_key_t* out);
+
+/* The kernel's rereg_mr: trades this hold on `handle` for one on [addr, addr + length) with
+ * `access`. When this process holds the key alone and the change only adds (a range that still
+ * covers the old one, more rights), the key is rewritten in place and out->same_key is 1: the
+ * rkey a peer holds keeps working. Anything that takes rights away gets a new key first. On an
+ * error the caller keeps its old hold (possibly revoked: regcache_query says). */
+REGCACHE_API regcache_code_t regcache_reregister(regcache_client_t* client, uint64_t handle,
+                                                 const void* addr, uint64_t length, uint32_t access,
+                                                 regcache_key_t* out);
+
+/* Registers `count` ranges in one round trip. keys[i] and codes[i] are item i's result (keys[i]
+ * is written only where codes[i] is REGCACHE_OK); each item fails alone. Returns REGCACHE_OK
+ * when the batch ran (then regcache_last_error() names the first item that failed, if any), or
+ * the code of what stopped it: NULL pointers, count 0 or above REGCACHE_MAX_BATCH_ITEMS, the
+ * transport. */
+REGCACHE_API regcache_code_t regcache_register_batch(regcache_client_t* client,
+                                                     const regcache_register_item_t* items,
+                                                     size_t count, regcache_key_t* keys,
+                                                     int* codes);
+
+/* Releases `count` handles in one round trip; codes[i] is handle i's result. Returns as
+ * regcache_register_batch. */
+REGCACHE_API regcache_code_t regcache_release_batch(regcache_client_t* client,
+                                                    const uint64_t* handles, size_t count,
+                                                    int* codes);
 
 /* Gives back one hold of `handle`. REGCACHE_NOT_FOUND for a handle this session does not
  * hold. */

@@ -78,7 +78,13 @@ class _Memory(ctypes.Structure):
 class _Key(ctypes.Structure):
     _fields_ = [("handle", ctypes.c_uint64), ("lkey", ctypes.c_uint32),
                 ("rkey", ctypes.c_uint32), ("va", ctypes.c_uint64), ("length", ctypes.c_uint64),
-                ("access", ctypes.c_uint32), ("hit", ctypes.c_uint32)]
+                ("access", ctypes.c_uint32), ("hit", ctypes.c_uint32),
+                ("same_key", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+class _RegisterItem(ctypes.Structure):
+    _fields_ = [("addr", ctypes.c_void_p), ("length", ctypes.c_uint64),
+                ("access", ctypes.c_uint32), ("prefetch", ctypes.c_uint32)]
 
 
 class _KeyInfo(ctypes.Structure):
@@ -120,6 +126,7 @@ class Key:
     length: int
     access: int
     hit: bool
+    same_key: bool = False  # reregister: the key (and rkey) were kept
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,10 @@ def _declare(lib):
         "regcache_query": (cint, [c_client, u64, P(_KeyInfo)]),
         "regcache_prefetch": (cint, [c_client, ctypes.c_void_p, u64, cint, u32]),
         "regcache_usage": (cint, [c_client, P(_Usage)]),
+        "regcache_reregister": (cint, [c_client, u64, ctypes.c_void_p, u64, u32, P(_Key)]),
+        "regcache_register_batch": (cint, [c_client, P(_RegisterItem), ctypes.c_size_t,
+                                           P(_Key), P(cint)]),
+        "regcache_release_batch": (cint, [c_client, P(u64), ctypes.c_size_t, P(cint)]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -214,8 +225,14 @@ def _check(code):
         raise RegcacheError(code, _lib.regcache_last_error().decode(errors="replace"))
 
 
+def _item_error(i, code):
+    name = _lib.regcache_code_name(code).decode()
+    return RegcacheError(code, f"batch item {i} failed: {name}")
+
+
 def _key(k):
-    return Key(k.handle, k.lkey, k.rkey, k.va, k.length, k.access, bool(k.hit))
+    return Key(k.handle, k.lkey, k.rkey, k.va, k.length, k.access, bool(k.hit),
+               bool(k.same_key))
 
 
 def _address(addr):
@@ -307,6 +324,38 @@ class Client:
         _check(_lib.regcache_register(self._h(), _address(addr), length, access, prefetch,
                                       ctypes.byref(k)))
         return _key(k)
+
+    def reregister(self, key, addr, length, access):
+        """The kernel's rereg_mr: trades this hold on `key` for one on the new range and rights;
+        the result's same_key says whether the rkey was kept."""
+        k = _Key()
+        _check(_lib.regcache_reregister(self._h(), _handle(key), _address(addr), length, access,
+                                        ctypes.byref(k)))
+        return _key(k)
+
+    def register_batch(self, items):
+        """Registers [(addr, length, access[, prefetch]), ...] in one round trip. Returns one
+        result per item, in order: a Key, or the RegcacheError of that item alone."""
+        items = list(items)
+        n = len(items)
+        c_items = (_RegisterItem * max(n, 1))()
+        for i, it in enumerate(items):
+            addr, length, access = it[0], it[1], it[2]
+            prefetch = it[3] if len(it) > 3 else PREFETCH_NONE
+            c_items[i] = _RegisterItem(_address(addr), length, access, prefetch)
+        keys = (_Key * max(n, 1))()
+        codes = (ctypes.c_int * max(n, 1))()
+        _check(_lib.regcache_register_batch(self._h(), c_items, n, keys, codes))
+        return [_key(keys[i]) if codes[i] == OK else _item_error(i, codes[i]) for i in range(n)]
+
+    def release_batch(self, keys):
+        """Releases many keys in one round trip; one code per key (OK or the error code)."""
+        keys = list(keys)
+        n = len(keys)
+        handles = (ctypes.c_uint64 * max(n, 1))(*[_handle(k) for k in keys])
+        codes = (ctypes.c_int * max(n, 1))()
+        _check(_lib.regcache_release_batch(self._h(), handles, n, codes))
+        return [codes[i] for i in range(n)]
 
     def registered(self, addr, length, access, prefetch=PREFETCH_NONE):
         """register() as a context manager: the key is released when the block ends."""
