@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/internal/client_impl.h"
+#include "base/status_code.h"
 #include "base/status_macros.h"
 #include "service/shm_futex.h"
 
@@ -48,10 +49,7 @@ absl::Status CheckBatchReply(int results, size_t items) {
 // An item's status off the wire; a code outside the canonical ones becomes kUnknown.
 absl::Status FromItemStatus(const pb::ItemStatus& s) {
   if (s.code() == 0) return absl::OkStatus();
-  const bool known =
-      s.code() > 0 && s.code() <= static_cast<int>(absl::StatusCode::kUnauthenticated);
-  return absl::Status(known ? static_cast<absl::StatusCode>(s.code()) : absl::StatusCode::kUnknown,
-                      s.message());
+  return absl::Status(base::CanonicalCode(s.code()), s.message());
 }
 
 }  // namespace

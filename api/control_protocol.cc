@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/errno_status.h"
+#include "base/status_code.h"
 
 namespace regcache::api {
 
@@ -43,12 +44,11 @@ ErrorMsg MakeErrorMessage(const absl::Status& status, uint64_t nonce, uint16_t i
 }
 
 absl::Status StatusFromErrorMessage(const ErrorMsg& m) {
-  uint32_t code = m.code;
-  if (code == 0 || code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
-    code = static_cast<uint32_t>(absl::StatusCode::kUnknown);
-  }
+  // An Error always carries an error: a code of 0 is as unknown as one out of range.
+  const absl::StatusCode code =
+      m.code == 0 ? absl::StatusCode::kUnknown : base::CanonicalCode(m.code);
   size_t n = std::min<size_t>(m.message_length, sizeof(m.message));
-  return absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(m.message, n));
+  return absl::Status(code, absl::string_view(m.message, n));
 }
 
 absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool truncated,

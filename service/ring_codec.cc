@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/status_code.h"
 #include "base/status_macros.h"
 
 namespace regcache::service::shm {
@@ -108,13 +109,9 @@ RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& stat
 
 absl::Status StatusFromCompletion(const RingCompletion& completion) {
   if (completion.code == 0) return absl::OkStatus();
-  uint32_t code = completion.code;
-  if (code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
-    code = static_cast<uint32_t>(absl::StatusCode::kUnknown);
-  }
   const char* m = completion.message;
   const size_t n = strnlen(m, kMessageBytes);
-  return absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(m, n));
+  return absl::Status(base::CanonicalCode(completion.code), absl::string_view(m, n));
 }
 
 }  // namespace regcache::service::shm

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "base/status_code.h"
+
 namespace regcache::api {
 namespace {
 
@@ -15,16 +17,13 @@ static_assert(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED) ==
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  int code = static_cast<int>(status.code());
-  if (code < 0 || code > kLastCanonicalCode) code = static_cast<int>(grpc::StatusCode::UNKNOWN);
+  const absl::StatusCode code = base::CanonicalCode(static_cast<int>(status.code()));
   return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(status.message()));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  int code = static_cast<int>(status.error_code());
-  if (code < 0 || code > kLastCanonicalCode) code = static_cast<int>(absl::StatusCode::kUnknown);
-  return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+  return absl::Status(base::CanonicalCode(status.error_code()), status.error_message());
 }
 
 }  // namespace regcache::api
