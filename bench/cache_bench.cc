@@ -48,24 +48,12 @@ namespace {
 using regcache::bench::CacheWorld;
 using regcache::bench::kRegionBytes;
 using regcache::bench::kRw;
-using regcache::bench::NextRandom;
 using regcache::bench::SummaryReporter;
 using regcache::bench::UcsWorld;
 
 void BM_RegisterHit(benchmark::State& state) {
   CacheWorld* w = CacheWorld::Get(state.range(0), state.range(1) * 1024);
-  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
-  for (auto _ : state) {
-    const uint64_t i = NextRandom(x) % w->regions;
-    auto g = w->cache->Register(w->tenant, w->va(i), kRegionBytes, kRw);
-    if (!g.ok() || !g->hit) {
-      state.SkipWithError("expected a hit");
-      break;
-    }
-    benchmark::DoNotOptimize(g->rkey);
-    (void)w->cache->Release(w->tenant, g->handle);
-  }
-  state.SetItemsProcessed(state.iterations());
+  regcache::bench::RunCacheHits(state, w);
   if (state.thread_index() == 0 && state.range(0) == 100000 && w->spacing == kRegionBytes) {
     state.counters["bytes_per_registration"] = static_cast<double>(w->bytes_per_registration);
   }
@@ -129,20 +117,7 @@ void BM_Invalidate(benchmark::State& state) {
 }
 
 void BM_UcsRcacheHit(benchmark::State& state) {
-  UcsWorld* w = UcsWorld::Get(state.range(0), state.range(1) * 1024);
-  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
-  for (auto _ : state) {
-    const uint64_t i = NextRandom(x) % w->regions;
-    ucs_rcache_region_t* r;
-    if (ucs_rcache_get(w->rcache, w->mem + i * w->spacing, kRegionBytes, PROT_READ | PROT_WRITE,
-                       nullptr, &r) != UCS_OK) {
-      state.SkipWithError("ucs_rcache_get failed");
-      break;
-    }
-    benchmark::DoNotOptimize(r);
-    ucs_rcache_region_put(w->rcache, r);
-  }
-  state.SetItemsProcessed(state.iterations());
+  regcache::bench::RunUcsHits(state, UcsWorld::Get(state.range(0), state.range(1) * 1024));
 }
 
 void Regions(benchmark::internal::Benchmark* b) {

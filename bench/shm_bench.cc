@@ -24,12 +24,10 @@
 //
 // Quiet machine: run it with nothing else busy (two spinning processes share the CPUs: on a
 // 2-core machine a third busy process shows up directly in the round trips).
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,6 +54,7 @@
 #include "bench/worlds.h"
 #include "benchmark/benchmark.h"
 #include "regcache/client.h"
+#include "service/shm_futex.h"
 #include "service/shm_protocol.h"
 
 namespace {
@@ -109,10 +108,6 @@ class OffServerCpu {
 
 // --- The floor: a forked echo process on one Channel in shared anonymous memory ---
 
-long Futex(std::atomic<uint32_t>* word, int op, uint32_t value) {
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, nullptr, nullptr, 0);
-}
-
 struct FloorShared {
   shm::ChannelFileHeader header;
   shm::Channel channel;
@@ -154,7 +149,7 @@ struct Floor {
         uint32_t bell = s->header.doorbell.load(std::memory_order_acquire);
         s->header.daemon_waiting.store(1, std::memory_order_seq_cst);
         if (c.req_head.load(std::memory_order_seq_cst) == tail)
-          Futex(&s->header.doorbell, FUTEX_WAIT, bell);
+          shm::FutexWait(&s->header.doorbell, bell, absl::InfiniteDuration());
         s->header.daemon_waiting.store(0, std::memory_order_relaxed);
         spins = 0;
       }
@@ -168,7 +163,7 @@ struct Floor {
       out.op = r.op;
       out.code = 0;
       c.cpl_head.store(cpl + 1, std::memory_order_seq_cst);
-      if (c.client_waiting.load(std::memory_order_seq_cst) != 0) Futex(&c.cpl_head, FUTEX_WAKE, 1);
+      if (c.client_waiting.load(std::memory_order_seq_cst) != 0) shm::FutexWakeAll(&c.cpl_head);
     }
   }
 
@@ -182,7 +177,7 @@ struct Floor {
     c.req_head.store(++head, std::memory_order_seq_cst);
     if (shared->header.daemon_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
       shared->header.doorbell.fetch_add(1, std::memory_order_seq_cst);
-      Futex(&shared->header.doorbell, FUTEX_WAKE, 1);
+      shm::FutexWakeAll(&shared->header.doorbell);
     }
     while (c.cpl_head.load(std::memory_order_acquire) != want) {
     }
@@ -194,7 +189,7 @@ struct Floor {
     r.op = 0xffff;
     shared->channel.control.req_head.store(++head, std::memory_order_seq_cst);
     shared->header.doorbell.fetch_add(1);
-    Futex(&shared->header.doorbell, FUTEX_WAKE, 1);
+    shm::FutexWakeAll(&shared->header.doorbell);
     ::waitpid(child, nullptr, 0);
   }
 };
@@ -347,36 +342,13 @@ void BM_ClientHit(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The cache's own hit and UCX's over the same layout (N adjacent 4 KiB regions).
 void BM_InProcessHit(benchmark::State& state) {
-  auto* w = regcache::bench::CacheWorld::Get(state.range(0));
-  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
-  for (auto _ : state) {
-    auto g = w->cache->Register(w->tenant, w->va(NextRandom(x) % w->regions), kPage,
-                                regcache::bench::kRw);
-    if (!g.ok() || !g->hit) {
-      state.SkipWithError("expected a hit");
-      break;
-    }
-    benchmark::DoNotOptimize(g->rkey);
-    (void)w->cache->Release(w->tenant, g->handle);
-  }
-  state.SetItemsProcessed(state.iterations());
+  regcache::bench::RunCacheHits(state, regcache::bench::CacheWorld::Get(state.range(0)));
 }
 
 void BM_UcsRcacheHit(benchmark::State& state) {
-  auto* w = regcache::bench::UcsWorld::Get(state.range(0), kPage);
-  uint64_t x = 0x9E3779B97F4A7C15ull * (state.thread_index() + 1);
-  for (auto _ : state) {
-    ucs_rcache_region_t* r;
-    if (ucs_rcache_get(w->rcache, w->mem + (NextRandom(x) % w->regions) * kPage, kPage,
-                       PROT_READ | PROT_WRITE, nullptr, &r) != UCS_OK) {
-      state.SkipWithError("ucs_rcache_get failed");
-      break;
-    }
-    benchmark::DoNotOptimize(r);
-    ucs_rcache_region_put(w->rcache, r);
-  }
-  state.SetItemsProcessed(state.iterations());
+  regcache::bench::RunUcsHits(state, regcache::bench::UcsWorld::Get(state.range(0), kPage));
 }
 
 constexpr int kMissIterations = 20000;

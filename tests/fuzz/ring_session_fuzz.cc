@@ -11,9 +11,7 @@
 // Channels 0..kFuzzChannels-1 take the steps. Afterwards the last channel, untouched, must still
 // answer a Nop within seconds, and the session must close cleanly: whatever a client writes,
 // the daemon neither crashes nor stops serving the session's other threads.
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +25,7 @@
 #include "base/log.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
+#include "service/shm_futex.h"
 #include "service/shm_protocol.h"
 
 namespace shm = ::regcache::service::shm;
@@ -61,8 +60,7 @@ void Ring(shm::ChannelFileHeader* h) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (h->daemon_waiting.exchange(0) != 0) {
     h->doorbell.fetch_add(1);
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->doorbell), FUTEX_WAKE, 1, nullptr, nullptr,
-              0);
+    shm::FutexWakeAll(&h->doorbell);
   }
 }
 
