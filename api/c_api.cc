@@ -161,6 +161,19 @@ regcache_code_t BadPrefetch(uint32_t p) {
   return SetError(REGCACHE_INVALID_ARGUMENT, buf);
 }
 
+bool BatchSizeOk(size_t count) { return count != 0 && count <= REGCACHE_MAX_BATCH_ITEMS; }
+
+regcache_code_t BadBatchSize() {
+  return SetError(REGCACHE_INVALID_ARGUMENT, "count is 0 or above REGCACHE_MAX_BATCH_ITEMS");
+}
+
+// A batch that ran: REGCACHE_OK, with the message of the first item that failed (if any).
+regcache_code_t BatchRan(const absl::Status& first_failure) {
+  if (first_failure.ok()) return Ok();
+  FromStatus(first_failure);
+  return REGCACHE_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -297,9 +310,7 @@ regcache_code_t regcache_register_batch(regcache_client_t* client,
     if (items == nullptr) return Invalid("items");
     if (keys == nullptr) return Invalid("keys");
     if (codes == nullptr) return Invalid("codes");
-    if (count == 0 || count > REGCACHE_MAX_BATCH_ITEMS) {
-      return SetError(REGCACHE_INVALID_ARGUMENT, "count is 0 or above REGCACHE_MAX_BATCH_ITEMS");
-    }
+    if (!BatchSizeOk(count)) return BadBatchSize();
     std::vector<rc::RegisterItem> in(count);
     for (size_t i = 0; i < count; ++i) {
       if (!ValidPrefetch(items[i].prefetch)) return BadPrefetch(items[i].prefetch);
@@ -318,9 +329,7 @@ regcache_code_t regcache_register_batch(regcache_client_t* client,
         first = k.status();
       }
     }
-    if (first.ok()) return Ok();
-    FromStatus(first);  // the message names the first failed item; the call itself succeeded
-    return REGCACHE_OK;
+    return BatchRan(first);
   });
 }
 
@@ -330,9 +339,7 @@ regcache_code_t regcache_release_batch(regcache_client_t* client, const uint64_t
     if (client == nullptr) return Invalid("client");
     if (handles == nullptr) return Invalid("handles");
     if (codes == nullptr) return Invalid("codes");
-    if (count == 0 || count > REGCACHE_MAX_BATCH_ITEMS) {
-      return SetError(REGCACHE_INVALID_ARGUMENT, "count is 0 or above REGCACHE_MAX_BATCH_ITEMS");
-    }
+    if (!BatchSizeOk(count)) return BadBatchSize();
     absl::StatusOr<std::vector<absl::Status>> done =
         client->impl->ReleaseBatch(absl::MakeConstSpan(handles, count));
     if (!done.ok()) return FromStatus(done.status());
@@ -341,9 +348,7 @@ regcache_code_t regcache_release_batch(regcache_client_t* client, const uint64_t
       codes[i] = static_cast<int>((*done)[i].code());
       if (!(*done)[i].ok() && first.ok()) first = (*done)[i];
     }
-    if (first.ok()) return Ok();
-    FromStatus(first);
-    return REGCACHE_OK;
+    return BatchRan(first);
   });
 }
 
