@@ -39,6 +39,13 @@ absl::Status CheckBatchSize(size_t n) {
       absl::StrCat("a batch carries at most ", kMaxBatchItems, " items, not ", n));
 }
 
+// A release of a cached grant that no one in this process holds (what the daemon answers for a
+// handle with no holder left).
+absl::Status NoLocalHolder(uint64_t handle) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("handle ", handle, " has no holder left in this process"));
+}
+
 // A batch reply has exactly one result per item; anything else is a broken daemon.
 absl::Status CheckBatchReply(int results, size_t items) {
   if (static_cast<size_t>(results) == items) return absl::OkStatus();
@@ -106,8 +113,7 @@ absl::Status ClientImpl::Release(uint64_t handle) {
     GrantCache::ReleaseOutcome o = grants_->Release(handle);
     if (o.cached) {
       if (o.no_reference) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("handle ", handle, " has no holder left in this process"));
+        return NoLocalHolder(handle);
       }
       if (o.daemon_releases > 0) GiveBack(handle, o.daemon_releases);
       return absl::OkStatus();
@@ -292,8 +298,7 @@ absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
       GrantCache::ReleaseOutcome o = grants_->Release(handles[i]);
       if (o.cached) {
         if (o.no_reference) {
-          out[i] = absl::FailedPreconditionError(
-              absl::StrCat("handle ", handles[i], " has no holder left in this process"));
+          out[i] = NoLocalHolder(handles[i]);
         }
         if (o.daemon_releases > 0) give_back.emplace_back(handles[i], o.daemon_releases);
         continue;
