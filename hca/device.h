@@ -34,9 +34,11 @@
 #ifndef REGCACHE_HCA_DEVICE_H_
 #define REGCACHE_HCA_DEVICE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,23 +92,30 @@ struct Pd {
 // Capabilities.
 
 struct Capabilities {
-  std::string backend;              // "sim", "mlx5", "verbs"
-  std::string device_name;          // e.g. "sim0", "mlx5_0", "rxe0"
-  uint32_t max_klm_entries = 0;     // per indirect key (2^log_max_klm_list_size)
-  uint32_t max_inline_klm = 0;      // KLM entries that fit inline in one map request
-  uint32_t max_indirection = 0;     // nesting depth of keys through KLM/KSM entries
-  uint64_t page_size_mask = 0;      // bit n set: 2^n bytes is a supported MTT/KSM page size
-  uint64_t max_key_length = 0;      // largest length of one key (0 = 2^64 via length64)
-  uint32_t max_queue_depth = 0;     // largest QueueOptions::depth
-  uint32_t max_keys = 0;            // size of the key table
-  bool umr = false;                 // PostMap/PostUpdate/PostRewriteTranslation on queues
-  bool memory_windows = false;      // indirect keys are type-1 MWs (verbs backend)
+  std::string backend;           // "sim", "mlx5", "verbs"
+  std::string device_name;       // e.g. "sim0", "mlx5_0", "rxe0"
+  uint32_t max_klm_entries = 0;  // per indirect key (2^log_max_klm_list_size)
+  uint32_t max_inline_klm = 0;   // KLM entries that fit inline in one map request
+  uint32_t max_indirection = 0;  // nesting depth of keys through KLM/KSM entries
+  uint64_t page_size_mask = 0;   // bit n set: 2^n bytes is a supported MTT/KSM page size
+  uint64_t max_key_length = 0;   // largest length of one key (0 = 2^64 via length64)
+  uint32_t max_queue_depth = 0;  // largest QueueOptions::depth
+  uint32_t max_keys = 0;         // size of the key table
+  bool umr = false;              // PostMap/PostUpdate/PostRewriteTranslation on queues
+  // Indirect keys are type-1 memory windows (verbs backend). Then, unlike a UMR: a map binds
+  // the window and always gives it the next variant (MapRequest::new_variant must be
+  // NextVariant of the key's current value); an invalidate is a zero-length bind that also
+  // moves the key to its next variant (the cache keeps NextVariant(key) as the free key); a live
+  // key cannot be re-mapped in place; every key has one KLM entry, on a backing or on another
+  // live window key (whose range it must stay within).
+  bool memory_windows = false;
   bool ksm = false;                 // fixed-size-entry layout (Layout::kKsm)
   bool odp = false;                 // on-demand backings, fault events, resume, prefetch
   bool atomics = false;             // peer CompareSwap / FetchAdd
   bool remote_invalidate = false;   // SEND with invalidate honoured (en_rinval)
   bool translation_offset = false;  // PostRewriteTranslation (partial MTT rewrite)
   bool peer = false;                // CreatePeer
+  bool endpoints = false;           // CreateEndpoint
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -143,10 +152,16 @@ enum class Layout : uint8_t {
 struct BackingOptions {
   bool on_demand = false;       // ODP: translations absent until faulted/prefetched/rewritten
   uint32_t log_page_size = 12;  // MTT page size; REQUIRES: supported (Capabilities)
+  // The first address of the key's address space, when it is not `addr` (ibv_reg_mr_iova2):
+  // memory-window backends need it, because a window's addresses are its backing's, so the
+  // backing must already speak the tenant's addresses. Backends without memory_windows return
+  // kUnimplemented for it.
+  std::optional<uint64_t> iova;
 };
 
 // A registration of memory the daemon has mapped: a direct (MTT) key over [addr, addr+length).
-// The key's address space is the daemon's virtual addresses (start_addr = addr).
+// The key's address space is the daemon's virtual addresses (start_addr = addr), or
+// BackingOptions::iova onwards where given.
 struct Backing {
   Key key = 0;
   Pd pd;
@@ -321,6 +336,43 @@ class Peer {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Target endpoints: reliable-connected queue pairs that serve a remote node's one-sided
+// operations (RDMA READ, WRITE, atomics) on the keys of their PD, with no posting on this side.
+// This is how a tenant's memory is reached remotely on devices whose PDs cannot be shared with
+// the tenant's process.
+
+// What one side of an RC connection tells the other (the out-of-band exchange every RDMA
+// connection manager does).
+struct EndpointAddress {
+  uint32_t qpn = 0;               // queue pair number (24 bits)
+  uint32_t psn = 0;               // first packet sequence number this side sends (24 bits)
+  std::array<uint8_t, 16> gid{};  // RoCE: the port GID (raw bytes, network order); IB: may be 0
+  uint16_t lid = 0;               // InfiniBand only (0 on RoCE)
+  // Path MTU in bytes (256, 512, 1024, 2048, 4096); 0 in a request: the local port's active MTU.
+  uint32_t mtu = 0;
+  friend bool operator==(const EndpointAddress&, const EndpointAddress&) = default;
+};
+
+struct EndpointOptions {
+  // Remote operations the queue pair accepts (kRemoteRead, kRemoteWrite, kRemoteAtomic); each
+  // access is still checked against the rkey it names. REQUIRES: no local bits.
+  AccessFlags remote_access = kRemoteRead | kRemoteWrite | kRemoteAtomic;
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;  // destroys the queue pair: the remote side's accesses fail
+
+  virtual Pd pd() const = 0;
+  // This side's address: what the remote peer connects its queue pair to.
+  virtual const EndpointAddress& local() const = 0;
+  // Connects to the remote queue pair (INIT -> RTR -> RTS). Once, before any traffic.
+  // kFailedPrecondition if already connected; kInvalidArgument for a malformed address (qpn or
+  // psn over 24 bits, unsupported mtu, a zero GID on a RoCE port); the device's error otherwise.
+  virtual absl::Status Connect(const EndpointAddress& remote) = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
 // ODP.
 
 // An access hit an absent MTT entry of an on-demand backing and is parked until ResumeFault.
@@ -379,6 +431,11 @@ class Device {
 
   // A peer endpoint whose accesses arrive at a queue pair of `pd`.
   virtual absl::StatusOr<std::unique_ptr<Peer>> CreatePeer(Pd pd) = 0;
+
+  // A target endpoint in `pd`, not yet connected (Endpoint::Connect). kUnimplemented without
+  // Capabilities::endpoints; kResourceExhausted when the device has no queue pair left.
+  virtual absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(
+      Pd pd, const EndpointOptions& options) = 0;
 
   // ODP. NextFaultEvent waits up to `timeout` for the next unreported fault
   // (kDeadlineExceeded when none). FaultEventFd is readable (eventfd semantics) while events are

@@ -550,6 +550,10 @@ class NoOdpDevice final : public hca::Device {
   absl::StatusOr<std::unique_ptr<hca::Peer>> CreatePeer(hca::Pd pd) override {
     return d_->CreatePeer(pd);
   }
+  absl::StatusOr<std::unique_ptr<hca::Endpoint>> CreateEndpoint(
+      hca::Pd pd, const hca::EndpointOptions& o) override {
+    return d_->CreateEndpoint(pd, o);
+  }
   absl::StatusOr<hca::FaultEvent> NextFaultEvent(absl::Duration) override {
     return absl::UnimplementedError("no ODP");
   }

@@ -103,6 +103,10 @@ class SimDeviceImpl final : public SimDevice {
           absl::StrCat("page size 2^", options.log_page_size, " unsupported (12..31)"));
     }
     if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
+    if (options.iova.has_value()) {
+      return absl::UnimplementedError(
+          "the sim's backings speak the daemon's addresses (no iova: it has no memory windows)");
+    }
     const uint64_t page = uint64_t{1} << options.log_page_size;
     const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
     // Capacity in whole 64-byte blocks of entries, as a UMR rewrites them.
@@ -265,6 +269,11 @@ class SimDeviceImpl final : public SimDevice {
       qpn = next_sqn_++;  // one QP number space for send queues and peers
     }
     return std::unique_ptr<Peer>(new SimPeer(this, pd, qpn));
+  }
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(Pd pd, const EndpointOptions&) override {
+    RETURN_IF_ERROR(CheckPd(pd));
+    return absl::UnimplementedError("the sim has no target endpoints yet");
   }
 
   // --- ODP --- The driver's half of fault handling: decode the EQE, answer with a
