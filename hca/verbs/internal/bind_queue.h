@@ -1,0 +1,91 @@
+// The verbs backend's hca::Queue: an RC queue pair connected to itself on which window binds are
+// posted (ibv_bind_mw), with its completion queue.
+//
+// Post* check the request's form and hold it; Doorbell() plans and posts each held request in
+// order (Context::PostBind: the key-state checks run there, in posting order, as a device would
+// run them); a refused request becomes an error completion in its place. Every bind is posted
+// signalled, so completions arrive one per request in order; successes of requests posted
+// unsignalled are not reported, as the device boundary promises.
+//
+// A bind that completes with an error leaves the queue pair in the error state: the binds
+// behind it are flushed and undone (Context::UndoBind, newest first), and the queue pair is
+// reset and reconnected before the next bind is posted.
+//
+// Fences: the queue pair carries only binds, executed in order by the requester, so a request
+// always starts after the earlier ones completed; PostOptions::fence needs no flag.
+#ifndef REGCACHE_HCA_VERBS_INTERNAL_BIND_QUEUE_H_
+#define REGCACHE_HCA_VERBS_INTERNAL_BIND_QUEUE_H_
+
+#include <infiniband/verbs.h>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hca/device.h"
+#include "hca/verbs/internal/context.h"
+
+namespace regcache::hca::verbs {
+
+class BindQueue final : public Queue {
+ public:
+  // REQUIRES: depth is a power of two no larger than the device's max_qp_wr.
+  static absl::StatusOr<std::unique_ptr<BindQueue>> Create(Context* c, Pd pd, uint32_t depth);
+  ~BindQueue() override;
+
+  Pd pd() const override { return pd_; }
+  uint32_t FreeSlots() const override;
+  absl::Status PostMap(uint64_t request_id, const MapRequest& request) override;
+  absl::Status PostUpdate(uint64_t request_id, const UpdateRequest& request) override;
+  absl::Status PostInvalidate(uint64_t request_id, Key key, PostOptions options) override;
+  absl::Status PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
+                                      absl::Span<const MttEntry> entries,
+                                      PostOptions options) override;
+  absl::Status Doorbell() override;
+  size_t Poll(absl::Span<Completion> out) override;
+  absl::Status Flush(absl::Duration timeout) override;
+
+ private:
+  struct Held {  // posted, not yet rung
+    uint64_t id = 0;
+    bool signaled = true;
+    BindRequest request;
+  };
+  struct InFlight {  // rung: a posted bind, or a refusal waiting for its turn to complete
+    uint64_t id = 0;
+    uint64_t wr = 0;  // the work request id the completion carries (posted ones)
+    bool signaled = true;
+    bool posted = false;
+    bool undone = false;
+    absl::Status refusal;
+    BindPlan plan;
+  };
+
+  BindQueue(Context* c, Pd pd, uint32_t depth) : c_(c), pd_(pd), depth_(depth) {}
+  absl::Status Connect();  // RESET -> INIT -> RTR -> RTS, to itself
+  absl::Status Hold(uint64_t id, PostOptions options, const BindRequest& request);
+  // Moves work completions into ready_ and delivers refusals that reached the front.
+  void Pump();
+  void Complete(uint64_t id, absl::Status status);
+  // After an error: undoes every posted bind still in flight (newest first).
+  void UndoInFlight();
+  // Waits (bounded) until nothing posted is in flight, then resets and reconnects the queue pair.
+  absl::Status Recover();
+  size_t posted_in_flight() const;
+
+  Context* const c_;
+  const Pd pd_;
+  const uint32_t depth_;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+  uint32_t psn_ = 0;
+  bool broken_ = false;  // an error completion was seen: recover before posting
+  uint64_t next_wr_ = 1;
+  std::vector<Held> held_;
+  std::deque<InFlight> in_flight_;  // in posting order; front is the oldest
+  std::deque<Completion> ready_;
+};
+
+}  // namespace regcache::hca::verbs
+#endif  // REGCACHE_HCA_VERBS_INTERNAL_BIND_QUEUE_H_

@@ -1,0 +1,370 @@
+#include "hca/verbs/internal/context.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "hca/status.h"
+#include "hca/verbs/internal/wc_status.h"
+
+namespace regcache::hca::verbs {
+namespace {
+
+absl::Status Refuse(absl::string_view why) { return DeviceError(Syndrome::kMwBind, why); }
+
+bool Within(uint64_t addr, uint64_t length, uint64_t lo, uint64_t len) {
+  return addr >= lo && length <= len && addr - lo <= len - length;
+}
+
+}  // namespace
+
+Context::~Context() {
+  base::MutexLock lock(&mu_);
+  for (auto& [index, w] : mws_) {
+    if (int err = ibv_dealloc_mw(w.mw); err != 0) {
+      RC_LOG(WARNING) << ErrnoStatus(err, "ibv_dealloc_mw at close");
+    }
+  }
+  for (auto& [index, r] : mrs_) {
+    if (int err = ibv_dereg_mr(r.mr); err != 0) {
+      RC_LOG(WARNING) << ErrnoStatus(err, "ibv_dereg_mr at close");
+    }
+  }
+  for (auto& [pdn, pd] : pds_) {
+    if (int err = ibv_dealloc_pd(pd); err != 0) {
+      RC_LOG(WARNING) << ErrnoStatus(err, "ibv_dealloc_pd at close");
+    }
+  }
+  ibv_close_device(ctx_);
+}
+
+absl::StatusOr<ibv_pd*> Context::FindPd(Pd pd) {
+  base::MutexLock lock(&mu_);
+  auto it = pds_.find(pd.pdn);
+  if (it == pds_.end()) return absl::FailedPreconditionError(absl::StrFormat("no pd %d", pd.pdn));
+  return it->second;
+}
+
+absl::StatusOr<Pd> Context::AddPd(ibv_pd* pd) {
+  base::MutexLock lock(&mu_);
+  const Pd p{next_pdn_++};
+  pds_[p.pdn] = pd;
+  return p;
+}
+
+absl::Status Context::RemovePd(Pd pd) {
+  base::MutexLock lock(&mu_);
+  auto it = pds_.find(pd.pdn);
+  if (it == pds_.end()) return absl::NotFoundError(absl::StrFormat("no pd %d", pd.pdn));
+  // The verb refuses (EBUSY) while regions, windows or queue pairs of the PD remain.
+  if (int err = ibv_dealloc_pd(it->second); err != 0) {
+    return ErrnoStatus(err, absl::StrFormat("ibv_dealloc_pd of pd %d", pd.pdn));
+  }
+  pds_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Context::AddMr(const MrRecord& r) {
+  base::MutexLock lock(&mu_);
+  const uint32_t index = KeyIndex(r.mr->lkey);
+  if (mrs_.contains(index) || mws_.contains(index)) {
+    return absl::InternalError(absl::StrFormat(
+        "the device gave key index 0x%x twice (lkey 0x%08x)", index, r.mr->lkey));
+  }
+  mrs_[index] = r;
+  stats_.live_backings.Add();
+  return absl::OkStatus();
+}
+
+absl::Status Context::AddMw(ibv_mw* mw, Pd pd) {
+  base::MutexLock lock(&mu_);
+  const uint32_t index = KeyIndex(mw->rkey);
+  if (mrs_.contains(index) || mws_.contains(index)) {
+    return absl::InternalError(absl::StrFormat(
+        "the device gave key index 0x%x twice (rkey 0x%08x)", index, mw->rkey));
+  }
+  MwRecord w;
+  w.mw = mw;
+  w.pd = pd;
+  w.key = mw->rkey;
+  w.seq = next_seq_++;
+  mws_[index] = w;
+  stats_.live_windows.Add();
+  return absl::OkStatus();
+}
+
+absl::Status Context::DestroyKey(Key key) {
+  base::MutexLock lock(&mu_);
+  const uint32_t index = KeyIndex(key);
+  if (auto it = mws_.find(index); it != mws_.end()) {
+    if (int err = ibv_dealloc_mw(it->second.mw); err != 0) {
+      return ErrnoStatus(err, absl::StrFormat("ibv_dealloc_mw of key 0x%08x", key));
+    }
+    mws_.erase(it);
+    stats_.live_windows.Sub();
+    return absl::OkStatus();
+  }
+  if (auto it = mrs_.find(index); it != mrs_.end()) {
+    // Refused by the device while windows are bound on the region.
+    if (int err = ibv_dereg_mr(it->second.mr); err != 0) {
+      return ErrnoStatus(err, absl::StrFormat("ibv_dereg_mr of key 0x%08x", key));
+    }
+    for (auto& [windex, w] : mws_) {
+      if (w.mr == it->second.mr) w.mr = nullptr;  // free windows remember their last region
+    }
+    mrs_.erase(it);
+    stats_.live_backings.Sub();
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrFormat("no key with index 0x%x", index));
+}
+
+absl::StatusOr<KeyInfo> Context::QueryKey(Key key) {
+  base::MutexLock lock(&mu_);
+  const uint32_t index = KeyIndex(key);
+  KeyInfo info;
+  if (auto it = mws_.find(index); it != mws_.end()) {
+    const MwRecord& w = it->second;
+    info.key = w.key;
+    info.free = !w.live;
+    info.layout = Layout::kKlm;
+    info.access_mode = 2;
+    info.pd = w.pd;
+    info.capacity_entries = 1;
+    if (w.live) {
+      info.access = w.access | kLocalRead;
+      info.start_addr = w.start;
+      info.length = w.length;
+      info.klm.push_back(KlmEntry{w.parent, w.start, w.length});
+    }
+    return info;
+  }
+  if (auto it = mrs_.find(index); it != mrs_.end()) {
+    const MrRecord& r = it->second;
+    info.key = r.mr->lkey;
+    info.free = false;
+    info.layout = Layout::kMtt;
+    info.access_mode = 1;
+    info.access = r.access;
+    info.pd = r.pd;
+    info.start_addr = r.iova;
+    info.length = r.length;
+    info.log_entity_size = 12;
+    info.capacity_entries = static_cast<uint32_t>(((r.iova & 4095) + r.length + 4095) / 4096);
+    return info;
+  }
+  return absl::NotFoundError(absl::StrFormat("no key with index 0x%x", index));
+}
+
+absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq) {
+  auto it = mws_.find(KeyIndex(rq.key));
+  if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
+  MwRecord& w = it->second;
+  if (!(w.pd == queue_pd)) {
+    return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key,
+                                  w.pd.pdn, queue_pd.pdn));
+  }
+  BindPlan plan;
+  plan.mw = w.mw;
+  plan.before = w;
+  plan.after = w;
+  plan.after.key = NextVariant(w.key);
+  plan.bind.send_flags = IBV_SEND_SIGNALED;
+  if (rq.invalidate) {  // a zero-length bind: no range, no rights
+    // The device ignores the region of a zero-length bind, but rdma-core's rxe provider reads
+    // it: name the window's last region, or any region of the PD.
+    if (w.mr == nullptr) {
+      for (const auto& [index, r] : mrs_) {
+        if (r.pd == queue_pd) {
+          plan.after.mr = r.mr;
+          break;
+        }
+      }
+    }
+    if (plan.after.mr == nullptr) {
+      plan.mw = nullptr;  // never bound, and nothing to bind it with: already invalid
+      plan.after.key = w.key;
+      return plan;
+    }
+    plan.bind.bind_info.mr = plan.after.mr;
+    plan.after.live = false;
+    plan.after.parent = 0;
+    plan.after.start = plan.after.length = 0;
+    plan.after.access = 0;
+    return plan;
+  }
+  if (rq.require_free && w.live) return Refuse(absl::StrFormat("window 0x%08x is live", w.key));
+  if (rq.new_variant != KeyVariant(plan.after.key)) {
+    return Refuse(absl::StrFormat(
+        "window 0x%08x can only take variant 0x%02x next (a bind advances it by one), not 0x%02x",
+        w.key, KeyVariant(plan.after.key), rq.new_variant));
+  }
+  const KlmEntry& e = rq.entry;
+  ibv_mr* mr = nullptr;
+  AccessFlags allowed = 0;
+  if (auto m = mrs_.find(KeyIndex(e.key)); m != mrs_.end()) {
+    const MrRecord& r = m->second;
+    if (r.mr->lkey != e.key || !(r.pd == queue_pd)) {
+      return Refuse(absl::StrFormat("backing 0x%08x is not in this pd or has another variant",
+                                    e.key));
+    }
+    if (!Within(e.addr, e.length, r.iova, r.length)) {
+      return Refuse(absl::StrFormat("[0x%x, +0x%x) is outside backing 0x%08x", e.addr, e.length,
+                                    e.key));
+    }
+    mr = r.mr;
+    allowed = r.access;
+  } else if (auto p = mws_.find(KeyIndex(e.key)); p != mws_.end()) {
+    const MwRecord& parent = p->second;
+    if (!parent.live || parent.key != e.key || !(parent.pd == queue_pd)) {
+      return Refuse(absl::StrFormat("parent window 0x%08x is not live in this pd", e.key));
+    }
+    if (!Within(e.addr, e.length, parent.start, parent.length)) {
+      return Refuse(absl::StrFormat("[0x%x, +0x%x) is outside parent window 0x%08x", e.addr,
+                                    e.length, e.key));
+    }
+    mr = parent.mr;
+    allowed = parent.access;
+  } else {
+    return Refuse(absl::StrFormat("entry key 0x%08x is neither a backing nor a window", e.key));
+  }
+  const AccessFlags remote = rq.access & (kRemoteRead | kRemoteWrite | kRemoteAtomic);
+  if ((remote & ~allowed) != 0) {
+    return Refuse(absl::StrFormat("rights %s exceed the %s of 0x%08x", AccessToString(remote),
+                                  AccessToString(allowed), e.key));
+  }
+  plan.bind.bind_info.mr = mr;
+  plan.bind.bind_info.addr = e.addr;
+  plan.bind.bind_info.length = e.length;
+  plan.bind.bind_info.mw_access_flags = RemoteAccessFlags(remote);
+  plan.after.live = true;
+  plan.after.mr = mr;
+  plan.after.parent = e.key;
+  plan.after.start = e.addr;
+  plan.after.length = e.length;
+  plan.after.access = remote;
+  return plan;
+}
+
+absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& rq,
+                                           uint64_t wr_id) {
+  base::MutexLock lock(&mu_);
+  absl::StatusOr<BindPlan> plan = Plan(queue_pd, rq);
+  if (!plan.ok()) {
+    stats_.bind_errors.Inc();
+    return plan.status();
+  }
+  if (plan->mw == nullptr) return plan;  // nothing to post (see Plan)
+  plan->bind.wr_id = wr_id;
+  if (int err = ibv_bind_mw(qp, plan->mw, &plan->bind); err != 0) {
+    stats_.bind_errors.Inc();
+    return ErrnoStatus(err, absl::StrFormat("ibv_bind_mw of window 0x%08x", rq.key));
+  }
+  // The provider has moved mw->rkey on already; the record follows it.
+  plan->after.key = plan->mw->rkey;
+  plan->after.seq = next_seq_++;
+  mws_[KeyIndex(rq.key)] = plan->after;
+  stats_.binds_posted.Inc();
+  return plan;
+}
+
+void Context::UndoBind(const BindPlan& plan) {
+  base::MutexLock lock(&mu_);
+  stats_.bind_errors.Inc();
+  auto it = mws_.find(KeyIndex(plan.before.key));
+  if (it == mws_.end() || it->second.seq != plan.after.seq) return;  // changed since
+  it->second = plan.before;
+  it->second.seq = next_seq_++;
+  plan.mw->rkey = plan.before.key;  // the provider advanced it at post; the bind did not happen
+}
+
+absl::Status QpToInit(const Context& c, ibv_qp* qp, unsigned access) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = c.options().port;
+  a.qp_access_flags = access;
+  const int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  if (int err = ibv_modify_qp(qp, &a, mask); err != 0) return ErrnoStatus(err, "qp to INIT");
+  return absl::OkStatus();
+}
+
+absl::Status QpToRtr(const Context& c, ibv_qp* qp, const EndpointAddress& remote) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  const uint32_t local_mtu = MtuBytes(c.port_attr.active_mtu);
+  const uint32_t mtu = remote.mtu == 0 ? local_mtu : std::min(remote.mtu, local_mtu);
+  a.path_mtu = MtuFromBytes(mtu).value_or(IBV_MTU_1024);
+  a.dest_qp_num = remote.qpn;
+  a.rq_psn = remote.psn;
+  a.max_dest_rd_atomic = static_cast<uint8_t>(std::clamp(c.attr.orig_attr.max_qp_rd_atom, 1, 16));
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = c.options().port;
+  a.ah_attr.dlid = remote.lid;
+  bool any_gid = false;
+  for (uint8_t b : remote.gid) any_gid |= b != 0;
+  if (c.port_attr.link_layer == IBV_LINK_LAYER_ETHERNET || any_gid) {
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, remote.gid.data(), 16);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(c.options().gid_index);
+    a.ah_attr.grh.hop_limit = 64;
+  }
+  const int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  if (int err = ibv_modify_qp(qp, &a, mask); err != 0) return ErrnoStatus(err, "qp to RTR");
+  return absl::OkStatus();
+}
+
+absl::Status QpToRts(const Context& c, ibv_qp* qp, uint32_t psn) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = psn;
+  a.max_rd_atomic = static_cast<uint8_t>(std::clamp(c.attr.orig_attr.max_qp_init_rd_atom, 1, 16));
+  const int mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                   IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (int err = ibv_modify_qp(qp, &a, mask); err != 0) return ErrnoStatus(err, "qp to RTS");
+  return absl::OkStatus();
+}
+
+EndpointAddress LocalAddress(const Context& c, uint32_t qpn, uint32_t psn) {
+  EndpointAddress a;
+  a.qpn = qpn;
+  a.psn = psn;
+  std::memcpy(a.gid.data(), c.gid.raw, 16);
+  a.lid = c.port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? 0 : c.port_attr.lid;
+  a.mtu = MtuBytes(c.port_attr.active_mtu);
+  return a;
+}
+
+std::optional<ibv_mtu> MtuFromBytes(uint32_t bytes) {
+  switch (bytes) {
+    case 256:
+      return IBV_MTU_256;
+    case 512:
+      return IBV_MTU_512;
+    case 1024:
+      return IBV_MTU_1024;
+    case 2048:
+      return IBV_MTU_2048;
+    case 4096:
+      return IBV_MTU_4096;
+    default:
+      return std::nullopt;
+  }
+}
+
+uint32_t MtuBytes(ibv_mtu mtu) { return 128u << static_cast<int>(mtu); }
+
+unsigned RemoteAccessFlags(AccessFlags access) {
+  unsigned f = 0;
+  if (access & kRemoteRead) f |= IBV_ACCESS_REMOTE_READ;
+  if (access & kRemoteWrite) f |= IBV_ACCESS_REMOTE_WRITE;
+  if (access & kRemoteAtomic) f |= IBV_ACCESS_REMOTE_ATOMIC;
+  return f;
+}
+
+}  // namespace regcache::hca::verbs

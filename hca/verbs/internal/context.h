@@ -1,0 +1,138 @@
+// The state every part of the verbs backend shares: the opened device and port, and the table
+// of protection domains, memory regions (backings) and memory windows (pooled keys) with what
+// each window is bound to. Queues plan their binds against it and apply them under its lock,
+// so that the bind's checks (state, variant, PD, range, rights) and its effect are one step.
+#ifndef REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_
+#define REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/mutex.h"
+#include "hca/device.h"
+#include "hca/verbs/verbs_device.h"
+
+namespace regcache::hca::verbs {
+
+struct MrRecord {
+  ibv_mr* mr = nullptr;
+  Pd pd;
+  uint64_t addr = 0;   // the daemon's mapping
+  uint64_t iova = 0;   // the first address of the key's address space
+  uint64_t length = 0;
+  AccessFlags access = 0;  // what windows on it may grant
+};
+
+// A type-1 window and what it is bound to. `seq` changes with every change of state, so that
+// undoing a failed bind never overwrites a later one.
+struct MwRecord {
+  ibv_mw* mw = nullptr;
+  Pd pd;
+  bool live = false;
+  Key key = 0;  // the current rkey (mw->rkey)
+  ibv_mr* mr = nullptr;  // live: the region it is bound on; free: the last one (or null)
+  Key parent = 0;        // the backing's lkey or the parent window's rkey
+  uint64_t start = 0;
+  uint64_t length = 0;
+  AccessFlags access = 0;
+  uint64_t seq = 0;
+};
+
+// A bind ready to post: the verb's arguments and the window's record before and after.
+struct BindPlan {
+  ibv_mw* mw = nullptr;  // null: nothing to post (an invalidate of a window never bound)
+  ibv_mw_bind bind{};
+  MwRecord before;
+  MwRecord after;
+};
+
+// One map or invalidate as a queue holds it between Post* and Doorbell.
+struct BindRequest {
+  bool invalidate = false;
+  Key key = 0;
+  KlmEntry entry;  // map: the one entry
+  uint8_t new_variant = 0;
+  AccessFlags access = 0;
+  bool require_free = true;
+};
+
+class Context {
+ public:
+  Context(ibv_context* ctx, const VerbsOptions& options) : ctx_(ctx), options_(options) {}
+  ~Context();  // releases what is left: windows, regions, PDs, then the device
+
+  ibv_context* ctx() const { return ctx_; }
+  const VerbsOptions& options() const { return options_; }
+  VerbsStats& stats() { return stats_; }
+  const VerbsStats& stats() const { return stats_; }
+
+  // Filled once by the device while opening, read-only afterwards.
+  ibv_device_attr_ex attr{};
+  ibv_port_attr port_attr{};
+  ibv_gid gid{};
+
+  // The verbs PD of `pd`, or kFailedPrecondition naming it.
+  absl::StatusOr<ibv_pd*> FindPd(Pd pd);
+  absl::StatusOr<Pd> AddPd(ibv_pd* pd);
+  absl::Status RemovePd(Pd pd);
+
+  // Tables keyed by key index (the key >> 8): regions and windows share the device's key space.
+  absl::Status AddMr(const MrRecord& r);
+  absl::Status AddMw(ibv_mw* mw, Pd pd);
+  absl::Status DestroyKey(Key key);
+  absl::StatusOr<KeyInfo> QueryKey(Key key);
+
+  // Checks `request` against the tables and, if it may go, applies its effect to the window's
+  // record and posts it with ibv_bind_mw on `qp` (signalled, wr_id `wr_id`), all under the lock.
+  // A refusal is DeviceError(kMwBind, why) and changes nothing; a failed post is the errno's
+  // status (the window keeps its record).
+  absl::StatusOr<BindPlan> PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& request,
+                                    uint64_t wr_id);
+  // Undoes a bind that completed with an error or was flushed: the window's record (and
+  // mw->rkey) go back to `plan.before` unless something changed them since.
+  void UndoBind(const BindPlan& plan);
+
+ private:
+  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ibv_context* const ctx_;
+  const VerbsOptions options_;
+  VerbsStats stats_;
+  base::Mutex mu_;
+  uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint32_t, ibv_pd*> pds_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, MrRecord> mrs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, MwRecord> mws_ ABSL_GUARDED_BY(mu_);
+};
+
+// Opens the device `options` names (or the first with an active port) and fills the context's
+// attributes. kUnavailable with the reason (and the devices seen) when it cannot.
+absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options);
+
+// Queue-pair state changes for RC queue pairs (the bind queues' self-connection and the target
+// endpoints). `access` is the INIT state's remote rights (IBV_ACCESS_REMOTE_*).
+absl::Status QpToInit(const Context& c, ibv_qp* qp, unsigned access);
+absl::Status QpToRtr(const Context& c, ibv_qp* qp, const EndpointAddress& remote);
+absl::Status QpToRts(const Context& c, ibv_qp* qp, uint32_t psn);
+
+// This port's address for a queue pair `qpn` sending from `psn`.
+EndpointAddress LocalAddress(const Context& c, uint32_t qpn, uint32_t psn);
+
+// MTU bytes <-> enum ibv_mtu. MtuFromBytes: nullopt for anything but 256..4096 powers of two.
+std::optional<ibv_mtu> MtuFromBytes(uint32_t bytes);
+uint32_t MtuBytes(ibv_mtu mtu);
+
+// The remote rights of `access` as IBV_ACCESS_REMOTE_* bits.
+unsigned RemoteAccessFlags(AccessFlags access);
+
+}  // namespace regcache::hca::verbs
+#endif  // REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_

@@ -1,0 +1,322 @@
+#include "hca/verbs/verbs_device.h"
+
+#include <cerrno>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "hca/verbs/internal/bind_queue.h"
+#include "hca/verbs/internal/context.h"
+#include "hca/verbs/internal/endpoint.h"
+#include "hca/verbs/internal/wc_status.h"
+
+namespace regcache::hca::verbs {
+namespace {
+
+absl::Status ParseNumber(const std::string& key, const std::string& value, uint32_t max,
+                         uint32_t* out) {
+  if (!absl::SimpleAtoi(value, out) || *out > max) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("verbs: %s='%s' is not a number up to %d", key, value, max));
+  }
+  return absl::OkStatus();
+}
+
+// A Peer: a requester in a PD of its own, connected to a target endpoint in the tenant's PD, so
+// every access is checked against the tenant's rkeys exactly as a remote node's would be.
+class VerbsPeer final : public Peer {
+ public:
+  VerbsPeer(Pd pd, std::unique_ptr<TargetEndpoint> target, std::unique_ptr<Requester> requester)
+      : pd_(pd), target_(std::move(target)), requester_(std::move(requester)) {}
+  Pd pd() const override { return pd_; }
+  absl::Status Write(Key rkey, uint64_t addr, absl::Span<const uint8_t> data) override {
+    return requester_->Write(rkey, addr, data);
+  }
+  absl::Status Read(Key rkey, uint64_t addr, absl::Span<uint8_t> out) override {
+    return requester_->Read(rkey, addr, out);
+  }
+  absl::StatusOr<uint64_t> CompareSwap(Key rkey, uint64_t addr, uint64_t compare,
+                                       uint64_t swap) override {
+    return requester_->Atomic(rkey, addr, /*compare_swap=*/true, compare, swap);
+  }
+  absl::StatusOr<uint64_t> FetchAdd(Key rkey, uint64_t addr, uint64_t add) override {
+    return requester_->Atomic(rkey, addr, /*compare_swap=*/false, add, 0);
+  }
+  absl::Status SendWithInvalidate(Key) override {
+    return absl::UnimplementedError("type-1 memory windows cannot be invalidated remotely");
+  }
+  absl::Status LocalRead(Key, uint64_t, absl::Span<uint8_t>) override {
+    return absl::UnimplementedError("memory-window keys are rkeys only (no local SGE use)");
+  }
+  absl::Status LocalWrite(Key, uint64_t, absl::Span<const uint8_t>) override {
+    return absl::UnimplementedError("memory-window keys are rkeys only (no local SGE use)");
+  }
+
+ private:
+  const Pd pd_;
+  std::unique_ptr<TargetEndpoint> target_;
+  std::unique_ptr<Requester> requester_;
+};
+
+class VerbsDevice final : public Device {
+ public:
+  VerbsDevice(std::unique_ptr<Context> c, const OpenOptions& open) : c_(std::move(c)) {
+    const ibv_device_attr& a = c_->attr.orig_attr;
+    caps_.backend = "verbs";
+    caps_.device_name = ibv_get_device_name(c_->ctx()->device);
+    caps_.max_klm_entries = 1;
+    caps_.max_inline_klm = 1;
+    caps_.max_indirection = 2;  // a window on a registration, both bound on the backing's MR
+    caps_.page_size_mask = uint64_t{1} << 12;
+    caps_.max_key_length = a.max_mr_size;
+    uint32_t depth = 1;
+    while (depth * 2 <= static_cast<uint32_t>(a.max_qp_wr) &&
+           depth * 2 <= c_->options().max_queue_depth) {
+      depth *= 2;
+    }
+    caps_.max_queue_depth = depth;
+    caps_.max_keys = static_cast<uint32_t>(a.max_mw);
+    caps_.memory_windows = true;
+    caps_.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
+    caps_.peer = true;
+    caps_.endpoints = true;
+    if (open.stats_registry != nullptr) {
+      registration_ = base::stats::Registration(
+          *open.stats_registry,
+          open.stats_component.empty() ? "hca_verbs" : open.stats_component, &c_->stats());
+    }
+  }
+  ~VerbsDevice() override { registration_ = {}; }
+
+  const Capabilities& capabilities() const override { return caps_; }
+
+  absl::StatusOr<Pd> AllocPd() override {
+    ibv_pd* pd = ibv_alloc_pd(c_->ctx());
+    if (pd == nullptr) return ErrnoStatus(errno, "ibv_alloc_pd");
+    return c_->AddPd(pd);
+  }
+  absl::Status DeallocPd(Pd pd) override { return c_->RemovePd(pd); }
+
+  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length,
+                                          AccessFlags access,
+                                          const BackingOptions& options) override {
+    if (options.on_demand) {
+      return absl::UnimplementedError(
+          absl::StrFormat("%s: the verbs backend has no on-demand paging", caps_.device_name));
+    }
+    if (options.log_page_size != 12) {
+      return absl::InvalidArgumentError("the verbs backend registers 4 KiB pages only");
+    }
+    if (length == 0) return absl::InvalidArgumentError("backing of length 0");
+    if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
+    const uint64_t iova = options.iova.value_or(addr);
+    if (iova + length < iova) return absl::InvalidArgumentError("backing iova wraps 2^64");
+    ASSIGN_OR_RETURN(ibv_pd * vpd, c_->FindPd(pd));
+    // No remote rights of its own: only the windows bound on it reach it remotely. Local write
+    // is what a window granting remote write or atomics needs from its region.
+    int flags = IBV_ACCESS_MW_BIND;
+    if (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) flags |= IBV_ACCESS_LOCAL_WRITE;
+    ibv_mr* mr = ibv_reg_mr_iova2(vpd, reinterpret_cast<void*>(addr), length, iova,
+                                  static_cast<unsigned>(flags));
+    if (mr == nullptr) {
+      return base::Annotate(ErrnoStatus(errno, "ibv_reg_mr"),
+                            absl::StrFormat("backing [0x%x, +0x%x)", addr, length));
+    }
+    MrRecord r{mr, pd, addr, iova, length, access | kLocalRead};
+    if (absl::Status s = c_->AddMr(r); !s.ok()) {
+      (void)ibv_dereg_mr(mr);
+      return s;
+    }
+    c_->stats().backings_registered.Inc();
+    c_->stats().bytes_registered.Inc(length);
+    Backing b;
+    b.key = mr->lkey;
+    b.pd = pd;
+    b.addr = addr;
+    b.length = length;
+    b.log_page_size = 12;
+    b.num_entries = static_cast<uint32_t>(((addr & 4095) + length + 4095) / 4096);
+    return b;
+  }
+
+  absl::StatusOr<std::vector<Key>> CreateIndirectKeys(Pd pd, uint32_t capacity_entries,
+                                                      uint32_t count,
+                                                      const IndirectKeyOptions& options) override {
+    if (capacity_entries == 0 || capacity_entries > 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a memory window holds one entry; asked for keys of %d", capacity_entries));
+    }
+    if (options.layout != Layout::kKlm) {
+      return absl::InvalidArgumentError("memory windows have no KSM layout");
+    }
+    if (options.remote_invalidate) {
+      return absl::UnimplementedError("type-1 memory windows cannot be invalidated remotely");
+    }
+    ASSIGN_OR_RETURN(ibv_pd * vpd, c_->FindPd(pd));
+    std::vector<Key> keys;
+    keys.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      ibv_mw* mw = ibv_alloc_mw(vpd, IBV_MW_TYPE_1);
+      absl::Status s = mw == nullptr ? ErrnoStatus(errno, "ibv_alloc_mw") : c_->AddMw(mw, pd);
+      if (!s.ok()) {
+        if (mw != nullptr) (void)ibv_dealloc_mw(mw);
+        for (Key k : keys) (void)c_->DestroyKey(k);
+        return s;
+      }
+      c_->stats().windows_allocated.Inc();
+      keys.push_back(mw->rkey);
+    }
+    return keys;
+  }
+
+  absl::StatusOr<std::vector<Key>> CreateDirectKeys(Pd, uint32_t, uint32_t,
+                                                    const DirectKeyOptions&) override {
+    return absl::UnimplementedError("the verbs backend has no UMR-mapped direct keys");
+  }
+
+  absl::Status DestroyKey(Key key) override { return c_->DestroyKey(key); }
+  absl::StatusOr<KeyInfo> QueryKey(Key key) override { return c_->QueryKey(key); }
+
+  absl::StatusOr<std::unique_ptr<Queue>> CreateQueue(Pd pd, const QueueOptions& o) override {
+    if (o.depth == 0 || (o.depth & (o.depth - 1)) != 0 || o.depth > caps_.max_queue_depth) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "queue depth %d is not a power of two up to %d", o.depth, caps_.max_queue_depth));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<BindQueue> q, BindQueue::Create(c_.get(), pd, o.depth));
+    return std::unique_ptr<Queue>(std::move(q));
+  }
+
+  absl::StatusOr<std::unique_ptr<Peer>> CreatePeer(Pd pd) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetEndpoint> target,
+                     TargetEndpoint::Create(c_.get(), pd, EndpointOptions{}));
+    ASSIGN_OR_RETURN(std::unique_ptr<Requester> requester, Requester::Create(c_.get()));
+    RETURN_IF_ERROR(target->Connect(requester->local()));
+    RETURN_IF_ERROR(requester->Connect(target->local()));
+    return std::unique_ptr<Peer>(new VerbsPeer(pd, std::move(target), std::move(requester)));
+  }
+
+  absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(
+      Pd pd, const EndpointOptions& options) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetEndpoint> e,
+                     TargetEndpoint::Create(c_.get(), pd, options));
+    return std::unique_ptr<Endpoint>(std::move(e));
+  }
+
+  absl::StatusOr<FaultEvent> NextFaultEvent(absl::Duration) override {
+    return absl::UnimplementedError("the verbs backend has no on-demand paging");
+  }
+  int FaultEventFd() override { return -1; }
+  absl::Status ResumeFault(uint64_t, bool) override {
+    return absl::UnimplementedError("the verbs backend has no on-demand paging");
+  }
+  absl::Status Prefetch(Key, uint64_t, uint64_t, bool) override {
+    return absl::UnimplementedError("the verbs backend has no on-demand paging");
+  }
+
+ private:
+  std::unique_ptr<Context> c_;
+  Capabilities caps_;
+  base::stats::Registration registration_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  const std::string wanted =
+      options.device_name.empty() ? "any" : absl::StrCat("'", options.device_name, "'");
+  if (list == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("verbs: no RDMA devices on this machine (wanted ", wanted, "; ",
+                     ErrnoStatus(errno, "ibv_get_device_list").message(), ")"));
+  }
+  std::vector<std::string> seen;
+  std::vector<std::string> why;
+  std::unique_ptr<Context> found;
+  for (int i = 0; i < n && found == nullptr; ++i) {
+    const std::string name = ibv_get_device_name(list[i]);
+    seen.push_back(name);
+    if (!options.device_name.empty() && name != options.device_name) continue;
+    ibv_context* ctx = ibv_open_device(list[i]);
+    if (ctx == nullptr) {
+      why.push_back(absl::StrCat(name, ": ", ErrnoStatus(errno, "ibv_open_device").message()));
+      continue;
+    }
+    auto c = std::make_unique<Context>(ctx, options);
+    if (ibv_query_device_ex(ctx, nullptr, &c->attr) != 0 ||
+        ibv_query_port(ctx, options.port, &c->port_attr) != 0 ||
+        ibv_query_gid(ctx, options.port, options.gid_index, &c->gid) != 0) {
+      why.push_back(absl::StrFormat("%s: cannot query port %d / gid %d", name, options.port,
+                                    options.gid_index));
+      continue;  // the context closes with `c`
+    }
+    if (c->port_attr.state != IBV_PORT_ACTIVE) {
+      why.push_back(absl::StrFormat("%s: port %d is not active", name, options.port));
+      continue;
+    }
+    if ((c->attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) == 0 ||
+        c->attr.orig_attr.max_mw == 0) {
+      why.push_back(absl::StrCat(name, ": no memory windows (IBV_DEVICE_MEM_WINDOW)"));
+      continue;
+    }
+    found = std::move(c);
+  }
+  ibv_free_device_list(list);
+  if (found == nullptr) {
+    return absl::UnavailableError(absl::StrFormat(
+        "verbs: no usable device (wanted %s); devices seen: [%s]%s", wanted,
+        absl::StrJoin(seen, ", "), why.empty() ? "" : absl::StrCat("; ", absl::StrJoin(why, "; "))));
+  }
+  return found;
+}
+
+absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
+  VerbsOptions o;
+  o.device_name = spec.device;
+  for (const auto& [k, v] : spec.params) {
+    uint32_t n = 0;
+    if (k == "port") {
+      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
+      if (n == 0) return absl::InvalidArgumentError("verbs: port numbers start at 1");
+      o.port = static_cast<uint8_t>(n);
+    } else if (k == "gid_index") {
+      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
+      o.gid_index = static_cast<int>(n);
+    } else if (k == "max_queue_depth") {
+      RETURN_IF_ERROR(ParseNumber(k, v, 1u << 20, &n));
+      if (n == 0) return absl::InvalidArgumentError("verbs: max_queue_depth must be positive");
+      o.max_queue_depth = n;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("verbs: unknown parameter '", k, "' (port, gid_index, max_queue_depth)"));
+    }
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> NewVerbsDevice(const VerbsOptions& options,
+                                                       const OpenOptions& open) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Context> c, OpenContext(options));
+  RC_LOG(INFO) << "verbs: opened " << ibv_get_device_name(c->ctx()->device) << " port "
+               << int{options.port} << " (max_mw " << c->attr.orig_attr.max_mw << ", max_qp_wr "
+               << c->attr.orig_attr.max_qp_wr << ")";
+  return std::unique_ptr<Device>(new VerbsDevice(std::move(c), open));
+}
+
+void RegisterBackend() {
+  (void)hca::RegisterBackend(
+      "verbs",
+      [](const BackendSpec& spec,
+         const OpenOptions& open) -> absl::StatusOr<std::unique_ptr<Device>> {
+        ASSIGN_OR_RETURN(VerbsOptions o, VerbsOptionsFromSpec(spec));
+        return NewVerbsDevice(o, open);
+      });
+}
+
+}  // namespace regcache::hca::verbs
