@@ -29,9 +29,11 @@
 #include "base/log.h"
 #include "base/stats.h"
 #include "hca/sim/sim_device.h"
+#include "hca/verbs/verbs_device.h"
 #include "service/daemon.h"
 
-ABSL_FLAG(std::string, device, "sim", "device: sim[:params] | verbs[:name] | mlx5[:name]");
+ABSL_FLAG(std::string, device, "sim",
+          "device: sim[:params] | verbs[:name][,port=N,gid_index=N] (any libibverbs device)");
 ABSL_FLAG(std::string, socket_dir, "/run/regcache",
           "directory of control.sock and grpc.sock (created if missing)");
 ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   regcache::hca::sim::RegisterBackend();
+  regcache::hca::verbs::RegisterBackend();
 
   const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
   if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {

@@ -1,9 +1,10 @@
 // The backing memory of one tenant, and the KLM layout of a range over it.
 //
 // A backing is memory the tenant attached: `length` bytes that the tenant sees at `va` (its own
-// virtual addresses) and that the device reaches through `key` at `device_addr` (the daemon's
-// mapping of the same bytes; equal to `va` when the cache is embedded in the process). Backings
-// of a tenant never overlap in `va`.
+// virtual addresses) and that the device reaches through `key` at `device_addr`, the address of
+// `va` in the key's address space: the daemon's mapping of the same bytes (equal to `va` when the
+// cache is embedded in the process), or `va` itself on a memory-window device, whose backings are
+// registered at the tenant's addresses. Backings of a tenant never overlap in `va`.
 //
 // Thread safety: none; the tenant serializes access.
 #ifndef REGCACHE_CACHE_BACKING_SET_H_

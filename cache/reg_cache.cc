@@ -374,6 +374,18 @@ void RegCacheImpl::MaintenanceLoop() {
 
 }  // namespace
 
+std::vector<uint32_t> RegCache::FitClasses(std::vector<uint32_t> classes,
+                                           const hca::Capabilities& caps) {
+  uint32_t limit = caps.max_klm_entries;
+  if (caps.max_inline_klm != 0) limit = std::min(limit, caps.max_inline_klm);
+  std::vector<uint32_t> fit;
+  for (uint32_t c : classes) {
+    const uint32_t f = std::min(c, limit);
+    if (fit.empty() || f > fit.back()) fit.push_back(f);
+  }
+  return fit;
+}
+
 absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
                                                            const CacheOptions& options,
                                                            base::stats::Registry* registry) {

@@ -122,6 +122,12 @@ class RegCache {
   // Errors: kInvalidArgument (no device; capacity classes empty, not ascending, above the
   // device's max_klm_entries or above what one map carries inline; high watermark below low),
   // kUnimplemented (the device can neither UMR nor bind memory windows).
+  // `classes` with those `caps` cannot hold (above max_klm_entries or what one map carries
+  // inline) replaced by the largest the device holds, so that a configuration made for one
+  // device opens on another: {4, 16, 48} becomes {1} on a memory-window device.
+  static std::vector<uint32_t> FitClasses(std::vector<uint32_t> classes,
+                                          const hca::Capabilities& caps);
+
   static absl::StatusOr<std::unique_ptr<RegCache>> Create(
       hca::Device* device, const CacheOptions& options, base::stats::Registry* registry = nullptr);
   // Stops the maintenance thread, then closes every open tenant (CloseTenant).

@@ -523,6 +523,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
   // The fault servicer observes the cache's backings, so it comes first and goes last.
   std::unique_ptr<odp::Servicer> servicer;
   cache::CacheOptions cache_options = config.cache;
+  cache_options.pool.capacity_classes =
+      cache::RegCache::FitClasses(cache_options.pool.capacity_classes, device->capabilities());
   if (device->capabilities().odp) {
     ASSIGN_OR_RETURN(servicer, odp::Servicer::Create(device.get(), {}, registry));
     cache_options.backing_observer = servicer.get();

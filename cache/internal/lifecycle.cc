@@ -54,6 +54,14 @@ void Drain(Tenant& t, Registration* r) {
   }
 }
 
+// The value a key has once invalidated: the same on a UMR device; on a memory-window device the
+// zero-length bind moved it to a new variant, which the device knows (hca/device.h).
+hca::Key FreeKey(Tenant& t, hca::Key invalidated) {
+  if (!t.device()->capabilities().memory_windows) return invalidated;
+  absl::StatusOr<hca::KeyInfo> info = t.device()->QueryKey(invalidated);
+  return info.ok() ? info->key : hca::NextVariant(invalidated);
+}
+
 }  // namespace
 
 void Retire(Tenant& t, Registration* r) {
@@ -83,7 +91,7 @@ void Retire(Tenant& t, Registration* r) {
     if (r->life.state() == KeyState::kInvalidating) {
       r->life.Transition(KeyState::kUnmapped);
       r->life.Transition(KeyState::kQuarantined);
-      t.pool->Quarantine(r->pooled, base::MonotonicNow());
+      t.pool->Quarantine(PooledKey{FreeKey(t, r->pooled.key), r->pooled.cls}, base::MonotonicNow());
     }
     // Unmapped (or destroyed): only now do backing references and quota go.
     for (BackingId id : r->backings) {
@@ -127,7 +135,7 @@ void Recover(Tenant& t, Registration* r, hca::Key previous_key) {
       base::MutexLock lock(&t.mu);
       r->life.Transition(KeyState::kUnmapped);
       r->life.Transition(KeyState::kQuarantined);
-      t.pool->Quarantine(PooledKey{k, r->pooled.cls}, base::MonotonicNow());
+      t.pool->Quarantine(PooledKey{FreeKey(t, k), r->pooled.cls}, base::MonotonicNow());
       return;
     }
     if (k == previous_key) break;

@@ -29,6 +29,7 @@ struct Plan {
   hca::AccessFlags access = 0;  // normalized
   std::vector<hca::KlmEntry> layout;
   std::vector<BackingId> backings;
+  bool rebind_only = false;  // memory-window device: a live key cannot be rewritten in place
 
   uint64_t end() const { return va + length; }
   bool unchanged() const { return va == old_va && length == old_length && access == old_access; }
@@ -36,6 +37,8 @@ struct Plan {
   bool only_adds() const {
     return va <= old_va && end() >= old_va + old_length && (old_access & ~access) == 0;
   }
+  // Grown in place under the same key: only by a UMR (a window's rebind changes its rkey).
+  bool in_place() const { return only_adds() && !rebind_only; }
 };
 
 // Step 1 for the handle: a live registration that someone holds, read into `p`.
@@ -103,7 +106,7 @@ absl::StatusOr<Sole> PlanAndMark(Tenant& t, Plan& p) {
   if (p.only_adds() && p.layout.size() > t.pool->capacity(p.r->pooled.cls)) return Sole::kShared;
   base::MutexLock il(&t.index_mu);
   const Sole sole = MarkSole(t, p.r, HandleGen(p.handle));
-  if (sole == Sole::kMarked && p.only_adds()) CountUsers(t, p.backings, /*add=*/true);
+  if (sole == Sole::kMarked && p.in_place()) CountUsers(t, p.backings, /*add=*/true);
   return sole;
 }
 
@@ -199,6 +202,7 @@ absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint6
   Plan p;
   RETURN_IF_ERROR(ReadHandle(t, handle, p));
   RETURN_IF_ERROR(ReadRange(va, length, access, p));
+  p.rebind_only = t.device()->capabilities().memory_windows;
   if (p.unchanged()) {
     KeyGrant grant;
     FillGrant(grant, *p.r->hot, handle, /*hit=*/true);
@@ -208,7 +212,7 @@ absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint6
   ASSIGN_OR_RETURN(const Sole sole, PlanAndMark(t, p));
   switch (sole) {
     case Sole::kMarked:
-      return p.only_adds() ? InPlace(t, p) : Narrow(t, p, register_new);
+      return p.in_place() ? InPlace(t, p) : Narrow(t, p, register_new);
     case Sole::kShared:
       return Replace(t, p, register_new);
     case Sole::kNone:

@@ -83,8 +83,14 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
   RETURN_IF_ERROR(t.backings.CheckFree(spec.va, spec.length));  // before touching the device
   hca::BackingOptions bo;
   bo.on_demand = spec.on_demand;
-  ASSIGN_OR_RETURN(rec.device,
-                   t.device()->RegisterBacking(t.pd, rec.device_addr, spec.length, access, bo));
+  const uint64_t local = rec.device_addr;
+  if (t.device()->capabilities().memory_windows) {
+    // A window's addresses are its backing's: the backing speaks the tenant's addresses, and
+    // layouts name them (BackingRecord::device_addr is the key's address of va).
+    bo.iova = spec.va;
+    rec.device_addr = spec.va;
+  }
+  ASSIGN_OR_RETURN(rec.device, t.device()->RegisterBacking(t.pd, local, spec.length, access, bo));
   absl::Status added = t.backings.Add(rec);
   if (!added.ok()) {
     (void)t.device()->DestroyKey(rec.device.key);

@@ -87,8 +87,8 @@ class VerbsDevice final : public Device {
     caps_.endpoints = true;
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
-          *open.stats_registry,
-          open.stats_component.empty() ? "hca_verbs" : open.stats_component, &c_->stats());
+          *open.stats_registry, open.stats_component.empty() ? "hca_verbs" : open.stats_component,
+          &c_->stats());
     }
   }
   ~VerbsDevice() override { registration_ = {}; }
@@ -102,8 +102,7 @@ class VerbsDevice final : public Device {
   }
   absl::Status DeallocPd(Pd pd) override { return c_->RemovePd(pd); }
 
-  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length,
-                                          AccessFlags access,
+  absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length, AccessFlags access,
                                           const BackingOptions& options) override {
     if (options.on_demand) {
       return absl::UnimplementedError(
@@ -269,9 +268,10 @@ absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options
   }
   ibv_free_device_list(list);
   if (found == nullptr) {
-    return absl::UnavailableError(absl::StrFormat(
-        "verbs: no usable device (wanted %s); devices seen: [%s]%s", wanted,
-        absl::StrJoin(seen, ", "), why.empty() ? "" : absl::StrCat("; ", absl::StrJoin(why, "; "))));
+    return absl::UnavailableError(
+        absl::StrFormat("verbs: no usable device (wanted %s); devices seen: [%s]%s", wanted,
+                        absl::StrJoin(seen, ", "),
+                        why.empty() ? "" : absl::StrCat("; ", absl::StrJoin(why, "; "))));
   }
   return found;
 }

@@ -38,15 +38,15 @@
 
 namespace regcache::hca::verbs {
 
-#define HCA_VERBS_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
-  COUNTER(binds_posted, "window binds posted (maps and invalidates)")              \
+#define HCA_VERBS_STATS(COUNTER, GAUGE, HISTOGRAM)                                \
+  COUNTER(binds_posted, "window binds posted (maps and invalidates)")             \
   COUNTER(bind_errors, "binds completed with an error or refused before posting") \
-  COUNTER(queue_recoveries, "bind queue pairs reset after an error")               \
-  COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")                  \
-  COUNTER(bytes_registered, "bytes registered by ibv_reg_mr")                      \
-  COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                  \
-  COUNTER(endpoints_connected, "target endpoints connected")                       \
-  GAUGE(live_windows, "memory windows allocated")                                  \
+  COUNTER(queue_recoveries, "bind queue pairs reset after an error")              \
+  COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")                 \
+  COUNTER(bytes_registered, "bytes registered by ibv_reg_mr")                     \
+  COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                 \
+  COUNTER(endpoints_connected, "target endpoints connected")                      \
+  GAUGE(live_windows, "memory windows allocated")                                 \
   GAUGE(live_backings, "memory regions registered")
 RC_DEFINE_STATS(VerbsStats, HCA_VERBS_STATS);
 

@@ -1,5 +1,7 @@
 // Device-free tests of the verbs backend: the spec grammar, the status mapping, and a clear
 // refusal where there is no usable device. What needs a device is in verbs_rxe_test.cc.
+#include "hca/verbs/verbs_device.h"
+
 #include <infiniband/verbs.h>
 
 #include <cerrno>
@@ -9,7 +11,6 @@
 #include "hca/backend.h"
 #include "hca/verbs/internal/context.h"
 #include "hca/verbs/internal/wc_status.h"
-#include "hca/verbs/verbs_device.h"
 
 namespace regcache::hca::verbs {
 namespace {

@@ -115,8 +115,8 @@ absl::Status BindQueue::PostInvalidate(uint64_t request_id, Key key, PostOptions
   return Hold(request_id, options, b);
 }
 
-absl::Status BindQueue::PostRewriteTranslation(uint64_t, Key, uint32_t,
-                                               absl::Span<const MttEntry>, PostOptions) {
+absl::Status BindQueue::PostRewriteTranslation(uint64_t, Key, uint32_t, absl::Span<const MttEntry>,
+                                               PostOptions) {
   return absl::UnimplementedError("the verbs backend cannot rewrite translations (no UMR, no ODP)");
 }
 
@@ -130,9 +130,9 @@ absl::Status BindQueue::Recover() {
   const absl::Time deadline = absl::Now() + kRecoverWait;
   while (posted_in_flight() > 0) {
     if (absl::Now() > deadline) {
-      return absl::UnavailableError(absl::StrFormat(
-          "bind queue pair in error: %d flushed binds did not complete within %s",
-          posted_in_flight(), absl::FormatDuration(kRecoverWait)));
+      return absl::UnavailableError(
+          absl::StrFormat("bind queue pair in error: %d flushed binds did not complete within %s",
+                          posted_in_flight(), absl::FormatDuration(kRecoverWait)));
     }
     std::this_thread::yield();
     Pump();
@@ -223,8 +223,8 @@ void BindQueue::Pump() {
         c_->UndoBind(f.plan);
       }
       broken_ = true;
-      Complete(f.id, StatusForWc(wc.status, absl::StrFormat("bind of window 0x%08x",
-                                                            f.plan.before.key)));
+      Complete(f.id,
+               StatusForWc(wc.status, absl::StrFormat("bind of window 0x%08x", f.plan.before.key)));
     }
     if (n < static_cast<int>(std::size(wcs))) break;
   }
@@ -247,9 +247,9 @@ absl::Status BindQueue::Flush(absl::Duration timeout) {
     Pump();
     if (in_flight_.empty()) return absl::OkStatus();
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "bind queue: %d requests still in flight after %s", in_flight_.size(),
-                                   absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrFormat("bind queue: %d requests still in flight after %s", in_flight_.size(),
+                          absl::FormatDuration(timeout)));
     }
     std::this_thread::yield();
   }

@@ -69,8 +69,8 @@ absl::Status Context::AddMr(const MrRecord& r) {
   base::MutexLock lock(&mu_);
   const uint32_t index = KeyIndex(r.mr->lkey);
   if (mrs_.contains(index) || mws_.contains(index)) {
-    return absl::InternalError(absl::StrFormat(
-        "the device gave key index 0x%x twice (lkey 0x%08x)", index, r.mr->lkey));
+    return absl::InternalError(
+        absl::StrFormat("the device gave key index 0x%x twice (lkey 0x%08x)", index, r.mr->lkey));
   }
   mrs_[index] = r;
   stats_.live_backings.Add();
@@ -81,8 +81,8 @@ absl::Status Context::AddMw(ibv_mw* mw, Pd pd) {
   base::MutexLock lock(&mu_);
   const uint32_t index = KeyIndex(mw->rkey);
   if (mrs_.contains(index) || mws_.contains(index)) {
-    return absl::InternalError(absl::StrFormat(
-        "the device gave key index 0x%x twice (rkey 0x%08x)", index, mw->rkey));
+    return absl::InternalError(
+        absl::StrFormat("the device gave key index 0x%x twice (rkey 0x%08x)", index, mw->rkey));
   }
   MwRecord w;
   w.mw = mw;
@@ -162,8 +162,8 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq) {
   if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
   MwRecord& w = it->second;
   if (!(w.pd == queue_pd)) {
-    return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key,
-                                  w.pd.pdn, queue_pd.pdn));
+    return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key, w.pd.pdn,
+                                  queue_pd.pdn));
   }
   BindPlan plan;
   plan.mw = w.mw;
@@ -206,12 +206,12 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq) {
   if (auto m = mrs_.find(KeyIndex(e.key)); m != mrs_.end()) {
     const MrRecord& r = m->second;
     if (r.mr->lkey != e.key || !(r.pd == queue_pd)) {
-      return Refuse(absl::StrFormat("backing 0x%08x is not in this pd or has another variant",
-                                    e.key));
+      return Refuse(
+          absl::StrFormat("backing 0x%08x is not in this pd or has another variant", e.key));
     }
     if (!Within(e.addr, e.length, r.iova, r.length)) {
-      return Refuse(absl::StrFormat("[0x%x, +0x%x) is outside backing 0x%08x", e.addr, e.length,
-                                    e.key));
+      return Refuse(
+          absl::StrFormat("[0x%x, +0x%x) is outside backing 0x%08x", e.addr, e.length, e.key));
     }
     mr = r.mr;
     allowed = r.access;
@@ -310,8 +310,8 @@ absl::Status QpToRtr(const Context& c, ibv_qp* qp, const EndpointAddress& remote
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(c.options().gid_index);
     a.ah_attr.grh.hop_limit = 64;
   }
-  const int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  const int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   if (int err = ibv_modify_qp(qp, &a, mask); err != 0) return ErrnoStatus(err, "qp to RTR");
   return absl::OkStatus();
 }

@@ -24,8 +24,8 @@ namespace regcache::hca::verbs {
 struct MrRecord {
   ibv_mr* mr = nullptr;
   Pd pd;
-  uint64_t addr = 0;   // the daemon's mapping
-  uint64_t iova = 0;   // the first address of the key's address space
+  uint64_t addr = 0;  // the daemon's mapping
+  uint64_t iova = 0;  // the first address of the key's address space
   uint64_t length = 0;
   AccessFlags access = 0;  // what windows on it may grant
 };
@@ -36,7 +36,7 @@ struct MwRecord {
   ibv_mw* mw = nullptr;
   Pd pd;
   bool live = false;
-  Key key = 0;  // the current rkey (mw->rkey)
+  Key key = 0;           // the current rkey (mw->rkey)
   ibv_mr* mr = nullptr;  // live: the region it is bound on; free: the last one (or null)
   Key parent = 0;        // the backing's lkey or the parent window's rkey
   uint64_t start = 0;

@@ -50,8 +50,8 @@ absl::StatusOr<ibv_qp*> CreateRcQp(ibv_pd* pd, ibv_cq* cq, uint32_t send_wr) {
 
 absl::Status CheckRemoteAddress(const Context& c, const EndpointAddress& a) {
   if (a.qpn == 0 || a.qpn >= (1u << 24)) {
-    return absl::InvalidArgumentError(absl::StrFormat("remote qpn %d is not a 24-bit QP number",
-                                                      a.qpn));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("remote qpn %d is not a 24-bit QP number", a.qpn));
   }
   if (a.psn >= (1u << 24)) {
     return absl::InvalidArgumentError(absl::StrFormat("remote psn %d exceeds 24 bits", a.psn));
@@ -74,8 +74,8 @@ absl::Status CheckRemoteAddress(const Context& c, const EndpointAddress& a) {
 absl::StatusOr<std::unique_ptr<TargetEndpoint>> TargetEndpoint::Create(
     Context* c, Pd pd, const EndpointOptions& options) {
   if ((options.remote_access & ~(kRemoteRead | kRemoteWrite | kRemoteAtomic)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "endpoint rights %s include local ones", AccessToString(options.remote_access)));
+    return absl::InvalidArgumentError(absl::StrFormat("endpoint rights %s include local ones",
+                                                      AccessToString(options.remote_access)));
   }
   ASSIGN_OR_RETURN(ibv_pd * vpd, c->FindPd(pd));
   std::unique_ptr<TargetEndpoint> e(new TargetEndpoint(c, pd));
@@ -162,8 +162,8 @@ absl::Status Requester::Execute(ibv_send_wr& wr, const char* what, Key rkey) {
     if (n == 1) break;
     if (absl::Now() > deadline) {
       broken_ = true;
-      return absl::DeadlineExceededError(absl::StrFormat("%s: no completion in %s", what,
-absl::FormatDuration(kRequestTimeout)));
+      return absl::DeadlineExceededError(
+          absl::StrFormat("%s: no completion in %s", what, absl::FormatDuration(kRequestTimeout)));
     }
     std::this_thread::yield();
   }
