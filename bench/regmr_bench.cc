@@ -81,8 +81,16 @@ constexpr Size kSizes[] = {{4 * kKiB, "4 KiB", 1000},
                            {16 * kMiB, "16 MiB", 10},
                            {256 * kMiB, "256 MiB", 3}};
 
+// The socket folder this run created, removed however the run ends (the daemon in it dies with
+// this process: PR_SET_PDEATHSIG).
+std::string& OwnedDir() {
+  static std::string* dir = new std::string;
+  return *dir;
+}
+
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "regmr_bench: %s\n", what.c_str());
+  if (!OwnedDir().empty()) std::filesystem::remove_all(OwnedDir());
   std::exit(1);
 }
 
@@ -154,7 +162,7 @@ class Daemon {
     char tmpl[] = "/tmp/regcache-regmr-bench-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
     dir_ = tmpl;
-    owned_ = true;
+    OwnedDir() = dir_;
     std::vector<std::string> args = {o.regcached, "--device=" + o.device, "--socket_dir=" + dir_,
                                      "--log_level=warning", "--max_keys_per_session=0"};
     args.insert(args.end(), o.regcached_flags.begin(), o.regcached_flags.end());
@@ -175,8 +183,9 @@ class Daemon {
              std::filesystem::exists(dir_ + "/grpc.sock"))) {
       int status;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        Die("regcached exited before serving (status " + std::to_string(status) + ")");
+        Die(WIFEXITED(status)
+                ? "regcached exited before serving, status " + std::to_string(WEXITSTATUS(status))
+                : "regcached died before serving");
       }
       if (absl::Now() > deadline) Die("regcached did not start serving within 30 s");
       absl::SleepFor(absl::Milliseconds(10));
@@ -187,7 +196,7 @@ class Daemon {
       ::kill(pid_, SIGTERM);
       ::waitpid(pid_, nullptr, 0);
     }
-    if (owned_) std::filesystem::remove_all(dir_);
+    if (!OwnedDir().empty()) std::filesystem::remove_all(OwnedDir());
   }
 
   std::unique_ptr<rc::Client> Connect(bool client_cache) const {
@@ -204,7 +213,6 @@ class Daemon {
  private:
   std::string dir_;
   pid_t pid_ = -1;
-  bool owned_ = false;
 };
 
 // The anchor's device: the ibv device the spec names, opened in this process. Null on the sim.
