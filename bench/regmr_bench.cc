@@ -1,0 +1,530 @@
+// regmr_bench — the headline comparison: a key from regcache against plain ibv_reg_mr +
+// ibv_dereg_mr of the same memory on the same device, in one run, at 4 KiB, 64 KiB, 1 MiB,
+// 16 MiB and 256 MiB. Two processes: this one (the client, and the anchor) and the built
+// regcached, started here on the device given (or an already running daemon).
+//
+//   miss/bytes:N              Register of a range with no registration (the daemon maps a new
+//                             key: one UMR on the sim, one memory-window bind on verbs) + its
+//                             Release (the client cache's: no IPC). The next iteration must
+//                             miss again: each key is invalidated after the timed region (the
+//                             daemon's hold given back with it), so every iteration registers
+//                             the same warm range the anchor registers. p50/p99/max counters.
+//   hit_client_cache/bytes:N  Register + Release of a range the client library already holds
+//                             a grant for: the fast path's hit, no IPC.
+//   hit_ring/bytes:N          the same with the client cache off: two ring round trips, the
+//                             Register a hit in the daemon's cache.
+//   ibv_reg_mr/bytes:N        the anchor: ibv_reg_mr + ibv_dereg_mr of the same range of the
+//                             same mapping (already touched), in this process, on the same
+//                             device opened by name (verbs:<name> / mlx5:<name>; no name: the
+//                             first device). The sim has no ibv_reg_mr side: these rows are
+//                             left out there, and the summary says so.
+//
+// Every figure is the time of one key (a register and its release). The summary prints, per
+// size, the anchor over each regcache figure and the aims (docs/benchmarks.md): a hit 50x faster
+// than the anchor or more at every size; a miss 2x faster or more at 4 KiB, 100x at 256 MiB.
+//
+// Flags, before Google Benchmark's own (each also from the environment):
+//   --device=<spec>         regcached's --device (REGMR_BENCH_DEVICE; default sim)
+//   --regcached=<path>      the daemon binary (REGMR_BENCH_REGCACHED; default this build's)
+//   --regcached_flags=a,b   more flags for the daemon, comma-separated (REGMR_BENCH_FLAGS)
+//   --socket_dir=<dir>      use a daemon already serving <dir> (its device must be --device)
+// Plot: bench/plot_regmr.py reads --benchmark_out=<file> --benchmark_out_format=json.
+#include <infiniband/verbs.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
+#include "benchmark/benchmark.h"
+#include "regcache/client.h"
+
+namespace {
+
+namespace rc = ::regcache::api;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kAccess = rc::kLocalRead | rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite;
+constexpr int kIbvAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * kKiB;
+constexpr int kMissIterations = 1000;
+constexpr double kHitMinTime = 0.2;  // seconds
+
+// The sizes, and how many ibv_reg_mr + ibv_dereg_mr pairs each gets: a fixed, small count, so
+// that the run stays bounded where a 256 MiB registration takes a second (rxe under emulation).
+struct Size {
+  uint64_t bytes;
+  const char* label;
+  int anchor_iterations;
+};
+constexpr Size kSizes[] = {{4 * kKiB, "4 KiB", 1000},
+                           {64 * kKiB, "64 KiB", 300},
+                           {1 * kMiB, "1 MiB", 100},
+                           {16 * kMiB, "16 MiB", 10},
+                           {256 * kMiB, "256 MiB", 3}};
+
+// The socket folder this run created, removed however the run ends (the daemon in it dies with
+// this process: PR_SET_PDEATHSIG).
+std::string& OwnedDir() {
+  static std::string* dir = new std::string;
+  return *dir;
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "regmr_bench: %s\n", what.c_str());
+  if (!OwnedDir().empty()) std::filesystem::remove_all(OwnedDir());
+  std::exit(1);
+}
+
+struct Options {
+  std::string device = "sim";
+  std::string regcached = REGCACHED_PATH;
+  std::vector<std::string> regcached_flags;
+  std::string socket_dir;  // empty: start a daemon
+};
+
+// Takes this program's flags out of argv (the rest goes to Google Benchmark).
+Options ParseOptions(int* argc, char** argv) {
+  Options o;
+  if (const char* e = std::getenv("REGMR_BENCH_DEVICE")) o.device = e;
+  if (const char* e = std::getenv("REGMR_BENCH_REGCACHED")) o.regcached = e;
+  std::string flags = std::getenv("REGMR_BENCH_FLAGS") ? std::getenv("REGMR_BENCH_FLAGS") : "";
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      return absl::StartsWith(a, name) ? argv[i] + std::strlen(name) : nullptr;
+    };
+    if (const char* v = value("--device=")) {
+      o.device = v;
+    } else if (const char* v = value("--regcached=")) {
+      o.regcached = v;
+    } else if (const char* v = value("--regcached_flags=")) {
+      flags = v;
+    } else if (const char* v = value("--socket_dir=")) {
+      o.socket_dir = v;
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  for (absl::string_view f : absl::StrSplit(flags, ',', absl::SkipEmpty())) {
+    o.regcached_flags.emplace_back(f);
+  }
+  return o;
+}
+
+// The daemon's side runs on the last CPU and this process off it (with two CPUs or more), so
+// that the two spinning ends of a ring round trip never take turns on one CPU.
+void PinToLastCpu() {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 2) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(static_cast<int>(cpus - 1), &set);
+  (void)::sched_setaffinity(0, sizeof(set), &set);
+}
+
+void KeepOffLastCpu() {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (cpus < 2 || ::sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  CPU_CLR(static_cast<int>(cpus - 1), &set);
+  if (CPU_COUNT(&set) > 0) (void)::sched_setaffinity(0, sizeof(set), &set);
+}
+
+// The regcached this run started (or none, with --socket_dir), stopped with SIGTERM.
+class Daemon {
+ public:
+  explicit Daemon(const Options& o) {
+    if (!o.socket_dir.empty()) {
+      dir_ = o.socket_dir;
+      return;
+    }
+    char tmpl[] = "/tmp/regcache-regmr-bench-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
+    dir_ = tmpl;
+    OwnedDir() = dir_;
+    std::vector<std::string> args = {o.regcached, "--device=" + o.device, "--socket_dir=" + dir_,
+                                     "--log_level=warning", "--max_keys_per_session=0"};
+    args.insert(args.end(), o.regcached_flags.begin(), o.regcached_flags.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the benchmark, however it ends
+      PinToLastCpu();
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::fprintf(stderr, "regmr_bench: exec %s: %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    KeepOffLastCpu();
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!(std::filesystem::exists(dir_ + "/control.sock") &&
+             std::filesystem::exists(dir_ + "/grpc.sock"))) {
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        Die(WIFEXITED(status)
+                ? "regcached exited before serving, status " + std::to_string(WEXITSTATUS(status))
+                : "regcached died before serving");
+      }
+      if (absl::Now() > deadline) Die("regcached did not start serving within 30 s");
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ~Daemon() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (!OwnedDir().empty()) std::filesystem::remove_all(OwnedDir());
+  }
+
+  std::unique_ptr<rc::Client> Connect(bool client_cache) const {
+    rc::ClientOptions o;
+    o.client_cache = client_cache;
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(dir_, o);
+      if (c.ok()) return std::move(*c);
+      if (attempt == 100) Die("connect: " + c.status().ToString());
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// The anchor's device: the ibv device the spec names, opened in this process. Null on the sim.
+class IbvAnchor {
+ public:
+  // "verbs[:name]" / "mlx5[:name]" (parameters after the name, if any, are the daemon's).
+  static std::unique_ptr<IbvAnchor> Open(const std::string& spec) {
+    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 1));
+    if (parts[0] != "verbs" && parts[0] != "mlx5") return nullptr;
+    std::string name = parts.size() > 1 ? parts[1] : "";
+    name = name.substr(0, name.find_first_of(":,"));
+    int n = 0;
+    ibv_device** list = ::ibv_get_device_list(&n);
+    if (list == nullptr || n == 0) Die("no ibv device (" + spec + ")");
+    ibv_device* dev = nullptr;
+    std::string names;
+    for (int i = 0; i < n; ++i) {
+      const char* d = ::ibv_get_device_name(list[i]);
+      names += std::string(names.empty() ? "" : ", ") + d;
+      if (dev == nullptr && (name.empty() || name == d)) dev = list[i];
+    }
+    if (dev == nullptr) Die("no ibv device named '" + name + "' (there are: " + names + ")");
+    auto a = std::make_unique<IbvAnchor>();
+    a->name_ = ::ibv_get_device_name(dev);
+    a->context_ = ::ibv_open_device(dev);
+    ::ibv_free_device_list(list);
+    if (a->context_ == nullptr) Die("ibv_open_device " + a->name_ + ": " + std::strerror(errno));
+    a->pd_ = ::ibv_alloc_pd(a->context_);
+    if (a->pd_ == nullptr) Die("ibv_alloc_pd " + a->name_ + ": " + std::strerror(errno));
+    return a;
+  }
+  ~IbvAnchor() {
+    if (pd_ != nullptr) ::ibv_dealloc_pd(pd_);
+    if (context_ != nullptr) ::ibv_close_device(context_);
+  }
+  ibv_pd* pd() const { return pd_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  ibv_context* context_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+};
+
+// Everything the benchmarks share: the daemon, two sessions (client cache on, and off), the
+// anchor's device, and the memory of the size being measured (one size at a time: the
+// benchmarks run size by size, and 256 MiB twice is enough).
+struct Bench {
+  std::unique_ptr<Daemon> daemon;
+  std::unique_ptr<rc::Client> cached;    // default options: fast path + client cache
+  std::unique_ptr<rc::Client> uncached;  // fast path, client cache off
+  std::unique_ptr<IbvAnchor> anchor;
+  uint64_t bytes = 0;
+  rc::Memory cached_memory, uncached_memory;
+
+  static Bench& Get() {
+    static Bench* b = new Bench;
+    return *b;
+  }
+
+  // Allocates (through the daemon: it registers only memory attached to the session) and
+  // touches `n` bytes for each session, giving back the previous size's.
+  void UseSize(uint64_t n) {
+    if (bytes == n) return;
+    FreeMemory();
+    cached_memory = Allocate(*cached, n);
+    uncached_memory = Allocate(*uncached, n);
+    bytes = n;
+  }
+
+  void FreeMemory() {
+    if (bytes == 0) return;
+    (void)cached->DetachMemory(cached_memory);
+    (void)uncached->DetachMemory(uncached_memory);
+    bytes = 0;
+  }
+
+  static rc::Memory Allocate(rc::Client& c, uint64_t n) {
+    absl::StatusOr<rc::Memory> m = c.AllocateMemory(n);
+    if (!m.ok()) Die(absl::StrFormat("allocate %d bytes: %s", n, m.status().ToString()));
+    std::memset(m->data, 0x5a, n);  // warm: every page present before anything registers it
+    return *m;
+  }
+};
+
+// The size travels with each run (bench/plot_regmr.py reads it from the JSON).
+void SetBytes(benchmark::State& state, uint64_t bytes) {
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+
+void BM_Miss(benchmark::State& state, uint64_t bytes) {
+  Bench& b = Bench::Get();
+  b.UseSize(bytes);
+  rc::Client& c = *b.cached;
+  std::vector<double> ns;
+  ns.reserve(kMissIterations);
+  // One miss before the loop, not timed: the first key over new memory may pay for setting up
+  // the attachment (once per memory, not per key), which is not what a miss costs.
+  absl::StatusOr<rc::Key> first = c.Register(b.cached_memory.data, bytes, kAccess);
+  if (!first.ok() || !c.Release(first->handle).ok() || !c.Invalidate(first->handle).ok()) {
+    state.SkipWithError("the first register failed");
+    return;
+  }
+  for (auto _ : state) {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<rc::Key> k = c.Register(b.cached_memory.data, bytes, kAccess);
+    const absl::Status released = k.ok() ? c.Release(k->handle) : k.status();
+    const Clock::time_point t1 = Clock::now();
+    if (!k.ok() || k->hit || !released.ok()) {
+      state.SkipWithError(k.ok() && k->hit ? "expected a miss" : released.ToString().c_str());
+      break;
+    }
+    const double t = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    state.SetIterationTime(t / 1e9);
+    ns.push_back(t);
+    // Not timed: the key is invalidated, so the same range misses next time.
+    if (absl::Status s = c.Invalidate(k->handle); !s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+  }
+  SetBytes(state, bytes);
+  if (!ns.empty()) {
+    std::sort(ns.begin(), ns.end());
+    state.counters["p50_ns"] = ns[ns.size() / 2];
+    state.counters["p99_ns"] = ns[ns.size() * 99 / 100];
+    state.counters["max_ns"] = ns.back();
+  }
+}
+
+// Register + Release of a range `c` registered once before the loop (a miss, not timed).
+void RunHits(benchmark::State& state, rc::Client& c, const rc::Memory& m, uint64_t bytes) {
+  absl::StatusOr<rc::Key> first = c.Register(m.data, bytes, kAccess);
+  if (!first.ok() || !c.Release(first->handle).ok()) {
+    state.SkipWithError("the first register failed");
+    return;
+  }
+  for (auto _ : state) {
+    absl::StatusOr<rc::Key> k = c.Register(m.data, bytes, kAccess);
+    if (!k.ok() || !k->hit) {
+      state.SkipWithError(k.ok() ? "expected a hit" : k.status().ToString().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(k->rkey);
+    (void)c.Release(k->handle);
+  }
+  SetBytes(state, bytes);
+}
+
+void BM_HitClientCache(benchmark::State& state, uint64_t bytes) {
+  Bench& b = Bench::Get();
+  b.UseSize(bytes);
+  RunHits(state, *b.cached, b.cached_memory, bytes);
+}
+
+void BM_HitRing(benchmark::State& state, uint64_t bytes) {
+  Bench& b = Bench::Get();
+  b.UseSize(bytes);
+  RunHits(state, *b.uncached, b.uncached_memory, bytes);
+}
+
+void BM_IbvRegMr(benchmark::State& state, uint64_t bytes) {
+  Bench& b = Bench::Get();
+  b.UseSize(bytes);
+  ibv_pd* pd = b.anchor->pd();
+  void* addr = b.cached_memory.data;  // the very range the miss registers
+  for (auto _ : state) {
+    ibv_mr* mr = ::ibv_reg_mr(pd, addr, bytes, kIbvAccess);
+    if (mr == nullptr) {
+      const std::string why = std::string("ibv_reg_mr: ") + std::strerror(errno) +
+                              (errno == ENOMEM ? " (locked-memory limit? ulimit -l)" : "");
+      state.SkipWithError(why.c_str());
+      break;
+    }
+    if (::ibv_dereg_mr(mr) != 0) {
+      state.SkipWithError("ibv_dereg_mr failed");
+      break;
+    }
+  }
+  SetBytes(state, bytes);
+}
+
+// Size by size, so that each size's memory is allocated once and freed before the next.
+void RegisterBenchmarks(bool with_anchor) {
+  for (const Size& s : kSizes) {
+    const std::string arg = absl::StrFormat("/bytes:%d", s.bytes);
+    benchmark::RegisterBenchmark(("miss" + arg).c_str(), BM_Miss, s.bytes)
+        ->Iterations(kMissIterations)
+        ->UseManualTime();
+    benchmark::RegisterBenchmark(("hit_client_cache" + arg).c_str(), BM_HitClientCache, s.bytes)
+        ->MinTime(kHitMinTime)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("hit_ring" + arg).c_str(), BM_HitRing, s.bytes)
+        ->MinTime(kHitMinTime)
+        ->UseRealTime();
+    if (with_anchor) {
+      benchmark::RegisterBenchmark(("ibv_reg_mr" + arg).c_str(), BM_IbvRegMr, s.bytes)
+          ->Iterations(s.anchor_iterations)
+          ->UseRealTime();
+    }
+  }
+}
+
+// Keeps the mean time per key (ns) of each run and its p50 counter where it has one, by the
+// registered name ("miss/bytes:4096"); repetitions are averaged.
+class TableReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.error_occurred || r.run_type != Run::RT_Iteration || r.iterations == 0) continue;
+      Sum& s = sums_[r.run_name.function_name];
+      s.ns += r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations);
+      auto p50 = r.counters.find("p50_ns");
+      if (p50 != r.counters.end()) s.p50_ns += p50->second;
+      s.runs += 1;
+    }
+  }
+  double Ns(const std::string& name) const { return Get(name, &Sum::ns); }  // 0: did not run
+  double P50Ns(const std::string& name) const { return Get(name, &Sum::p50_ns); }
+
+ private:
+  struct Sum {
+    double ns = 0;
+    double p50_ns = 0;
+    int runs = 0;
+  };
+  double Get(const std::string& name, double Sum::*field) const {
+    auto it = sums_.find(name);
+    return it == sums_.end() ? 0 : it->second.*field / it->second.runs;
+  }
+  std::map<std::string, Sum> sums_;
+};
+
+std::string Time(double ns) {
+  if (ns <= 0) return "-";
+  if (ns < 1e4) return absl::StrFormat("%.0f ns", ns);
+  if (ns < 1e7) return absl::StrFormat("%.1f us", ns / 1e3);
+  return absl::StrFormat("%.1f ms", ns / 1e6);
+}
+
+// "anchor / regcache" with the aim it must meet (0: none at this size).
+std::string Ratio(double anchor, double ours, double aim) {
+  if (anchor <= 0 || ours <= 0) return "-";
+  const double r = anchor / ours;
+  if (aim <= 0) return absl::StrFormat("%.1fx", r);
+  return absl::StrFormat("%.1fx (aim >= %.0fx: %s)", r, aim, r >= aim ? "met" : "MISSED");
+}
+
+void PrintTable(const TableReporter& r, const std::string& device, const IbvAnchor* anchor) {
+  std::printf("\n=== regmr_bench: regcache on --device=%s against ibv_reg_mr + ibv_dereg_mr\n",
+              device.c_str());
+  if (anchor == nullptr) {
+    std::printf("(the sim has no ibv_reg_mr side: no anchor rows, no ratios)\n");
+  } else {
+    std::printf("anchor: ibv_reg_mr + ibv_dereg_mr on %s, same warm memory, this process\n",
+                anchor->name().c_str());
+  }
+  std::printf("time per key (register + release):\n");
+  std::printf("%-8s %10s %10s %10s %10s %12s\n", "size", "miss", "(p50)", "hit", "ring hit",
+              "ibv_reg_mr");
+  for (const Size& s : kSizes) {
+    const std::string arg = absl::StrFormat("/bytes:%d", s.bytes);
+    std::printf("%-8s %10s %10s %10s %10s %12s\n", s.label, Time(r.Ns("miss" + arg)).c_str(),
+                Time(r.P50Ns("miss" + arg)).c_str(), Time(r.Ns("hit_client_cache" + arg)).c_str(),
+                Time(r.Ns("hit_ring" + arg)).c_str(), Time(r.Ns("ibv_reg_mr" + arg)).c_str());
+  }
+  std::printf(
+      "miss: mean (p50); hit: through the client cache (no IPC); ring hit: client cache "
+      "off, two ring round trips\n");
+  std::printf(
+      "aims (ibv_reg_mr / regcache): hit >= 50x at every size; miss >= 2x at 4 KiB, "
+      ">= 100x at 256 MiB%s\n",
+      anchor == nullptr ? " (not measurable here: no anchor)" : "");
+  if (anchor == nullptr) return;
+  std::printf("ratio ibv_reg_mr / regcache:\n");
+  for (const Size& s : kSizes) {
+    const std::string arg = absl::StrFormat("/bytes:%d", s.bytes);
+    const double reg = r.Ns("ibv_reg_mr" + arg);
+    const double miss_aim = s.bytes == 4 * kKiB ? 2 : s.bytes == 256 * kMiB ? 100 : 0;
+    std::printf("%-8s miss %s; hit %s; ring hit %s\n", s.label,
+                Ratio(reg, r.Ns("miss" + arg), miss_aim).c_str(),
+                Ratio(reg, r.Ns("hit_client_cache" + arg), 50).c_str(),
+                Ratio(reg, r.Ns("hit_ring" + arg), 0).c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  regcache::base::SetMinLogSeverity(regcache::base::LogSeverity::kWarning);
+  const Options options = ParseOptions(&argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("regmr_device", options.device);
+
+  Bench& b = Bench::Get();
+  b.anchor = IbvAnchor::Open(options.device);
+  if (b.anchor != nullptr) benchmark::AddCustomContext("regmr_ibv_device", b.anchor->name());
+  b.daemon = std::make_unique<Daemon>(options);
+  b.cached = b.daemon->Connect(true);
+  b.uncached = b.daemon->Connect(false);
+  RegisterBenchmarks(b.anchor != nullptr);
+
+  TableReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  PrintTable(reporter, options.device, b.anchor.get());
+
+  b.FreeMemory();
+  b.cached->Close();
+  b.uncached->Close();
+  b.daemon.reset();
+  benchmark::Shutdown();
+  return 0;
+}
