@@ -1,0 +1,302 @@
+// A real remote node against regcached on a real verbs device (Soft-RoCE in the VM tier): the
+// daemon runs with --device=verbs, a client allocates shared memory and registers it, and a
+// separate peer process (regcache_rdma_peer: its own verbs context, PD and queue pair, as a
+// remote node would have) connects to a target endpoint the client asked for and RDMA-WRITEs,
+// READs and FETCH_ADDs through the client's rkeys. The bytes land in the client's mapping; an
+// invalidated key, a window whose parent went, and a crashed client's keys and endpoints all
+// refuse the peer afterwards; regcachectl works against that daemon. Skips without a device.
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "regcache/client.h"
+#include "tests/e2e/regcached_process.h"
+
+namespace {
+
+namespace rc = regcache::api;
+using regcache::testing::Regcached;
+
+constexpr uint32_t kRemoteAll = rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite |
+                                rc::kRemoteAtomic;
+
+// The peer process, one command line in, one answer line out (see rdma_peer_main.cc).
+class Peer {
+ public:
+  Peer() {
+    int in[2], out[2];
+    EXPECT_EQ(pipe(in), 0);
+    EXPECT_EQ(pipe(out), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[1]);
+      close(out[0]);
+      execl(RDMA_PEER_PATH, RDMA_PEER_PATH, static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = out[0];
+    address_ = Line();
+  }
+  ~Peer() {
+    if (to_ != nullptr) {
+      std::fputs("quit\n", to_);
+      std::fclose(to_);
+    }
+    close(from_);
+    int status;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  std::string Ask(const std::string& command) {
+    std::fputs((command + "\n").c_str(), to_);
+    std::fflush(to_);
+    return Line();
+  }
+  // Its queue pair's address (after start, or after "new").
+  rc::RemoteQp address() const { return Parse(address_); }
+  void Renew() { address_ = Ask("new"); }
+  std::string Connect(const rc::RemoteQp& a) {
+    return Ask(absl::StrFormat(
+        "connect %d %d %s %d %d", a.qpn, a.psn,
+        absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(a.gid.data()), 16)),
+        a.lid, a.mtu));
+  }
+  std::string Write(uint32_t rkey, const void* addr, const std::string& bytes) {
+    return Ask(absl::StrFormat("write %x %x %s", rkey, reinterpret_cast<uint64_t>(addr),
+                               absl::BytesToHexString(bytes)));
+  }
+  std::string Read(uint32_t rkey, const void* addr, size_t n) {
+    return Ask(absl::StrFormat("read %x %x %d", rkey, reinterpret_cast<uint64_t>(addr), n));
+  }
+
+ private:
+  std::string Line() {  // bounded: a peer stuck for 60 s is a failure, not a hang
+    std::string line;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (;;) {
+      pollfd p{from_, POLLIN, 0};
+      if (absl::Now() > deadline || poll(&p, 1, 100) < 0) return "err TIMEOUT";
+      if ((p.revents & (POLLIN | POLLHUP)) == 0) continue;
+      char c;
+      if (read(from_, &c, 1) != 1) return "err EOF " + line;
+      if (c == '\n') return line;
+      line += c;
+    }
+  }
+  static rc::RemoteQp Parse(const std::string& line) {
+    rc::RemoteQp a;
+    std::istringstream in(line);
+    std::string tag, gid;
+    uint32_t lid = 0;
+    in >> tag >> a.qpn >> a.psn >> gid >> lid >> a.mtu;
+    EXPECT_EQ(tag, "qp") << line;
+    const std::string raw = absl::HexStringToBytes(gid);
+    if (raw.size() == 16) std::memcpy(a.gid.data(), raw.data(), 16);
+    a.lid = static_cast<uint16_t>(lid);
+    return a;
+  }
+
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  int from_ = -1;
+  std::string address_;
+};
+
+class VerbsPeerE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (regcache::testing::TestDevice().rfind("verbs", 0) != 0) {
+      GTEST_SKIP() << "needs REGCACHE_TEST_DEVICE=verbs (the VM tier sets it)";
+    }
+  }
+  std::unique_ptr<rc::Client> Connect(const Regcached& d) {
+    auto c = rc::Client::Connect(d.dir());
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  // An endpoint for `peer` and the peer connected to it.
+  void Link(rc::Client& c, Peer& peer) {
+    auto ep = c.CreateEndpoint(peer.address());
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    ASSERT_EQ(peer.Connect(ep->local), "ok");
+  }
+};
+
+TEST_F(VerbsPeerE2e, APeersRdmaLandsInTheClientsMappingUntilTheKeyIsInvalidated) {
+  Regcached d;
+  auto c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto* base = static_cast<uint8_t*>(mem->data);
+  auto k = c->Register(base + 8192, 65536, kRemoteAll);
+  ASSERT_TRUE(k.ok()) << k.status();
+  Peer peer;
+  Link(*c, peer);
+
+  EXPECT_EQ(peer.Write(k->rkey, base + 8192 + 100, "remote bytes"), "ok");
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(base) + 8192 + 100, 12), "remote bytes");
+  std::memcpy(base + 8192 + 4000, "from the client", 15);
+  EXPECT_EQ(peer.Read(k->rkey, base + 8192 + 4000, 15),
+            "ok " + absl::BytesToHexString("from the client"));
+  uint64_t counter = 5;
+  std::memcpy(base + 8192 + 512, &counter, 8);
+  EXPECT_EQ(peer.Ask(absl::StrFormat("fadd %x %x 3", k->rkey,
+                                     reinterpret_cast<uint64_t>(base + 8192 + 512))),
+            "ok 5");
+  std::memcpy(&counter, base + 8192 + 512, 8);
+  EXPECT_EQ(counter, 8u);
+
+  ASSERT_TRUE(c->Invalidate(k->handle).ok());
+  const std::string refused = peer.Write(k->rkey, base + 8192 + 100, "late");
+  EXPECT_TRUE(absl::StartsWith(refused, "err PERMISSION_DENIED REMOTE_ACCESS")) << refused;
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(base) + 8192 + 100, 4), "remo");
+  (void)c->Release(k->handle);
+}
+
+TEST_F(VerbsPeerE2e, AWindowsRkeyWorksAndDiesWithItsParent) {
+  Regcached d;
+  auto c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto* base = static_cast<uint8_t*>(mem->data);
+  auto parent = c->Register(base, 1 << 20, kRemoteAll);
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  auto window = c->Window(parent->handle, 65536, 4096, rc::kRemoteWrite);
+  ASSERT_TRUE(window.ok()) << window.status();
+  EXPECT_NE(window->rkey, parent->rkey);
+  Peer peer;
+  Link(*c, peer);
+  EXPECT_EQ(peer.Write(window->rkey, base + 65536 + 8, "in window"), "ok");
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(base) + 65536 + 8, 9), "in window");
+  // Write-only: a READ through the window is refused (and breaks the peer's queue pair).
+  const std::string read = peer.Read(window->rkey, base + 65536, 8);
+  EXPECT_TRUE(absl::StartsWith(read, "err PERMISSION_DENIED")) << read;
+
+  ASSERT_TRUE(c->Invalidate(parent->handle).ok());
+  peer.Renew();
+  Link(*c, peer);
+  const std::string late = peer.Write(window->rkey, base + 65536 + 8, "late");
+  EXPECT_TRUE(absl::StartsWith(late, "err PERMISSION_DENIED REMOTE_ACCESS")) << late;
+}
+
+TEST_F(VerbsPeerE2e, AClientCrashTearsDownItsKeysAndEndpoints) {
+  Regcached d;
+  Peer peer;
+  const rc::RemoteQp peer_qp = peer.address();
+  int up[2];
+  ASSERT_EQ(pipe(up), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // the client that crashes: registers, asks for an endpoint, reports, waits
+    close(up[0]);
+    auto c = rc::Client::Connect(d.dir());
+    if (!c.ok()) _exit(2);
+    auto mem = (*c)->AllocateMemory(1 << 20);
+    if (!mem.ok()) _exit(3);
+    auto k = (*c)->Register(mem->data, 4096, kRemoteAll);
+    auto ep = (*c)->CreateEndpoint(peer_qp);
+    if (!k.ok() || !ep.ok()) _exit(4);
+    const rc::RemoteQp& a = ep->local;
+    const std::string report = absl::StrFormat(
+        "%x %x %d %d %s %d %d\n", k->rkey, reinterpret_cast<uint64_t>(mem->data), a.qpn, a.psn,
+        absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(a.gid.data()), 16)),
+        a.lid, a.mtu);
+    if (write(up[1], report.data(), report.size()) != static_cast<ssize_t>(report.size())) {
+      _exit(5);
+    }
+    pause();
+    _exit(0);
+  }
+  close(up[1]);
+  char buf[256] = {};
+  ssize_t n = 0;
+  pollfd p{up[0], POLLIN, 0};
+  if (poll(&p, 1, 30000) == 1) n = read(up[0], buf, sizeof(buf) - 1);
+  close(up[0]);
+  ASSERT_GT(n, 0) << "the crashing client did not report";
+  std::istringstream in(buf);
+  std::string rkey_hex, addr_hex, gid;
+  rc::RemoteQp ep;
+  uint32_t lid = 0;
+  in >> rkey_hex >> addr_hex >> ep.qpn >> ep.psn >> gid >> lid >> ep.mtu;
+  const std::string raw = absl::HexStringToBytes(gid);
+  std::memcpy(ep.gid.data(), raw.data(), 16);
+  ep.lid = static_cast<uint16_t>(lid);
+  ASSERT_EQ(peer.Connect(ep), "ok");
+  EXPECT_EQ(peer.Ask(absl::StrCat("write ", rkey_hex, " ", addr_hex, " 6869")), "ok");
+
+  kill(child, SIGKILL);
+  int status;
+  waitpid(child, &status, 0);
+  // The daemon notices the control socket close and tears the session down.
+  auto admin = Connect(d);
+  ASSERT_NE(admin, nullptr);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  size_t sessions = 2;
+  while (absl::Now() < deadline) {
+    auto s = admin->Sessions();
+    ASSERT_TRUE(s.ok()) << s.status();
+    sessions = s->size();
+    if (sessions == 1) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(sessions, 1u) << "the crashed client's session is still there";
+  const std::string after = peer.Ask(absl::StrCat("write ", rkey_hex, " ", addr_hex, " 6869"));
+  EXPECT_TRUE(absl::StartsWith(after, "err ")) << after;
+  auto stats = admin->Stats();
+  ASSERT_TRUE(stats.ok());
+  auto live = stats->Get("hca_verbs", "live_windows");
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(*live, 0) << "the crashed session's windows outlived it";
+}
+
+TEST_F(VerbsPeerE2e, RegcachectlWorksAgainstTheDaemon) {
+  Regcached d;
+  auto c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  for (const char* cmd : {"status", "stats", "sessions"}) {
+    const std::string line =
+        absl::StrCat(REGCACHECTL_PATH, " --socket_dir=", d.dir(), " ", cmd, " 2>&1");
+    FILE* f = popen(line.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t got = fread(buf, 1, sizeof(buf), f)) out.append(buf, got);
+    const int rcode = pclose(f);
+    EXPECT_EQ(WEXITSTATUS(rcode), 0) << cmd << ": " << out;
+    if (std::string(cmd) == "status") EXPECT_TRUE(absl::StrContains(out, "verbs")) << out;
+  }
+}
+
+}  // namespace
