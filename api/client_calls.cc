@@ -94,8 +94,9 @@ absl::Status ClientImpl::DestroyEndpoint(uint64_t id) {
   return Call(&pb::RegCache::Stub::DestroyEndpoint, req, &resp);
 }
 
-absl::StatusOr<std::vector<EndpointInfo>> ClientImpl::ListEndpoints() {
+absl::StatusOr<std::vector<EndpointInfo>> ClientImpl::ListEndpoints(uint64_t session) {
   pb::ListEndpointsRequest req;
+  req.set_session_id(session);
   pb::ListEndpointsResponse resp;
   RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ListEndpoints, req, &resp));
   std::vector<EndpointInfo> out;

@@ -408,10 +408,11 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) { return daemon_->DestroyEndpoint(s, req->endpoint_id()); });
   }
 
-  grpc::Status ListEndpoints(grpc::ServerContext* ctx, const pb::ListEndpointsRequest*,
+  grpc::Status ListEndpoints(grpc::ServerContext* ctx, const pb::ListEndpointsRequest* req,
                              pb::ListEndpointsResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(std::vector<service::EndpointInfo> list, daemon_->ListEndpoints(s));
+      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(std::vector<service::EndpointInfo> list, daemon_->ListEndpoints(target));
       for (const service::EndpointInfo& e : list) ToProto(e, resp->add_endpoints());
       return absl::OkStatus();
     });

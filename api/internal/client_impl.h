@@ -100,7 +100,7 @@ class ClientImpl final : public Client {
   absl::Status Drain() override;
   absl::StatusOr<EndpointInfo> CreateEndpoint(const RemoteQp& peer, uint32_t access) override;
   absl::Status DestroyEndpoint(uint64_t id) override;
-  absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints() override;
+  absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session) override;
   absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data, uint64_t session,
                          uint64_t endpoint) override;
   absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,

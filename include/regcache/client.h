@@ -327,7 +327,8 @@ class Client {
                                                                         kRemoteAtomic) = 0;
   // The peer's accesses fail from now on. kNotFound for an id this session does not hold.
   virtual absl::Status DestroyEndpoint(uint64_t id) = 0;
-  virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints() = 0;
+  // session 0: this session's endpoints; another id: admin only.
+  virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session = 0) = 0;
 
   // --- The simulated peer (device "sim") ---
   // session 0: a peer in this session's PD; another id: admin only. endpoint 0: a queue pair

@@ -1,11 +1,17 @@
 // Target endpoints end to end (docs/endpoints.md): the C++ client asks the real regcached (a
 // separate process, on the sim) for an endpoint connected to its peer over gRPC; the sim's
 // remote node, playing that peer, reaches the client's own mapping only through the endpoint;
-// the per-session limit, the wire's checks, destroy, and teardown when the client goes.
+// the per-session limit, the wire's checks, destroy, teardown when the client goes, and
+// regcachectl's view (endpoints, peer write --endpoint).
 // Sockets live in a temp dir; every wait is bounded.
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -157,6 +163,50 @@ TEST(EndpointE2e, EndpointsDieWithTheClientsSession) {
   EXPECT_EQ(Stat(*watcher, "hca_sim", "live_endpoints"), 1);
   EXPECT_EQ(Stat(*watcher, "endpoints", "endpoints_open"), 1);
   EXPECT_EQ(watcher->ListEndpoints()->size(), 1u);
+}
+
+// regcachectl's exit code and output (stdout and stderr), run to completion.
+std::pair<int, std::string> Ctl(const Regcached& d, const std::string& args) {
+  const std::string cmd =
+      std::string(REGCACHECTL_PATH) + " --socket_dir=" + d.dir() + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, ""};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
+  const int status = ::pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(EndpointE2e, RegcachectlListsAndUsesASessionsEndpoints) {
+  Regcached d;
+  std::unique_ptr<rc::Client> c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto k = c->Register(mem->data, 4096, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  auto ep = c->CreateEndpoint(Peer(0xabcd));
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const std::string session = "--session=" + std::to_string(c->session_id());
+
+  auto [rc, out] = Ctl(d, "status");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("endpoints=1"));
+  std::tie(rc, out) = Ctl(d, session + " endpoints");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("endpoint=" + std::to_string(ep->id) + " "));
+  EXPECT_THAT(out, HasSubstr("peer_qpn=0x00abcd"));
+  EXPECT_THAT(out, HasSubstr("access=rr|rw|a"));
+  std::tie(rc, out) = Ctl(
+      d, session + " --endpoint=" + std::to_string(ep->id) + " --rkey=" + std::to_string(k->rkey) +
+             " --addr=" + std::to_string(reinterpret_cast<uint64_t>(mem->data)) +
+             " --data=via-regcachectl peer write");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(std::memcmp(mem->data, "via-regcachectl", 15), 0);
+  std::tie(rc, out) = Ctl(d, session + " --endpoint=99 --rkey=1 --addr=1 --data=x peer write");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("NOT_FOUND"));
 }
 
 }  // namespace
