@@ -103,6 +103,7 @@ std::vector<EndpointInfo> SessionEndpoints::List() const {
 }
 
 void SessionEndpoints::Clear() {
+  if (entries_.empty()) return;  // a closed session's destructor: the stats may be gone
   stats_->endpoints_destroyed.Inc(entries_.size());
   stats_->endpoints_open.Sub(static_cast<int64_t>(entries_.size()));
   entries_.clear();
