@@ -31,6 +31,7 @@ static_assert(REGCACHE_PREFETCH_SYNC == static_cast<int>(rc::PrefetchMode::kSync
 static_assert(REGCACHE_PREFETCH_ASYNC == static_cast<int>(rc::PrefetchMode::kAsync));
 static_assert(REGCACHE_OK == static_cast<int>(absl::StatusCode::kOk));
 static_assert(REGCACHE_MAX_BATCH_ITEMS == rc::kMaxBatchItems);
+static_assert(sizeof(regcache_qp_address_t{}.gid) == sizeof(rc::RemoteQp{}.gid));
 static_assert(REGCACHE_INVALID_ARGUMENT == static_cast<int>(absl::StatusCode::kInvalidArgument));
 static_assert(REGCACHE_NOT_FOUND == static_cast<int>(absl::StatusCode::kNotFound));
 static_assert(REGCACHE_RESOURCE_EXHAUSTED ==
@@ -125,6 +126,22 @@ void ToC(const rc::SessionUsage& u, regcache_usage_t* out) {
   out->backed_bytes = u.backed_bytes;
   out->pool_outstanding = u.pool_outstanding;
   out->pool_total = u.pool_total;
+}
+
+void ToC(const rc::RemoteQp& q, regcache_qp_address_t* out) {
+  *out = regcache_qp_address_t{};
+  out->qpn = q.qpn;
+  out->psn = q.psn;
+  std::memcpy(out->gid, q.gid.data(), sizeof(out->gid));
+  out->lid = q.lid;
+  out->mtu = q.mtu;
+}
+
+void ToC(const rc::EndpointInfo& e, regcache_endpoint_t* out) {
+  *out = regcache_endpoint_t{};
+  out->id = e.id;
+  ToC(e.local, &out->local);
+  out->access = e.access;
 }
 
 // The common shape of a call that returns a value: check the client and the output pointer,
@@ -361,6 +378,25 @@ regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr, u
   return Do(client, [&](rc::Client& c) {
     return c.Prefetch(addr, length, write != 0, static_cast<rc::PrefetchMode>(mode));
   });
+}
+
+regcache_code_t regcache_endpoint_create(regcache_client_t* client,
+                                         const regcache_qp_address_t* peer, uint32_t access,
+                                         regcache_endpoint_t* out) {
+  if (client != nullptr && out != nullptr && peer == nullptr) return Invalid("peer");
+  return Fetch(client, out, "out", [&](rc::Client& c) {
+    rc::RemoteQp q;
+    q.qpn = peer->qpn;
+    q.psn = peer->psn;
+    std::memcpy(q.gid.data(), peer->gid, q.gid.size());
+    q.lid = peer->lid;
+    q.mtu = peer->mtu;
+    return c.CreateEndpoint(q, access);
+  });
+}
+
+regcache_code_t regcache_endpoint_destroy(regcache_client_t* client, uint64_t id) {
+  return Do(client, [&](rc::Client& c) { return c.DestroyEndpoint(id); });
 }
 
 regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out) {

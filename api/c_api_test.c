@@ -303,6 +303,47 @@ static void TestFdAndOnDemand(regcache_client_t* c) {
   CHECK_CODE(regcache_detach(c, &odp), REGCACHE_OK, NULL);
 }
 
+/* Target endpoints: the daemon's address back for a well-formed peer, each bad field refused,
+ * destroy once. */
+static void TestEndpoints(regcache_client_t* c) {
+  const uint32_t remote = REGCACHE_REMOTE_READ | REGCACHE_REMOTE_WRITE | REGCACHE_REMOTE_ATOMIC;
+  regcache_qp_address_t peer;
+  memset(&peer, 0, sizeof(peer));
+  peer.qpn = 0x1234;
+  peer.psn = 0x4242;
+  peer.gid[0] = 0xfe;
+  peer.gid[1] = 0x80;
+  peer.gid[15] = 0x07;
+  peer.mtu = 1024;
+  regcache_endpoint_t ep, other;
+  CHECK_CODE(regcache_endpoint_create(c, NULL, remote, &ep), REGCACHE_INVALID_ARGUMENT, "peer");
+  CHECK_CODE(regcache_endpoint_create(c, &peer, remote, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_endpoint_create(NULL, &peer, remote, &ep), REGCACHE_INVALID_ARGUMENT,
+             "client");
+  CHECK_CODE(regcache_endpoint_create(c, &peer, REGCACHE_LOCAL_WRITE, &ep),
+             REGCACHE_INVALID_ARGUMENT, "access");
+  regcache_qp_address_t bad = peer;
+  bad.psn = 1u << 24;
+  CHECK_CODE(regcache_endpoint_create(c, &bad, remote, &ep), REGCACHE_INVALID_ARGUMENT, "psn");
+  bad = peer;
+  bad.mtu = 1500;
+  CHECK_CODE(regcache_endpoint_create(c, &bad, remote, &ep), REGCACHE_INVALID_ARGUMENT, "mtu");
+
+  CHECK_CODE(regcache_endpoint_create(c, &peer, remote, &ep), REGCACHE_OK, NULL);
+  CHECK(ep.id != 0);
+  CHECK(ep.local.qpn != 0 && ep.local.qpn < (1u << 24));
+  CHECK(ep.local.psn < (1u << 24));
+  CHECK(ep.local.gid[0] != 0 || ep.local.gid[15] != 0);
+  CHECK(ep.local.mtu == 4096); /* the sim's port */
+  CHECK(ep.access == remote);
+  CHECK_CODE(regcache_endpoint_create(c, &peer, REGCACHE_REMOTE_READ, &other), REGCACHE_OK, NULL);
+  CHECK(other.id != ep.id && other.local.qpn != ep.local.qpn);
+  CHECK_CODE(regcache_endpoint_destroy(c, ep.id), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_endpoint_destroy(c, ep.id), REGCACHE_NOT_FOUND, "no endpoint");
+  CHECK_CODE(regcache_endpoint_destroy(NULL, other.id), REGCACHE_INVALID_ARGUMENT, "client");
+  /* `other` is left to the end of the session. */
+}
+
 int main(void) {
   if (!StartDaemon()) {
     fprintf(stderr, "regcached did not start (%s)\n", REGCACHED_PATH);
@@ -325,6 +366,7 @@ int main(void) {
       TestKeyLifecycle(c, &m);
       TestBatchesAndReregister(c, &m);
       TestFdAndOnDemand(c);
+      TestEndpoints(c);
       CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
     }
     regcache_close(c);

@@ -1,7 +1,8 @@
-// The client library: introspection, admin and the sim's peer, over gRPC
+// The client library: introspection, admin, target endpoints and the sim's peer, over gRPC
 // (api/internal/client_impl.h).
 #include <grpcpp/generic/generic_stub.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,65 @@ KeyInfo FromProto(const pb::KeyInfo& k) {
   return o;
 }
 
+namespace {
+
+RemoteQp FromProto(const pb::EndpointAddress& a) {
+  RemoteQp o;
+  o.qpn = a.qpn();
+  o.psn = a.psn();
+  // The daemon always sends 16 bytes; anything else is copied as far as it goes.
+  std::copy_n(a.gid().begin(), std::min(a.gid().size(), o.gid.size()), o.gid.begin());
+  o.lid = static_cast<uint16_t>(a.lid());
+  o.mtu = a.mtu();
+  return o;
+}
+
+void ToProto(const RemoteQp& q, pb::EndpointAddress* out) {
+  out->set_qpn(q.qpn);
+  out->set_psn(q.psn);
+  out->set_gid(reinterpret_cast<const char*>(q.gid.data()), q.gid.size());
+  out->set_lid(q.lid);
+  out->set_mtu(q.mtu);
+}
+
+}  // namespace
+
+EndpointInfo FromProto(const pb::EndpointInfo& e) {
+  EndpointInfo o;
+  o.id = e.endpoint_id();
+  o.local = FromProto(e.local());
+  o.peer = FromProto(e.peer());
+  o.access = e.access();
+  o.created_unix_ms = e.created_unix_ms();
+  return o;
+}
+
+absl::StatusOr<EndpointInfo> ClientImpl::CreateEndpoint(const RemoteQp& peer, uint32_t access) {
+  pb::CreateEndpointRequest req;
+  ToProto(peer, req.mutable_peer());
+  req.set_access(access);
+  pb::CreateEndpointResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::CreateEndpoint, req, &resp));
+  return FromProto(resp.endpoint());
+}
+
+absl::Status ClientImpl::DestroyEndpoint(uint64_t id) {
+  pb::DestroyEndpointRequest req;
+  req.set_endpoint_id(id);
+  pb::DestroyEndpointResponse resp;
+  return Call(&pb::RegCache::Stub::DestroyEndpoint, req, &resp);
+}
+
+absl::StatusOr<std::vector<EndpointInfo>> ClientImpl::ListEndpoints(uint64_t session) {
+  pb::ListEndpointsRequest req;
+  req.set_session_id(session);
+  pb::ListEndpointsResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ListEndpoints, req, &resp));
+  std::vector<EndpointInfo> out;
+  for (const pb::EndpointInfo& e : resp.endpoints()) out.push_back(FromProto(e));
+  return out;
+}
+
 absl::StatusOr<std::vector<KeyInfo>> ClientImpl::ListKeys(uint64_t session) {
   pb::ListKeysRequest req;
   req.set_session_id(session);
@@ -77,8 +137,8 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
   pb::StatusRequest req;
   pb::StatusResponse resp;
   RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
-  return DaemonInfo{resp.device(),   resp.backend(),   resp.sessions(),
-                    resp.draining(), resp.uptime_ms(), resp.peer()};
+  return DaemonInfo{resp.device(),    resp.backend(), resp.sessions(), resp.draining(),
+                    resp.uptime_ms(), resp.peer(),    resp.endpoints()};
 }
 
 absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {
@@ -100,23 +160,25 @@ absl::Status ClientImpl::Drain() {
 }
 
 absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                                   uint64_t session) {
+                                   uint64_t session, uint64_t endpoint) {
   pb::PeerWriteRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);
   req.set_data(data);
   req.set_session_id(session);
+  req.set_endpoint_id(endpoint);
   pb::PeerWriteResponse resp;
   return Call(&pb::RegCache::Stub::PeerWrite, req, &resp);
 }
 
 absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                                 uint64_t session) {
+                                                 uint64_t session, uint64_t endpoint) {
   pb::PeerReadRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);
   req.set_length(length);
   req.set_session_id(session);
+  req.set_endpoint_id(endpoint);
   pb::PeerReadResponse resp;
   RETURN_IF_ERROR(Call(&pb::RegCache::Stub::PeerRead, req, &resp));
   return resp.data();

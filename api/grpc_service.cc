@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -104,6 +105,53 @@ void ToProto(const cache::TenantUsage& u, pb::Usage* out) {
   out->set_pool_quarantined(u.pool_quarantined);
   out->set_pool_outstanding(u.pool_outstanding);
   out->set_pool_total(u.pool_total);
+}
+
+// A peer's address off the wire, checked where the proto is looser than the device's types
+// (gid length, lid width, 24-bit qpn and psn); the daemon checks the rest (mtu, access).
+absl::StatusOr<hca::EndpointAddress> FromProto(const pb::EndpointAddress& a) {
+  constexpr uint32_t kMax24 = (1u << 24) - 1;
+  hca::EndpointAddress out;
+  if (a.qpn() > kMax24 || a.psn() > kMax24) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "endpoint address: qpn %d and psn %d must be below 2^24", a.qpn(), a.psn()));
+  }
+  if (a.gid().size() != out.gid.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "endpoint address: gid is %d bytes, not exactly %d", a.gid().size(), out.gid.size()));
+  }
+  if (a.lid() > 0xffff) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("endpoint address: lid %d is over 16 bits", a.lid()));
+  }
+  out.qpn = a.qpn();
+  out.psn = a.psn();
+  std::copy(a.gid().begin(), a.gid().end(), out.gid.begin());
+  out.lid = static_cast<uint16_t>(a.lid());
+  out.mtu = a.mtu();
+  return out;
+}
+
+void ToProto(const hca::EndpointAddress& a, pb::EndpointAddress* out) {
+  out->set_qpn(a.qpn);
+  out->set_psn(a.psn);
+  out->set_gid(reinterpret_cast<const char*>(a.gid.data()), a.gid.size());
+  out->set_lid(a.lid);
+  out->set_mtu(a.mtu);
+}
+
+void ToProto(const service::EndpointInfo& e, pb::EndpointInfo* out) {
+  out->set_endpoint_id(e.id);
+  ToProto(e.local, out->mutable_local());
+  ToProto(e.remote, out->mutable_peer());
+  out->set_access(e.access);
+  out->set_created_unix_ms(absl::ToUnixMillis(e.created));
+}
+
+// PeerWrite / PeerRead's endpoint_id: 0 is none.
+std::optional<service::EndpointId> Through(uint64_t endpoint_id) {
+  if (endpoint_id == 0) return std::nullopt;
+  return endpoint_id;
 }
 
 class RegCacheServiceImpl final : public pb::RegCache::Service {
@@ -308,6 +356,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     resp->set_odp(st.capabilities.odp);
     resp->set_peer(st.capabilities.peer);
     resp->set_max_keys(st.capabilities.max_keys);
+    resp->set_endpoints(st.capabilities.endpoints);
     return grpc::Status::OK;
   }
 
@@ -341,6 +390,34 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     });
   }
 
+  grpc::Status CreateEndpoint(grpc::ServerContext* ctx, const pb::CreateEndpointRequest* req,
+                              pb::CreateEndpointResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      if (!req->has_peer()) {
+        return absl::InvalidArgumentError("CreateEndpoint: the peer's address is missing");
+      }
+      ASSIGN_OR_RETURN(hca::EndpointAddress peer, FromProto(req->peer()));
+      ASSIGN_OR_RETURN(service::EndpointInfo e, daemon_->CreateEndpoint(s, peer, req->access()));
+      ToProto(e, resp->mutable_endpoint());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status DestroyEndpoint(grpc::ServerContext* ctx, const pb::DestroyEndpointRequest* req,
+                               pb::DestroyEndpointResponse*) override {
+    return Run(ctx, [&](SessionId s) { return daemon_->DestroyEndpoint(s, req->endpoint_id()); });
+  }
+
+  grpc::Status ListEndpoints(grpc::ServerContext* ctx, const pb::ListEndpointsRequest* req,
+                             pb::ListEndpointsResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(std::vector<service::EndpointInfo> list, daemon_->ListEndpoints(target));
+      for (const service::EndpointInfo& e : list) ToProto(e, resp->add_endpoints());
+      return absl::OkStatus();
+    });
+  }
+
   grpc::Status PeerWrite(grpc::ServerContext* ctx, const pb::PeerWriteRequest* req,
                          pb::PeerWriteResponse*) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
@@ -348,7 +425,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
       const std::string& d = req->data();
       return daemon_->PeerWrite(
           target, req->rkey(), req->addr(),
-          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()));
+          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()),
+          Through(req->endpoint_id()));
     });
   }
 
@@ -361,7 +439,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
             absl::StrCat("PeerRead length ", req->length(), " above ", kMaxPeerRead));
       }
       ASSIGN_OR_RETURN(std::vector<uint8_t> data,
-                       daemon_->PeerRead(target, req->rkey(), req->addr(), req->length()));
+                       daemon_->PeerRead(target, req->rkey(), req->addr(), req->length(),
+                                         Through(req->endpoint_id())));
       resp->set_data(reinterpret_cast<const char*>(data.data()), data.size());
       return absl::OkStatus();
     });

@@ -8,9 +8,11 @@
 // Every call except Ping and Status must carry the session token from the control socket in
 // the metadata key "x-regcache-session" (api/control_protocol.h); the service resolves it with
 // Daemon::Authenticate (UNAUTHENTICATED when missing or unknown). Sessions and Drain need an
-// admin session; ListKeys, PeerWrite and PeerRead may name another session (session_id), which
-// also needs an admin session (PERMISSION_DENIED otherwise) — that is how regcachectl lists
-// every session's keys and acts as "the remote peer" of a client on the sim device.
+// admin session; ListKeys, ListEndpoints, PeerWrite and PeerRead may name another session
+// (session_id), which also needs an admin session (PERMISSION_DENIED otherwise) — that is how
+// regcachectl lists every session's keys and endpoints and acts as "the remote peer" of a
+// client on the sim device. CreateEndpoint and DestroyEndpoint act on the caller's session
+// only (docs/endpoints.md).
 //
 // Errors: absl codes map 1:1 onto gRPC codes (api/internal/grpc_status.h). Requests larger than
 // max_receive_message_bytes are refused by gRPC with RESOURCE_EXHAUSTED; requests that do not

@@ -5,16 +5,21 @@
 //   regcachectl [--socket_dir=/run/regcache] status
 //   regcachectl sessions                          (admin) every session: peer, usage
 //   regcachectl keys [--session=N | --all]        this session's keys; another's or all (admin)
+//   regcachectl endpoints [--session=N]           this session's target endpoints; another's
+//                                                 (admin)
 //   regcachectl stats                             every daemon stat, one per line
 //   regcachectl drain                             (admin) drain and stop the daemon
-//   regcachectl peer write --rkey=K --addr=A --data=TEXT [--session=N]
-//   regcachectl peer read  --rkey=K --addr=A --length=N [--session=N]
+//   regcachectl peer write --rkey=K --addr=A --data=TEXT [--session=N] [--endpoint=E]
+//   regcachectl peer read  --rkey=K --addr=A --length=N [--session=N] [--endpoint=E]
 //
 // "peer" acts as the remote node of a session on the sim device: a peer in that session's PD
-// using its rkeys (--session names the target session, admin only; see api/grpc_service.h).
+// using its rkeys (--session names the target session, admin only; see api/grpc_service.h), or
+// with --endpoint the peer that session named for that target endpoint, its accesses arriving
+// through it (docs/endpoints.md).
 // `keys` alone lists regcachectl's own (new, empty) session — useful mainly with --session or
 // --all, which is what an operator wants: whose keys are live, over what, and in which state.
 // Exit status: 0 on success, 1 with the error's code and message on stderr, 2 for bad usage.
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -37,6 +42,7 @@ ABSL_FLAG(std::string, rkey, "", "peer: the rkey (decimal or 0x hex)");
 ABSL_FLAG(std::string, addr, "", "peer: the address (decimal or 0x hex)");
 ABSL_FLAG(std::string, data, "", "peer write: the bytes to write (text)");
 ABSL_FLAG(uint64_t, length, 0, "peer read: bytes to read");
+ABSL_FLAG(uint64_t, endpoint, 0, "peer: through this target endpoint of the session (0: none)");
 
 namespace {
 
@@ -82,9 +88,9 @@ int Status(regcache::api::Client& c, const std::vector<std::string>& args) {
   absl::StatusOr<regcache::api::DaemonInfo> s = c.Status();
   if (!s.ok()) return Fail(s.status());
   std::printf("device=%s backend=%s sessions=%" PRIu64 " draining=%d uptime_ms=%" PRId64
-              " peer=%d\n",
+              " peer=%d endpoints=%d\n",
               s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0, s->uptime_ms,
-              s->peer ? 1 : 0);
+              s->peer ? 1 : 0, s->endpoints ? 1 : 0);
   return 0;
 }
 
@@ -123,6 +129,31 @@ int Keys(regcache::api::Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+std::string Gid(const std::array<uint8_t, 16>& gid) {
+  std::string s;
+  for (size_t i = 0; i < gid.size(); i += 2) {
+    char part[8];
+    std::snprintf(part, sizeof(part), "%s%02x%02x", i == 0 ? "" : ":", gid[i], gid[i + 1]);
+    s += part;
+  }
+  return s;
+}
+
+int Endpoints(regcache::api::Client& c, const std::vector<std::string>& args) {
+  const uint64_t session = absl::GetFlag(FLAGS_session);
+  absl::StatusOr<std::vector<regcache::api::EndpointInfo>> eps = c.ListEndpoints(session);
+  if (!eps.ok()) return Fail(eps.status());
+  for (const regcache::api::EndpointInfo& e : *eps) {
+    std::printf("session=%" PRIu64 " endpoint=%" PRIu64
+                " qpn=0x%06x psn=0x%06x gid=%s mtu=%u"
+                " peer_qpn=0x%06x peer_psn=0x%06x peer_gid=%s peer_lid=%u access=%s\n",
+                session == 0 ? c.session_id() : session, e.id, e.local.qpn, e.local.psn,
+                Gid(e.local.gid).c_str(), e.local.mtu, e.peer.qpn, e.peer.psn,
+                Gid(e.peer.gid).c_str(), e.peer.lid, AccessString(e.access).c_str());
+  }
+  return 0;
+}
+
 int Stats(regcache::api::Client& c, const std::vector<std::string>& args) {
   absl::StatusOr<regcache::api::StatsSnapshot> s = c.Stats();
   if (!s.ok()) return Fail(s.status());
@@ -154,16 +185,17 @@ int Peer(regcache::api::Client& c, const std::vector<std::string>& args) {
     std::fprintf(stderr, "regcachectl: peer needs --rkey and --addr\n");
     return 2;
   }
-  uint64_t session = absl::GetFlag(FLAGS_session);
+  const uint64_t session = absl::GetFlag(FLAGS_session);
+  const uint64_t endpoint = absl::GetFlag(FLAGS_endpoint);
   if (args[1] == "write") {
-    absl::Status s =
-        c.PeerWrite(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_data), session);
+    absl::Status s = c.PeerWrite(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_data),
+                                 session, endpoint);
     if (!s.ok()) return Fail(s);
     std::printf("wrote %zu bytes\n", absl::GetFlag(FLAGS_data).size());
     return 0;
   }
   absl::StatusOr<std::string> data =
-      c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session);
+      c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session, endpoint);
   if (!data.ok()) return Fail(data.status());
   std::printf("%s\n", absl::CHexEscape(*data).c_str());
   return 0;
@@ -175,8 +207,8 @@ int Run(const std::vector<std::string>& args) {
     return 2;
   }
   static const std::map<std::string, Command> kCommands = {
-      {"status", Status}, {"sessions", Sessions}, {"keys", Keys},
-      {"stats", Stats},   {"drain", Drain},       {"peer", Peer},
+      {"status", Status}, {"sessions", Sessions}, {"keys", Keys},           {"stats", Stats},
+      {"drain", Drain},   {"peer", Peer},         {"endpoints", Endpoints},
   };
   auto it = kCommands.find(args[0]);
   if (it == kCommands.end()) return Usage("unknown command '" + args[0] + "'");
@@ -190,9 +222,10 @@ int Run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "regcachectl [--socket_dir=DIR] status | sessions | keys [--session=N|--all] | stats | "
-      "drain | peer write --rkey=K --addr=A --data=T [--session=N] | "
-      "peer read --rkey=K --addr=A --length=N [--session=N]");
+      "regcachectl [--socket_dir=DIR] status | sessions | keys [--session=N|--all] | "
+      "endpoints [--session=N] | stats | drain | "
+      "peer write --rkey=K --addr=A --data=T [--session=N] [--endpoint=E] | "
+      "peer read --rkey=K --addr=A --length=N [--session=N] [--endpoint=E]");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());
   return Run(args);

@@ -47,6 +47,8 @@ ABSL_FLAG(uint64_t, max_keys_per_session, 1u << 20, "keys per session (0: unlimi
 ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
           "bytes of attached memory per session (0: unlimited)");
 ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
+ABSL_FLAG(uint32_t, max_endpoints, 16,
+          "target endpoints (RC queue pairs, docs/endpoints.md) per session (0: unlimited)");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
@@ -90,6 +92,10 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
   config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
+  // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;
+  // on other devices the peer data path is refused anyway.
+  config->remote_node = regcache::hca::sim::ConnectRemotePeer;
   config->cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
   config->ring_channels = absl::GetFlag(FLAGS_ring_channels);
   config->grant_slots = absl::GetFlag(FLAGS_grant_slots);

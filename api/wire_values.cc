@@ -30,6 +30,11 @@ static_assert(uint32_t{kLocalRead | kLocalWrite | kRemoteRead | kRemoteWrite | k
               hca::kAllAccess);
 static_assert(pb::Access_MAX == pb::ACCESS_REMOTE_ATOMIC);
 
+// An endpoint address crosses as plain numbers and raw GID bytes: the client's RemoteQp and the
+// device's EndpointAddress must hold the same widths.
+static_assert(sizeof(RemoteQp{}.gid) == sizeof(hca::EndpointAddress{}.gid));
+static_assert(sizeof(RemoteQp{}.lid) == sizeof(hca::EndpointAddress{}.lid));
+
 static_assert(pb::PREFETCH_NONE == static_cast<int>(PrefetchMode::kNone));
 static_assert(pb::PREFETCH_SYNC == static_cast<int>(PrefetchMode::kSync));
 static_assert(pb::PREFETCH_ASYNC == static_cast<int>(PrefetchMode::kAsync));

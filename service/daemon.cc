@@ -13,6 +13,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "odp/servicer.h"
+#include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_keys.h"
@@ -66,6 +67,7 @@ class DaemonImpl final : public Daemon {
     if (registry_ != nullptr) {
       stats_registration_ = {*registry_, "daemon", &stats_};
       ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
+      endpoint_stats_registration_ = {*registry_, "endpoints", &endpoint_stats_};
     }
   }
 
@@ -74,6 +76,7 @@ class DaemonImpl final : public Daemon {
     if (!s.ok()) RC_LOG(WARNING) << "drain at destruction: " << s;
     stats_registration_ = {};
     ring_stats_registration_ = {};
+    endpoint_stats_registration_ = {};
     cache_.reset();     // before the servicer that observes it
     servicer_.reset();  // before the device it serves
     device_.reset();
@@ -142,10 +145,33 @@ class DaemonImpl final : public Daemon {
     return cache_->Usage(s.tenant);
   }
 
+  absl::StatusOr<EndpointInfo> CreateEndpoint(SessionId session, const hca::EndpointAddress& remote,
+                                              hca::AccessFlags access) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    ASSIGN_OR_RETURN(cache::TenantUsage u, cache_->Usage(s.tenant));
+    base::MutexLock lock(&s.mu);
+    return s.endpoints->Create(device_.get(), u.pd, remote, access, config_.max_endpoints);
+  }
+  absl::Status DestroyEndpoint(SessionId session, EndpointId endpoint) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    base::MutexLock lock(&s.mu);
+    return s.endpoints->Destroy(endpoint);
+  }
+  absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(SessionId session) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    Session& s = **pin;
+    base::MutexLock lock(&s.mu);
+    return s.endpoints->List();
+  }
+
   absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                         absl::Span<const uint8_t> data) override;
+                         absl::Span<const uint8_t> data,
+                         std::optional<EndpointId> endpoint) override;
   absl::StatusOr<std::vector<uint8_t>> PeerRead(SessionId session, hca::Key rkey, uint64_t addr,
-                                                uint64_t length) override;
+                                                uint64_t length,
+                                                std::optional<EndpointId> endpoint) override;
 
   DaemonStatus Status() override;
   absl::StatusOr<std::vector<SessionInfo>> Sessions(SessionId caller) override;
@@ -162,8 +188,11 @@ class DaemonImpl final : public Daemon {
   bool Allowed(const PeerCredentials& peer) const;
   bool AdminUid(uid_t uid) const;
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
-  // The sim's peer port for the session's PD. REQUIRES s.mu.
-  absl::StatusOr<hca::Peer*> PeerPort(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // The sim's peer port for the session's PD, or (with `endpoint`) the sim's remote node
+  // connected to that endpoint of the session, kept in `*through` for the call. REQUIRES s.mu.
+  absl::StatusOr<hca::Peer*> PeerPort(Session& s, std::optional<EndpointId> endpoint,
+                                      std::unique_ptr<hca::Peer>* through)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Length limits and the session's memory quota for a new mapping of `length` bytes.
   absl::Status AdmitMemory(const Session& s, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The session's shared files, grant table and ring worker.
@@ -180,6 +209,8 @@ class DaemonImpl final : public Daemon {
   internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
   base::stats::Registration ring_stats_registration_;
+  internal::EndpointStats endpoint_stats_;
+  base::stats::Registration endpoint_stats_registration_;
   std::atomic<bool> draining_{false};
   SessionTable sessions_;
 };
@@ -235,6 +266,10 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   to.max_backed_bytes = config_.max_bytes_per_session;
   ASSIGN_OR_RETURN(s->tenant, cache_->OpenTenant(to));
   s->id = sessions_.NewId();
+  {
+    base::MutexLock lock(&s->mu);
+    s->endpoints = std::make_unique<internal::SessionEndpoints>(&endpoint_stats_);
+  }
   absl::Status fast = StartFastPath(*s);
   absl::StatusOr<int> channel_fd = fast.ok() ? s->shm->DupChannelFd() : fast;
   absl::StatusOr<int> state_fd = channel_fd.ok() ? s->shm->DupStateFd() : channel_fd.status();
@@ -277,7 +312,8 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
   absl::Status first;
   {
     base::MutexLock lock(&s.mu);
-    s.peer_port.reset();  // before its PD goes
+    s.peer_port.reset();  // before its PD goes, and so are the endpoints
+    s.endpoints->Clear();
   }
   // Every key through the lifecycle, every backing deregistered, the PD freed.
   absl::Status closed = cache_->CloseTenant(s.tenant);
@@ -434,10 +470,16 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
   return out;
 }
 
-absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s) {
+absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s, std::optional<EndpointId> endpoint,
+                                                std::unique_ptr<hca::Peer>* through) {
   if (device_->capabilities().backend != "sim" || !device_->capabilities().peer) {
     return absl::UnimplementedError(
         "the peer data path is only exposed with --device=sim (a real peer is a remote node)");
+  }
+  if (endpoint.has_value()) {
+    ASSIGN_OR_RETURN(*through,
+                     s.endpoints->RemotePeer(*endpoint, device_.get(), config_.remote_node));
+    return through->get();
   }
   if (s.peer_port == nullptr) {
     ASSIGN_OR_RETURN(cache::TenantUsage u, cache_->Usage(s.tenant));
@@ -447,23 +489,27 @@ absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s) {
 }
 
 absl::Status DaemonImpl::PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                                   absl::Span<const uint8_t> data) {
+                                   absl::Span<const uint8_t> data,
+                                   std::optional<EndpointId> endpoint) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
-  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s));
+  std::unique_ptr<hca::Peer> through;
+  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s, endpoint, &through));
   return peer->Write(rkey, addr, data);
 }
 
 absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca::Key rkey,
-                                                          uint64_t addr, uint64_t length) {
+                                                          uint64_t addr, uint64_t length,
+                                                          std::optional<EndpointId> endpoint) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
   if (length > (uint64_t{1} << 20)) {
     return absl::InvalidArgumentError("peer reads are limited to 1 MiB");
   }
   base::MutexLock lock(&s.mu);
-  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s));
+  std::unique_ptr<hca::Peer> through;
+  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s, endpoint, &through));
   std::vector<uint8_t> out(length);
   RETURN_IF_ERROR(peer->Read(rkey, addr, absl::MakeSpan(out)));
   return out;

@@ -34,6 +34,13 @@
 // maps (synchronously or not), and Prefetch does it for any attached range. A device without
 // ODP refuses on_demand and prefetch with kUnimplemented.
 //
+// Target endpoints (docs/endpoints.md). A session may ask for RC queue pairs in its PD,
+// connected to a remote peer's queue pair (the client names the peer's address and gets the
+// daemon's): the peer's one-sided READ / WRITE / atomics then reach the session's memory through
+// the session's rkeys with no posting by the client, on devices whose PDs the client cannot
+// import. They count against DaemonConfig::max_endpoints and are destroyed when the session
+// closes, before its PD.
+//
 // The fast path (service/shm_protocol.h). Each session also gets two shared files (its request
 // and completion rings; its grant state words and revocation events, read-only to the client)
 // and one worker thread that serves the rings by calling the key methods below. Every grant
@@ -50,6 +57,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +77,12 @@
 
 namespace regcache::service {
 
+// The remote node of the simulated peer data path through a target endpoint: a peer that is a
+// requester queue pair with address `peer` (the one the client named for the endpoint),
+// connected to the endpoint whose address is `endpoint` (hca::sim::ConnectRemotePeer).
+using RemoteNode = std::function<absl::StatusOr<std::unique_ptr<hca::Peer>>(
+    hca::Device* device, const hca::EndpointAddress& peer, const hca::EndpointAddress& endpoint)>;
+
 struct DaemonConfig {
   // Device spec for hca::OpenDevice: "sim", "sim:mode=thread", "verbs[:name]", "mlx5[:name]".
   // The binary must have registered the backend. Default "sim".
@@ -87,6 +101,12 @@ struct DaemonConfig {
   uint64_t max_memory_length = uint64_t{1} << 40;
   // Most sessions at once. Default 1024.
   uint32_t max_sessions = 1024;
+  // Target endpoints one session may hold at once (0 = unlimited, like the quotas above).
+  // Default 16: each is a queue pair of the device's.
+  uint32_t max_endpoints = 16;
+  // How PeerWrite / PeerRead go through an endpoint: binaries that link the sim set it to
+  // hca::sim::ConnectRemotePeer. Unset: they answer kUnimplemented.
+  RemoteNode remote_node;
   // The cache (pool classes and watermarks, quarantine, UMR queues per session).
   cache::CacheOptions cache;
   // The fast path (service/shm_protocol.h), per session: request/completion channels (client
@@ -99,6 +119,7 @@ struct DaemonConfig {
 
 using SessionId = uint64_t;
 using MemoryId = uint64_t;
+using EndpointId = uint64_t;
 
 struct PeerCredentials {
   pid_t pid = 0;
@@ -146,6 +167,15 @@ struct MemoryInfo {
   bool hugetlb = false;
 };
 
+// One target endpoint of a session.
+struct EndpointInfo {
+  EndpointId id = 0;
+  hca::EndpointAddress local;   // the daemon's side: what the peer connects its QP to
+  hca::EndpointAddress remote;  // the peer's, as the client named it
+  hca::AccessFlags access = 0;  // remote operations it accepts (rr, rw, a)
+  absl::Time created;
+};
+
 struct DaemonStatus {
   std::string device;  // backend name and device name
   hca::Capabilities capabilities;
@@ -171,8 +201,8 @@ class Daemon {
   // The session whose token this is. kUnauthenticated for an unknown or malformed token.
   virtual absl::StatusOr<SessionId> Authenticate(absl::string_view token) = 0;
   // Marks the session closing in its state file, stops its ring worker (the request it was
-  // serving completes), then runs every key of the session through the lifecycle and unmaps
-  // its memory. kNotFound if the session is unknown or already closed.
+  // serving completes), destroys its endpoints, then runs every key of the session through the
+  // lifecycle and unmaps its memory. kNotFound if the session is unknown or already closed.
   virtual absl::Status CloseSession(SessionId session) = 0;
   virtual absl::StatusOr<bool> IsAdmin(SessionId session) = 0;
 
@@ -226,12 +256,37 @@ class Daemon {
   virtual absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) = 0;
   virtual absl::StatusOr<cache::TenantUsage> Usage(SessionId session) = 0;
 
+  // --- Target endpoints (docs/endpoints.md) ---
+  // An RC queue pair in the session's PD, connected to the peer at `remote`, accepting the
+  // remote operations in `access` (each access is still checked against the rkey it names).
+  // Returns it with the daemon's own address (`local`) for the peer to connect to.
+  // REQUIRES: remote.qpn in 1..2^24-1, remote.psn < 2^24, remote.mtu 0 (the port's) or one of
+  // 256..4096; access a non-empty OR of kRemoteRead, kRemoteWrite, kRemoteAtomic.
+  // kInvalidArgument naming the field otherwise (also the device's own address checks, e.g. a
+  // zero GID on a RoCE port); kResourceExhausted past max_endpoints (the message names the
+  // limit) or when the device has no queue pair left; kUnimplemented on a device without
+  // endpoints (hca::Capabilities::endpoints).
+  virtual absl::StatusOr<EndpointInfo> CreateEndpoint(SessionId session,
+                                                      const hca::EndpointAddress& remote,
+                                                      hca::AccessFlags access) = 0;
+  // Destroys the queue pair: the peer's accesses fail from now on. kNotFound for an id this
+  // session does not hold.
+  virtual absl::Status DestroyEndpoint(SessionId session, EndpointId endpoint) = 0;
+  // By id.
+  virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(SessionId session) = 0;
+
   // --- The peer data path (device "sim" only; kUnimplemented elsewhere): what a remote node
-  // does with this session's rkeys. Errors carry the device syndrome (hca::ErrorOf). ---
+  // does with this session's rkeys. Errors carry the device syndrome (hca::ErrorOf). Without
+  // `endpoint`, the peer is a queue pair in the session's PD; with it, the accesses arrive
+  // through that endpoint of the session (played by DaemonConfig::remote_node as the peer the
+  // client named), with its checks (docs/endpoints.md); kNotFound for an endpoint the session
+  // does not hold. ---
   virtual absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                                 absl::Span<const uint8_t> data) = 0;
-  virtual absl::StatusOr<std::vector<uint8_t>> PeerRead(SessionId session, hca::Key rkey,
-                                                        uint64_t addr, uint64_t length) = 0;
+                                 absl::Span<const uint8_t> data,
+                                 std::optional<EndpointId> endpoint = std::nullopt) = 0;
+  virtual absl::StatusOr<std::vector<uint8_t>> PeerRead(
+      SessionId session, hca::Key rkey, uint64_t addr, uint64_t length,
+      std::optional<EndpointId> endpoint = std::nullopt) = 0;
 
   // --- Introspection and shutdown ---
   virtual DaemonStatus Status() = 0;

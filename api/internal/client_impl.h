@@ -53,6 +53,7 @@ namespace pb = ::regcache::v1;
 SessionUsage FromProto(const pb::Usage& u);
 Key FromProto(const pb::KeyGrant& g);
 KeyInfo FromProto(const pb::KeyInfo& k);
+EndpointInfo FromProto(const pb::EndpointInfo& e);
 // The values are the wire's (api/wire_values.cc); unknown ones pass through for the daemon to
 // refuse.
 inline pb::Prefetch ToProto(PrefetchMode m) { return static_cast<pb::Prefetch>(m); }
@@ -97,10 +98,13 @@ class ClientImpl final : public Client {
   absl::StatusOr<DaemonInfo> Status() override;
   absl::StatusOr<std::vector<SessionRecord>> Sessions() override;
   absl::Status Drain() override;
-  absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                         uint64_t session) override;
+  absl::StatusOr<EndpointInfo> CreateEndpoint(const RemoteQp& peer, uint32_t access) override;
+  absl::Status DestroyEndpoint(uint64_t id) override;
+  absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session) override;
+  absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data, uint64_t session,
+                         uint64_t endpoint) override;
   absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                       uint64_t session) override;
+                                       uint64_t session, uint64_t endpoint) override;
 
   // api/internal/client_testing.h.
   absl::Status RawCall(const std::string& method, const std::string& bytes);

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <set>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "hca/sim/internal/commands.h"
+#include "hca/sim/internal/endpoints.h"
 #include "hca/sim/internal/fault_queue.h"
 #include "hca/sim/internal/mkc_convert.h"
 #include "hca/sim/internal/mkey_table.h"
@@ -70,7 +70,7 @@ class SimDeviceImpl final : public SimDevice {
     caps_.max_queue_depth = o.max_queue_depth;
     caps_.max_keys = o.max_keys;
     caps_.umr = caps_.ksm = caps_.odp = caps_.atomics = caps_.remote_invalidate = true;
-    caps_.translation_offset = caps_.peer = true;
+    caps_.translation_offset = caps_.peer = caps_.endpoints = true;
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_sim" : open.stats_component,
@@ -88,6 +88,9 @@ class SimDeviceImpl final : public SimDevice {
     return pd;
   }
   absl::Status DeallocPd(Pd pd) override {
+    if (const size_t n = endpoints_.CountInPd(pd); n != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("pd ", pd.pdn, " has ", n, " endpoints"));
+    }
     base::MutexLock lock(&mu_);
     if (pds_.erase(pd.pdn) == 0) return absl::NotFoundError(absl::StrCat("no pd ", pd.pdn));
     return absl::OkStatus();
@@ -271,9 +274,26 @@ class SimDeviceImpl final : public SimDevice {
     return std::unique_ptr<Peer>(new SimPeer(this, pd, qpn));
   }
 
-  absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(Pd pd, const EndpointOptions&) override {
+  absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(Pd pd,
+                                                           const EndpointOptions& o) override {
     RETURN_IF_ERROR(CheckPd(pd));
-    return absl::UnimplementedError("the sim has no target endpoints yet");
+    uint32_t qpn;
+    {
+      base::MutexLock lock(&mu_);
+      if (next_sqn_ > umr::kMaxMkeyIndex) {
+        return absl::ResourceExhaustedError("the sim's 24-bit QP number space is used up");
+      }
+      qpn = next_sqn_++;  // the device's one QP number space
+    }
+    return endpoints_.Create(pd, qpn, o.remote_access);
+  }
+
+  std::unique_ptr<RemoteQp> CreateRemoteQp() override {
+    return NewRemoteQp(endpoints_.NewRemoteAddress(), &endpoints_, PeerOnQp());
+  }
+  absl::StatusOr<std::unique_ptr<RemoteQp>> CreateRemoteQpAs(const EndpointAddress& as) override {
+    RETURN_IF_ERROR(CheckEndpointAddress(as));
+    return NewRemoteQp(as, &endpoints_, PeerOnQp());
   }
 
   // --- ODP --- The driver's half of fault handling: decode the EQE, answer with a
@@ -386,6 +406,12 @@ class SimDeviceImpl final : public SimDevice {
   SimStats& mutable_stats() { return stats_; }
 
  private:
+  // The device's data path for accesses that passed an endpoint's checks.
+  PeerFactory PeerOnQp() {
+    return
+        [this](Pd pd, uint32_t qpn) { return std::unique_ptr<Peer>(new SimPeer(this, pd, qpn)); };
+  }
+
   absl::Status CheckPd(Pd pd) {
     base::MutexLock lock(&mu_);
     if (pds_.count(pd.pdn) == 0) return absl::InvalidArgumentError(absl::StrCat("no pd ", pd.pdn));
@@ -445,6 +471,7 @@ class SimDeviceImpl final : public SimDevice {
   Translator translator_;
   FaultQueue faults_;
   CommandProcessor commands_;
+  EndpointTable endpoints_{&stats_};
 
   base::Mutex mu_;
   std::set<uint32_t> pds_ ABSL_GUARDED_BY(mu_);
@@ -458,16 +485,28 @@ class SimDeviceImpl final : public SimDevice {
 
 // --- SimPeer ---
 
-absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
-  dev_->mutable_stats().peer_writes.Inc();
-  Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
-                                        AccessKind::kRemoteWrite, &segs));
+// The data movement of an access, once translated into `segs`.
+void CopyIn(const Segments& segs, absl::Span<const uint8_t> data) {
   size_t off = 0;
   for (const Segment& s : segs) {
     std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
     off += s.len;
   }
+}
+void CopyOut(const Segments& segs, absl::Span<uint8_t> out) {
+  size_t off = 0;
+  for (const Segment& s : segs) {
+    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
+    off += s.len;
+  }
+}
+
+absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
+  dev_->mutable_stats().peer_writes.Inc();
+  Segments segs;
+  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
+                                        AccessKind::kRemoteWrite, &segs));
+  CopyIn(segs, data);
   dev_->mutable_stats().bytes_moved.Inc(data.size());
   return absl::OkStatus();
 }
@@ -477,11 +516,7 @@ absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> o
   Segments segs;
   RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
                                         AccessKind::kRemoteRead, &segs));
-  size_t off = 0;
-  for (const Segment& s : segs) {
-    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
-    off += s.len;
-  }
+  CopyOut(segs, out);
   dev_->mutable_stats().bytes_moved.Inc(out.size());
   return absl::OkStatus();
 }
@@ -527,11 +562,7 @@ absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out
   Segments segs;
   RETURN_IF_ERROR(
       dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
-  size_t off = 0;
-  for (const Segment& s : segs) {
-    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
-    off += s.len;
-  }
+  CopyOut(segs, out);
   return absl::OkStatus();
 }
 
@@ -540,55 +571,11 @@ absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8
   Segments segs;
   RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, data.size(),
                                         AccessKind::kLocalWrite, &segs));
-  size_t off = 0;
-  for (const Segment& s : segs) {
-    std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
-    off += s.len;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseU32(const std::string& key, const std::string& v, uint32_t* out) {
-  if (!absl::SimpleAtoi(v, out)) {
-    return absl::InvalidArgumentError(absl::StrCat("sim: ", key, "='", v, "' is not a number"));
-  }
+  CopyIn(segs, data);
   return absl::OkStatus();
 }
 
 }  // namespace
-
-absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
-  SimOptions o;
-  if (!spec.device.empty()) o.device_name = spec.device;
-  for (const auto& [k, v] : spec.params) {
-    if (k == "mode") {
-      if (v == "inline") {
-        o.mode = ExecutionMode::kInline;
-      } else if (v == "thread") {
-        o.mode = ExecutionMode::kThread;
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("sim: mode='", v, "' (inline|thread)"));
-      }
-    } else if (k == "max_keys") {
-      RETURN_IF_ERROR(ParseU32(k, v, &o.max_keys));
-      if (o.max_keys < 4 || o.max_keys > umr::kMaxMkeyIndex + 1) {
-        return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
-      }
-    } else if (k == "max_indirection") {
-      RETURN_IF_ERROR(ParseU32(k, v, &o.max_indirection));
-    } else if (k == "log_max_klm") {
-      RETURN_IF_ERROR(ParseU32(k, v, &o.log_max_klm_list_size));
-      if (o.log_max_klm_list_size > 24) return absl::InvalidArgumentError("sim: log_max_klm > 24");
-    } else if (k == "fault_timeout_ms") {
-      uint32_t ms;
-      RETURN_IF_ERROR(ParseU32(k, v, &ms));
-      o.fault_timeout = absl::Milliseconds(ms);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("sim: unknown parameter '", k, "'"));
-    }
-  }
-  return o;
-}
 
 absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& options,
                                                         const OpenOptions& open) {

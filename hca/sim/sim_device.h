@@ -18,6 +18,10 @@
 //     page-fault EQE into the device's event ring and parks (fault_queue.h); NextFaultEvent
 //     decodes the EQE, ResumeFault answers with a PAGE_FAULT_RESUME mailbox that the command
 //     path executes: error 0 retries the access, error 1 fails it with vendor syndrome 0x93;
+//   - target endpoints (endpoints.h): responder RC queue pairs in a PD with a QP number from the
+//     device's QP number space, a GID of the sim's RoCE port and a random PSN; and, for tests, a
+//     simulated remote node (CreateRemoteQp) whose one-sided operations reach a session's memory
+//     only through such an endpoint;
 //   - fault injection and counters.
 //
 // Syndromes the sim chooses where the PRM sources read do not say (docs/prm.md, Open points
@@ -32,6 +36,11 @@
 //     of a key without en_rinval (or free, other PD, wrong variant)
 //   ODP fault resumed with error               REMOTE_ACCESS / LOCAL_PROT + vendor 0x93
 //                                                                   kUnavailable
+//   remote-node access to an endpoint that is  WR_FLUSH 0x05        kAborted
+//     gone or not connected to that requester    (hardware: transport retry exceeded, then
+//                                                 every later request flushed)
+//   remote-node access the endpoint's          REMOTE_ACCESS 0x13   kPermissionDenied
+//     remote_access does not allow
 // UMRs locate their target by index only (the variant in ctrl.imm is not compared; docs/prm.md,
 // Open points and the sim's choices).
 // After an error completion the queue keeps executing (the sim does not model the QP error
@@ -43,6 +52,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,7 +88,9 @@ namespace regcache::hca::sim {
   COUNTER(fault_timeouts, "parked accesses that timed out")                 \
   COUNTER(prefetches, "prefetch calls")                                     \
   COUNTER(injected_failures, "failures injected by test hooks")             \
+  COUNTER(endpoint_refusals, "remote-node accesses an endpoint refused")    \
   GAUGE(live_keys, "keys in the key table")                                 \
+  GAUGE(live_endpoints, "target endpoints (responder QPs) alive")           \
   GAUGE(parked_accesses, "accesses waiting for a fault resume")
 RC_DEFINE_STATS(SimStats, HCA_SIM_STATS);
 
@@ -98,9 +110,35 @@ struct SimOptions {
 // keys, bad numbers, a positional device name is taken as device_name.
 absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec);
 
+// A requester queue pair on a simulated remote node (test-only): the other side of a target
+// endpoint. It has its own address (what a client hands the daemon as the peer's); Connect
+// gives the Peer through which its one-sided operations (Write, Read, CompareSwap, FetchAdd)
+// arrive at the endpoint whose address is named. Every access succeeds only while that endpoint
+// exists, is connected to exactly this queue pair (QPN, GID, PSN) and allows the operation, and
+// then as the rkey allows in the endpoint's PD; otherwise it fails with the syndromes listed
+// above. SendWithInvalidate is kUnimplemented (an endpoint posts no receives) and so are the
+// local calls (a remote node has no local keys on this device). The Peer outlives the RemoteQp
+// (it is the connected queue pair) but not the device.
+class RemoteQp {
+ public:
+  virtual ~RemoteQp() = default;
+  virtual const EndpointAddress& local() const = 0;
+  // Once (kFailedPrecondition after that); kInvalidArgument for a malformed address (as
+  // Endpoint::Connect). Succeeds whether or not the endpoint exists: as on hardware, only the
+  // traffic finds out.
+  virtual absl::StatusOr<std::unique_ptr<Peer>> Connect(const EndpointAddress& endpoint) = 0;
+};
+
 class SimDevice : public Device {
  public:
   virtual const SimStats& stats() const = 0;
+
+  // A requester on the remote node: the remote node's GID, a fresh QP number of the remote
+  // node's own number space, a random PSN, MTU 4096.
+  virtual std::unique_ptr<RemoteQp> CreateRemoteQp() = 0;
+  // A requester that plays the peer with address `as` (the one a client named when it asked
+  // for an endpoint). kInvalidArgument for a malformed address.
+  virtual absl::StatusOr<std::unique_ptr<RemoteQp>> CreateRemoteQpAs(const EndpointAddress& as) = 0;
 
   // Fault injection. Each applies to the next matching event device-wide.
   // The next UMR WQE executed fails with `syndrome` and changes nothing.
@@ -123,6 +161,12 @@ class SimDevice : public Device {
 // A sim device with `options`; `open` gives the stats registry.
 absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& options,
                                                         const OpenOptions& open = {});
+
+// The remote node's side of an endpoint, for code that holds the device as an hca::Device (the
+// daemon's simulated peer): a requester playing `as`, connected to the endpoint at `endpoint`.
+// kUnimplemented when `device` is not a sim device; errors as CreateRemoteQpAs and Connect.
+absl::StatusOr<std::unique_ptr<Peer>> ConnectRemotePeer(Device* device, const EndpointAddress& as,
+                                                        const EndpointAddress& endpoint);
 
 // Registers the "sim" backend with hca::OpenDevice. Idempotent; call it from the binary that
 // wants the backend (see hca/backend.h on why registration is explicit).

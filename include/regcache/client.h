@@ -28,6 +28,7 @@
 #ifndef REGCACHE_CLIENT_H_
 #define REGCACHE_CLIENT_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -163,6 +164,27 @@ struct DaemonInfo {
   bool draining = false;
   int64_t uptime_ms = 0;
   bool peer = false;
+  bool endpoints = false;  // Client::CreateEndpoint works on the daemon's device
+};
+
+// One side of an RC connection (docs/endpoints.md): what the other side connects its queue pair
+// to. For Client::CreateEndpoint, the peer's queue pair, as its ibv_query_qp / ibv_query_gid
+// say; back comes the daemon's, in the same form, for the peer to connect to.
+struct RemoteQp {
+  uint32_t qpn = 0;               // queue pair number, 1..2^24-1
+  uint32_t psn = 0;               // first packet sequence number this side sends, < 2^24
+  std::array<uint8_t, 16> gid{};  // the port GID, raw bytes in network order (RoCE needs one)
+  uint16_t lid = 0;               // InfiniBand only; 0 on RoCE
+  uint32_t mtu = 0;  // 256, 512, 1024, 2048 or 4096; 0 in a request: the daemon port's active MTU
+};
+
+// A target endpoint of this session.
+struct EndpointInfo {
+  uint64_t id = 0;      // this session's own id, from 1
+  RemoteQp local;       // the daemon's queue pair: hand it to the peer
+  RemoteQp peer;        // the peer's, as named
+  uint32_t access = 0;  // remote operations accepted (kRemoteRead / kRemoteWrite / kRemoteAtomic)
+  int64_t created_unix_ms = 0;
 };
 
 struct SessionRecord {
@@ -291,12 +313,31 @@ class Client {
   virtual absl::StatusOr<std::vector<SessionRecord>> Sessions() = 0;
   virtual absl::Status Drain() = 0;
 
+  // --- Target endpoints (docs/endpoints.md) ---
+  // Asks the daemon for an RC queue pair in this session's PD, connected to `peer` (the remote
+  // node's queue pair), accepting the remote operations in `access`. Returns it with the
+  // daemon's address (EndpointInfo::local), which the peer connects its queue pair to; from
+  // then on the peer's one-sided READ / WRITE / atomics reach this session's memory through
+  // its rkeys, with no posting here. The endpoint lives until DestroyEndpoint or the end of
+  // the session. kInvalidArgument for a malformed address or access (the message names the
+  // field); kResourceExhausted past the daemon's per-session limit (--max_endpoints);
+  // kUnimplemented on a device without endpoints (DaemonInfo::endpoints).
+  virtual absl::StatusOr<EndpointInfo> CreateEndpoint(const RemoteQp& peer,
+                                                      uint32_t access = kRemoteRead | kRemoteWrite |
+                                                                        kRemoteAtomic) = 0;
+  // The peer's accesses fail from now on. kNotFound for an id this session does not hold.
+  virtual absl::Status DestroyEndpoint(uint64_t id) = 0;
+  // session 0: this session's endpoints; another id: admin only.
+  virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session = 0) = 0;
+
   // --- The simulated peer (device "sim") ---
-  // session 0: a peer in this session's PD; another id: admin only.
+  // session 0: a peer in this session's PD; another id: admin only. endpoint 0: a queue pair
+  // in that PD; another id: through that endpoint of the session, as the peer named for it
+  // (kNotFound once it is destroyed).
   virtual absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                                 uint64_t session = 0) = 0;
+                                 uint64_t session = 0, uint64_t endpoint = 0) = 0;
   virtual absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                               uint64_t session = 0) = 0;
+                                               uint64_t session = 0, uint64_t endpoint = 0) = 0;
 
   // Closes the session (the control connection) and unmaps this client's memory.
   virtual void Close() = 0;

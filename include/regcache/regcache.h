@@ -149,6 +149,25 @@ typedef struct regcache_usage {
   uint64_t pool_total;
 } regcache_usage_t;
 
+/* One side of an RC connection (docs/endpoints.md): what the other side connects its queue pair
+ * to. The C++ client's regcache::api::RemoteQp. */
+typedef struct regcache_qp_address {
+  uint32_t qpn;    /* queue pair number, 1..2^24-1 */
+  uint32_t psn;    /* first packet sequence number this side sends, < 2^24 */
+  uint8_t gid[16]; /* the port GID, raw bytes in network order (RoCE needs one) */
+  uint16_t lid;    /* InfiniBand only; 0 on RoCE */
+  uint16_t reserved;
+  uint32_t mtu; /* 256, 512, 1024, 2048 or 4096; 0 in a request: the daemon port's active MTU */
+} regcache_qp_address_t;
+
+/* A target endpoint of the session: an RC queue pair of the daemon's in the session's PD. */
+typedef struct regcache_endpoint {
+  uint64_t id;                 /* the session's own id, from 1 */
+  regcache_qp_address_t local; /* the daemon's queue pair: hand it to the peer */
+  uint32_t access;             /* remote operations accepted (REGCACHE_REMOTE_*) */
+  uint32_t reserved;
+} regcache_endpoint_t;
+
 /* The message of this thread's last call into this library: "" after a success. The pointer
  * stays valid until this thread's next call into the library. Never NULL. */
 REGCACHE_API const char* regcache_last_error(void);
@@ -244,6 +263,21 @@ REGCACHE_API regcache_code_t regcache_query(regcache_client_t* client, uint64_t 
  * when `write` is nonzero), now (REGCACHE_PREFETCH_SYNC) or queued (REGCACHE_PREFETCH_ASYNC). */
 REGCACHE_API regcache_code_t regcache_prefetch(regcache_client_t* client, const void* addr,
                                                uint64_t length, int write, uint32_t mode);
+
+/* Asks the daemon for an RC queue pair in this session's PD connected to `peer` (the remote
+ * node's queue pair), accepting the remote operations in `access` (a non-empty set of
+ * REGCACHE_REMOTE_*). out->local is the daemon's address, for the peer to connect to; from then on
+ * the peer's one-sided READ / WRITE / atomics reach this session's memory through its rkeys, with
+ * no posting here, until regcache_endpoint_destroy or the end of the session.
+ * REGCACHE_INVALID_ARGUMENT for a malformed address or access; REGCACHE_RESOURCE_EXHAUSTED past
+ * the daemon's per-session limit; REGCACHE_UNIMPLEMENTED on a device without endpoints. */
+REGCACHE_API regcache_code_t regcache_endpoint_create(regcache_client_t* client,
+                                                      const regcache_qp_address_t* peer,
+                                                      uint32_t access, regcache_endpoint_t* out);
+
+/* Destroys the endpoint: the peer's accesses fail from now on. REGCACHE_NOT_FOUND for an id this
+ * session does not hold. */
+REGCACHE_API regcache_code_t regcache_endpoint_destroy(regcache_client_t* client, uint64_t id);
 
 /* This session's usage as the daemon counts it. */
 REGCACHE_API regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out);

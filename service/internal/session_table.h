@@ -1,6 +1,7 @@
 // The daemon's sessions: what one session holds (its cache tenant, its shareable memory, its
-// peer port), the pin that keeps a session open for the length of one call, and the table that
-// finds a session by id or by token. Internal to service/: callers use service/daemon.h.
+// peer port, its target endpoints), the pin that keeps a session open for the length of one call,
+// and the table that finds a session by id or by token. Internal to service/: callers use
+// service/daemon.h.
 //
 // Locks, in the order they are taken: a session's `ops` (shared by its calls in flight,
 // exclusive while it closes), then its `mu`. The table's mutex is taken alone: nothing else is
@@ -26,6 +27,7 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "service/daemon.h"
+#include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_shm.h"
@@ -57,11 +59,13 @@ struct Session {
   base::Mutex ops;
   bool closed ABSL_GUARDED_BY(ops) = false;
 
-  base::Mutex mu;  // memory and the peer port
+  base::Mutex mu;  // memory, the peer port and the endpoints
   std::map<MemoryId, Memory> memories ABSL_GUARDED_BY(mu);
   MemoryId next_memory ABSL_GUARDED_BY(mu) = 1;
   uint64_t mapped_bytes ABSL_GUARDED_BY(mu) = 0;
   std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
+  // Set when the session opens; emptied when it closes, before its PD goes.
+  std::unique_ptr<SessionEndpoints> endpoints ABSL_GUARDED_BY(mu);
 
   // The fast path (service/shm_protocol.h), set up before the session is added to the table
   // and constant after: the shared files, the grant state table over them, and the worker

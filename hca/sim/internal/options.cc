@@ -1,0 +1,55 @@
+// SimOptionsFromSpec: the "sim:..." spec parameters (hca/sim/sim_device.h).
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "hca/sim/sim_device.h"
+#include "umr/mkey.h"
+
+namespace regcache::hca::sim {
+namespace {
+
+absl::Status ParseU32(const std::string& key, const std::string& v, uint32_t* out) {
+  if (!absl::SimpleAtoi(v, out)) {
+    return absl::InvalidArgumentError(absl::StrCat("sim: ", key, "='", v, "' is not a number"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
+  SimOptions o;
+  if (!spec.device.empty()) o.device_name = spec.device;
+  for (const auto& [k, v] : spec.params) {
+    if (k == "mode") {
+      if (v == "inline") {
+        o.mode = ExecutionMode::kInline;
+      } else if (v == "thread") {
+        o.mode = ExecutionMode::kThread;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("sim: mode='", v, "' (inline|thread)"));
+      }
+    } else if (k == "max_keys") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.max_keys));
+      if (o.max_keys < 4 || o.max_keys > umr::kMaxMkeyIndex + 1) {
+        return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
+      }
+    } else if (k == "max_indirection") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.max_indirection));
+    } else if (k == "log_max_klm") {
+      RETURN_IF_ERROR(ParseU32(k, v, &o.log_max_klm_list_size));
+      if (o.log_max_klm_list_size > 24) return absl::InvalidArgumentError("sim: log_max_klm > 24");
+    } else if (k == "fault_timeout_ms") {
+      uint32_t ms;
+      RETURN_IF_ERROR(ParseU32(k, v, &ms));
+      o.fault_timeout = absl::Milliseconds(ms);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("sim: unknown parameter '", k, "'"));
+    }
+  }
+  return o;
+}
+
+}  // namespace regcache::hca::sim

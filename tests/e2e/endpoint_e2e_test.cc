@@ -1,0 +1,212 @@
+// Target endpoints end to end (docs/endpoints.md): the C++ client asks the real regcached (a
+// separate process, on the sim) for an endpoint connected to its peer over gRPC; the sim's
+// remote node, playing that peer, reaches the client's own mapping only through the endpoint;
+// the per-session limit, the wire's checks, destroy, teardown when the client goes, and
+// regcachectl's view (endpoints, peer write --endpoint).
+// Sockets live in a temp dir; every wait is bounded.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/internal/client_testing.h"
+#include "api/regcache.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "regcache/client.h"
+#include "tests/e2e/regcached_process.h"
+
+namespace {
+
+namespace rc = regcache::api;
+using regcache::testing::Regcached;
+using ::testing::HasSubstr;
+
+constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
+
+std::unique_ptr<rc::Client> Connect(const Regcached& d) {
+  auto c = rc::Client::Connect(d.dir());
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// The peer's queue pair, as its own ibv_query_qp / ibv_query_gid would say.
+rc::RemoteQp Peer(uint32_t qpn = 0x1234) {
+  rc::RemoteQp q;
+  q.qpn = qpn;
+  q.psn = 0x4242;
+  q.gid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
+  q.mtu = 1024;
+  return q;
+}
+
+int64_t Stat(rc::Client& c, const std::string& component, const std::string& name) {
+  auto stats = c.Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  auto v = stats.ok() ? stats->Get(component, name) : absl::StatusOr<int64_t>(-1);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : -1;
+}
+
+TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
+  Regcached d;
+  std::unique_ptr<rc::Client> c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  auto info = c->Status();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->endpoints);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto* base = static_cast<uint8_t*>(mem->data);
+  auto k = c->Register(base, 8192, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const uint64_t addr = reinterpret_cast<uint64_t>(base) + 128;
+
+  auto ep = c->CreateEndpoint(Peer());
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_NE(ep->id, 0u);
+  EXPECT_NE(ep->local.qpn, 0u);
+  EXPECT_LT(ep->local.qpn, 1u << 24);
+  EXPECT_LT(ep->local.psn, 1u << 24);
+  EXPECT_NE(ep->local.gid, (std::array<uint8_t, 16>{}));
+  EXPECT_EQ(ep->local.mtu, 4096u);
+  EXPECT_EQ(ep->peer.gid, Peer().gid);
+  EXPECT_EQ(ep->peer.psn, Peer().psn);
+  EXPECT_EQ(ep->access, rc::kRemoteRead | rc::kRemoteWrite | rc::kRemoteAtomic);
+
+  const std::string text = "written by the peer through the endpoint";
+  ASSERT_TRUE(c->PeerWrite(k->rkey, addr, text, 0, ep->id).ok());
+  EXPECT_EQ(std::memcmp(base + 128, text.data(), text.size()), 0);
+  auto back = c->PeerRead(k->rkey, addr, text.size(), 0, ep->id);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, text);
+  auto list = c->ListEndpoints();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].local.qpn, ep->local.qpn);
+
+  // No endpoint, no access; nor once it is destroyed.
+  EXPECT_EQ(c->PeerWrite(k->rkey, addr, "x", 0, ep->id + 100).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(c->DestroyEndpoint(ep->id).ok());
+  absl::Status gone = c->PeerWrite(k->rkey, addr, "x", 0, ep->id);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
+  EXPECT_EQ(base[128], static_cast<uint8_t>(text[0]));
+  EXPECT_EQ(c->DestroyEndpoint(ep->id).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(c->ListEndpoints()->empty());
+  EXPECT_EQ(Stat(*c, "hca_sim", "live_endpoints"), 0);
+
+  // An endpoint that accepts reads only.
+  auto ro = c->CreateEndpoint(Peer(0x77), rc::kRemoteRead);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_TRUE(c->PeerRead(k->rkey, addr, 8, 0, ro->id).ok());
+  EXPECT_EQ(c->PeerWrite(k->rkey, addr, "x", 0, ro->id).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST(EndpointE2e, LimitAndTheWiresChecks) {
+  Regcached d({"--max_endpoints=2"});
+  std::unique_ptr<rc::Client> c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->CreateEndpoint(Peer(1)).ok());
+  ASSERT_TRUE(c->CreateEndpoint(Peer(2)).ok());
+  auto third = c->CreateEndpoint(Peer(3));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(), HasSubstr("limit is 2"));
+
+  rc::RemoteQp bad = Peer();
+  bad.psn = 1u << 24;
+  EXPECT_EQ(c->CreateEndpoint(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = Peer();
+  bad.mtu = 1500;
+  EXPECT_THAT(c->CreateEndpoint(bad).status().message(), HasSubstr("mtu"));
+  EXPECT_THAT(c->CreateEndpoint(Peer(), rc::kLocalWrite).status().message(), HasSubstr("access"));
+  // What the typed client cannot send: a GID that is not 16 bytes, no peer at all.
+  regcache::v1::CreateEndpointRequest raw;
+  raw.mutable_peer()->set_qpn(5);
+  raw.mutable_peer()->set_gid("abc");
+  raw.set_access(rc::kRemoteRead);
+  absl::Status short_gid =
+      rc::testing::RawCall(*c, "/regcache.v1.RegCache/CreateEndpoint", raw.SerializeAsString());
+  EXPECT_EQ(short_gid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_gid.message(), HasSubstr("gid is 3 bytes"));
+  raw.clear_peer();
+  EXPECT_THAT(
+      rc::testing::RawCall(*c, "/regcache.v1.RegCache/CreateEndpoint", raw.SerializeAsString())
+          .message(),
+      HasSubstr("missing"));
+  EXPECT_EQ(c->ListEndpoints()->size(), 2u);  // nothing refused was kept
+}
+
+TEST(EndpointE2e, EndpointsDieWithTheClientsSession) {
+  Regcached d;
+  std::unique_ptr<rc::Client> watcher = Connect(d);
+  std::unique_ptr<rc::Client> c = Connect(d);
+  ASSERT_NE(watcher, nullptr);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->CreateEndpoint(Peer(1)).ok());
+  ASSERT_TRUE(c->CreateEndpoint(Peer(2)).ok());
+  ASSERT_TRUE(watcher->CreateEndpoint(Peer(3)).ok());
+  EXPECT_EQ(Stat(*watcher, "hca_sim", "live_endpoints"), 3);
+  // The client goes (its control connection closes, as when it crashes): the daemon's session
+  // teardown destroys its endpoints, and only its.
+  c.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline && Stat(*watcher, "hca_sim", "live_endpoints") != 1) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(Stat(*watcher, "hca_sim", "live_endpoints"), 1);
+  EXPECT_EQ(Stat(*watcher, "endpoints", "endpoints_open"), 1);
+  EXPECT_EQ(watcher->ListEndpoints()->size(), 1u);
+}
+
+// regcachectl's exit code and output (stdout and stderr), run to completion.
+std::pair<int, std::string> Ctl(const Regcached& d, const std::string& args) {
+  const std::string cmd =
+      std::string(REGCACHECTL_PATH) + " --socket_dir=" + d.dir() + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, ""};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
+  const int status = ::pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(EndpointE2e, RegcachectlListsAndUsesASessionsEndpoints) {
+  Regcached d;
+  std::unique_ptr<rc::Client> c = Connect(d);
+  ASSERT_NE(c, nullptr);
+  auto mem = c->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto k = c->Register(mem->data, 4096, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  auto ep = c->CreateEndpoint(Peer(0xabcd));
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  const std::string session = "--session=" + std::to_string(c->session_id());
+
+  auto [rc, out] = Ctl(d, "status");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("endpoints=1"));
+  std::tie(rc, out) = Ctl(d, session + " endpoints");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("endpoint=" + std::to_string(ep->id) + " "));
+  EXPECT_THAT(out, HasSubstr("peer_qpn=0x00abcd"));
+  EXPECT_THAT(out, HasSubstr("access=rr|rw|a"));
+  std::tie(rc, out) = Ctl(
+      d, session + " --endpoint=" + std::to_string(ep->id) + " --rkey=" + std::to_string(k->rkey) +
+             " --addr=" + std::to_string(reinterpret_cast<uint64_t>(mem->data)) +
+             " --data=via-regcachectl peer write");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(std::memcmp(mem->data, "via-regcachectl", 15), 0);
+  std::tie(rc, out) = Ctl(d, session + " --endpoint=99 --rkey=1 --addr=1 --data=x peer write");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("NOT_FOUND"));
+}
+
+}  // namespace
