@@ -79,9 +79,9 @@ std::string Serve(Context* c, std::unique_ptr<Requester>& r, const std::string& 
   }
   if (cmd == "write") {
     const std::string bytes = absl::HexStringToBytes(arg);
-    absl::Status s = r->Write(static_cast<Key>(rkey), addr,
-                              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                  bytes.size()));
+    absl::Status s =
+        r->Write(static_cast<Key>(rkey), addr,
+                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
     return s.ok() ? "ok" : Error(s);
   }
   uint64_t n = 0;

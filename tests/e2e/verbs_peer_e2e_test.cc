@@ -33,8 +33,8 @@ namespace {
 namespace rc = regcache::api;
 using regcache::testing::Regcached;
 
-constexpr uint32_t kRemoteAll = rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite |
-                                rc::kRemoteAtomic;
+constexpr uint32_t kRemoteAll =
+    rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite | rc::kRemoteAtomic;
 
 // The peer process, one command line in, one answer line out (see rdma_peer_main.cc).
 class Peer {
