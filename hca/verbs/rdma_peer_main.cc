@@ -13,7 +13,7 @@
 //   quit
 // rkey and addr are hexadecimal (0x optional), the rest decimal. Errors answer
 // "err <CANONICAL_CODE> <SYNDROME> <message>", e.g. "err PERMISSION_DENIED REMOTE_ACCESS ...".
-// Usage: regcache_rdma_peer [device name]
+// Usage: regcache_rdma_peer [device name or "any" [seconds a request waits for its completion]]
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "hca/status.h"
 #include "hca/verbs/internal/context.h"
 #include "hca/verbs/internal/endpoint.h"
@@ -49,6 +50,8 @@ std::string Error(const absl::Status& s) {
 
 bool Hex(const std::string& s, uint64_t* out) { return absl::SimpleHexAtoi(s, out); }
 
+absl::Duration g_timeout = absl::Seconds(30);
+
 std::string Serve(Context* c, std::unique_ptr<Requester>& r, const std::string& line) {
   std::istringstream in(line);
   std::string cmd;
@@ -57,6 +60,7 @@ std::string Serve(Context* c, std::unique_ptr<Requester>& r, const std::string& 
     auto n = Requester::Create(c);
     if (!n.ok()) return Error(n.status());
     r = std::move(*n);
+    r->set_timeout(g_timeout);
     return Address(r->local());
   }
   if (cmd == "connect") {
@@ -102,7 +106,11 @@ std::string Serve(Context* c, std::unique_ptr<Requester>& r, const std::string& 
 
 int Main(int argc, char** argv) {
   VerbsOptions o;
-  if (argc > 1) o.device_name = argv[1];
+  if (argc > 1 && std::string(argv[1]) != "any") o.device_name = argv[1];
+  int seconds = 0;
+  if (argc > 2 && absl::SimpleAtoi(argv[2], &seconds) && seconds > 0) {
+    g_timeout = absl::Seconds(seconds);
+  }
   auto c = OpenContext(o);
   if (!c.ok()) {
     std::cout << Error(c.status()) << std::endl;
@@ -114,6 +122,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Requester> requester = std::move(*r);
+  requester->set_timeout(g_timeout);
   std::cout << Address(requester->local()) << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {

@@ -50,7 +50,8 @@ class Peer {
       dup2(out[1], 1);
       close(in[1]);
       close(out[0]);
-      execl(RDMA_PEER_PATH, RDMA_PEER_PATH, static_cast<char*>(nullptr));
+      // Any device; a request waits 5 s at most (a vanished endpoint must not stall the test).
+      execl(RDMA_PEER_PATH, RDMA_PEER_PATH, "any", "5", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(in[0]);
@@ -193,7 +194,7 @@ TEST_F(VerbsPeerE2e, AWindowsRkeyWorksAndDiesWithItsParent) {
   auto* base = static_cast<uint8_t*>(mem->data);
   auto parent = c->Register(base, 1 << 20, kRemoteAll);
   ASSERT_TRUE(parent.ok()) << parent.status();
-  auto window = c->Window(parent->handle, 65536, 4096, rc::kRemoteWrite);
+  auto window = c->Window(parent->handle, 65536, 4096, rc::kLocalWrite | rc::kRemoteWrite);
   ASSERT_TRUE(window.ok()) << window.status();
   EXPECT_NE(window->rkey, parent->rkey);
   Peer peer;
@@ -274,11 +275,15 @@ TEST_F(VerbsPeerE2e, AClientCrashTearsDownItsKeysAndEndpoints) {
   EXPECT_EQ(sessions, 1u) << "the crashed client's session is still there";
   const std::string after = peer.Ask(absl::StrCat("write ", rkey_hex, " ", addr_hex, " 6869"));
   EXPECT_TRUE(absl::StartsWith(after, "err ")) << after;
+  // Nothing of it is left: no endpoint open, no registration live (the admin session has none).
   auto stats = admin->Stats();
-  ASSERT_TRUE(stats.ok());
-  auto live = stats->Get("hca_verbs", "live_windows");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  auto open = stats->Get("endpoints", "endpoints_open");
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(*open, 0);
+  auto live = stats->Get("cache", "live_registrations");
   ASSERT_TRUE(live.ok()) << live.status();
-  EXPECT_EQ(*live, 0) << "the crashed session's windows outlived it";
+  EXPECT_EQ(*live, 0) << "the crashed session's keys outlived it";
 }
 
 TEST_F(VerbsPeerE2e, RegcachectlWorksAgainstTheDaemon) {

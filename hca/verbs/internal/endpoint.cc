@@ -13,9 +13,6 @@
 namespace regcache::hca::verbs {
 namespace {
 
-// Under software emulation a transfer of a few MiB takes a while; a dead peer is reported by the
-// device itself (retry exceeded) well before this.
-constexpr absl::Duration kRequestTimeout = absl::Seconds(30);
 constexpr size_t kMaxBuffer = size_t{64} << 20;
 
 uint32_t RandomPsn() {
@@ -154,7 +151,7 @@ absl::Status Requester::Execute(ibv_send_wr& wr, const char* what, Key rkey) {
   wr.send_flags = IBV_SEND_SIGNALED;
   ibv_send_wr* bad = nullptr;
   if (int err = ibv_post_send(qp_, &wr, &bad); err != 0) return ErrnoStatus(err, what);
-  const absl::Time deadline = absl::Now() + kRequestTimeout;
+  const absl::Time deadline = absl::Now() + timeout_;
   ibv_wc wc{};
   for (;;) {
     const int n = ibv_poll_cq(cq_, 1, &wc);
@@ -163,7 +160,7 @@ absl::Status Requester::Execute(ibv_send_wr& wr, const char* what, Key rkey) {
     if (absl::Now() > deadline) {
       broken_ = true;
       return absl::DeadlineExceededError(
-          absl::StrFormat("%s: no completion in %s", what, absl::FormatDuration(kRequestTimeout)));
+          absl::StrFormat("%s: no completion in %s", what, absl::FormatDuration(timeout_)));
     }
     std::this_thread::yield();
   }

@@ -52,6 +52,9 @@ class Requester {
   ~Requester();
   const EndpointAddress& local() const { return local_; }
   absl::Status Connect(const EndpointAddress& remote);
+  // How long one request waits for its completion (default 30 s: software-emulated devices are
+  // slow). A peer that is gone is normally reported sooner by the device (retry exceeded).
+  void set_timeout(absl::Duration timeout) { timeout_ = timeout; }
 
   absl::Status Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data);
   absl::Status Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out);
@@ -74,6 +77,7 @@ class Requester {
   bool connected_ = false;
   bool broken_ = false;
   uint64_t next_wr_ = 1;
+  absl::Duration timeout_ = absl::Seconds(30);
 };
 
 }  // namespace regcache::hca::verbs
