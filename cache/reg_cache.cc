@@ -345,11 +345,28 @@ bool RegCacheImpl::MaintainPass() {
   }
   const absl::Time now = base::MonotonicNow();
   for (auto& t : tenants) {
-    base::MutexLock lock(&t->mu);
-    if (t->closing || t->pool == nullptr) continue;
-    absl::Status s = t->pool->Maintain(now);
-    if (!s.ok()) RC_LOG(DEBUG) << "pool refill for tenant " << t->id << ": " << s;
-    idle = idle && t->pool->Idle();
+    base::MutexLock refill(&t->refill_mu);
+    std::vector<KeyPool::Refill> plan;
+    {
+      base::MutexLock lock(&t->mu);
+      if (t->closing || t->pool == nullptr) continue;
+      plan = t->pool->PlanRefill(now);
+      idle = idle && t->pool->Idle();
+    }
+    if (plan.empty()) continue;
+    // The device work without the tenant's lock, so that its registrations go on meanwhile.
+    std::vector<std::vector<hca::Key>> made(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      absl::StatusOr<std::vector<hca::Key>> keys =
+          ctx_.device->CreateIndirectKeys(t->pd, plan[i].capacity, plan[i].count, {});
+      if (keys.ok()) {
+        made[i] = std::move(*keys);
+      } else {
+        RC_LOG(DEBUG) << "pool refill for tenant " << t->id << ": " << keys.status();
+      }
+    }
+    base::MutexLock lock(&t->mu);  // the pool is still there: closing waits for refill_mu
+    for (size_t i = 0; i < plan.size(); ++i) t->pool->AddCreated(plan[i], made[i]);
   }
   return idle;
 }

@@ -103,15 +103,46 @@ void KeyPool::Forget(PooledKey key) {
   stats_->keys_in_use.Sub();
 }
 
-absl::Status KeyPool::Maintain(absl::Time now) {
+std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* at_limit) {
   ReleaseEligible(now);
-  absl::Status first;
+  std::vector<Refill> plan;
   for (int i = 0; i < num_classes(); ++i) {
     Class& c = classes_[i];
     if (c.free.size() >= options_.low_watermark) continue;
-    const uint32_t want = options_.high_watermark - static_cast<uint32_t>(c.free.size());
-    absl::Status s = Create(i, want);
-    if (!s.ok() && first.ok()) first = s;
+    const uint64_t room =
+        options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
+    const uint64_t want = options_.high_watermark - c.free.size();
+    const auto count = static_cast<uint32_t>(std::min<uint64_t>(want, room));
+    if (count == 0) {
+      if (at_limit != nullptr && at_limit->ok()) {
+        *at_limit = absl::ResourceExhaustedError(
+            absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", i, c.capacity,
+                            options_.max_keys_per_class));
+      }
+      continue;
+    }
+    c.total += count;  // reserved until AddCreated
+    plan.push_back(Refill{i, c.capacity, count});
+  }
+  return plan;
+}
+
+void KeyPool::AddCreated(const Refill& refill, const std::vector<hca::Key>& keys) {
+  Class& c = classes_[refill.cls];
+  const uint32_t made = static_cast<uint32_t>(std::min<size_t>(keys.size(), refill.count));
+  c.total -= refill.count - made;
+  for (uint32_t i = 0; i < made; ++i) c.free.push_back(keys[i]);
+  stats_->keys_created.Inc(made);
+  stats_->keys_free.Add(static_cast<int64_t>(made));
+}
+
+absl::Status KeyPool::Maintain(absl::Time now) {
+  absl::Status first;
+  for (const Refill& r : PlanRefill(now, &first)) {
+    absl::StatusOr<std::vector<hca::Key>> keys =
+        device_->CreateIndirectKeys(pd_, r.capacity, r.count, {});
+    if (!keys.ok() && first.ok()) first = keys.status();
+    AddCreated(r, keys.ok() ? *keys : std::vector<hca::Key>{});
   }
   return first;
 }

@@ -67,6 +67,21 @@ class KeyPool {
   // the high watermark. Returns the first device error (the pool stays usable).
   absl::Status Maintain(absl::Time now);
 
+  // Maintain in three steps, so that the device work runs without the tenant's lock (a verbs
+  // device allocates each window with a system call): PlanRefill releases eligible quarantined
+  // keys and says how many keys each class below its low watermark needs, reserving them against
+  // max_keys_per_class; the caller creates them on the device (CreateIndirectKeys) unlocked;
+  // AddCreated puts what was made into the free list and gives back the rest of the reservation.
+  struct Refill {
+    int cls = 0;
+    uint32_t capacity = 0;
+    uint32_t count = 0;
+  };
+  // `at_limit` (if given) receives kResourceExhausted when a class below its low watermark is
+  // at max_keys_per_class.
+  std::vector<Refill> PlanRefill(absl::Time now, absl::Status* at_limit = nullptr);
+  void AddCreated(const Refill& refill, const std::vector<hca::Key>& keys);
+
   // Destroys every free and quarantined key. Keys handed out and not returned stay the
   // caller's. Returns the first error.
   absl::Status DestroyAll();

@@ -150,6 +150,7 @@ absl::Status CloseTenant(Tenant& t) {
 
   absl::Status first;
   {
+    base::MutexLock refill(&t.refill_mu);  // no refill is creating keys for the pool now
     base::MutexLock lock(&t.mu);
     t.closing = true;
     std::vector<BackingId> ids;

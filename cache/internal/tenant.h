@@ -52,7 +52,10 @@ struct Tenant {
   hca::Pd pd;
   std::unique_ptr<UmrEngine> engine;
 
-  base::Mutex mu;
+  // Held by the maintenance thread across one refill of the pool (whose device work runs
+  // without `mu`) and by CloseTenant before it takes the pool away.
+  base::Mutex refill_mu;
+  base::Mutex mu ABSL_ACQUIRED_AFTER(refill_mu);
   BackingSet backings ABSL_GUARDED_BY(mu);
   std::unique_ptr<KeyPool> pool ABSL_GUARDED_BY(mu);
   // Live registrations (not windows) by start address: the cover lookup of a hit that the
