@@ -53,6 +53,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "bench/cpu_pinning.h"
 #include "benchmark/benchmark.h"
 #include "regcache/client.h"
 
@@ -134,22 +135,8 @@ Options ParseOptions(int* argc, char** argv) {
 
 // The daemon's side runs on the last CPU and this process off it (with two CPUs or more), so
 // that the two spinning ends of a ring round trip never take turns on one CPU.
-void PinToLastCpu() {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus < 2) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(static_cast<int>(cpus - 1), &set);
-  (void)::sched_setaffinity(0, sizeof(set), &set);
-}
-
-void KeepOffLastCpu() {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  if (cpus < 2 || ::sched_getaffinity(0, sizeof(set), &set) != 0) return;
-  CPU_CLR(static_cast<int>(cpus - 1), &set);
-  if (CPU_COUNT(&set) > 0) (void)::sched_setaffinity(0, sizeof(set), &set);
-}
+using regcache::bench::KeepOffLastCpu;
+using regcache::bench::PinToLastCpu;
 
 // The regcached this run started (or none, with --socket_dir), stopped with SIGTERM.
 class Daemon {

@@ -51,6 +51,7 @@
 #include "absl/time/clock.h"
 #include "api/internal/client_testing.h"
 #include "base/log.h"
+#include "bench/cpu_pinning.h"
 #include "bench/worlds.h"
 #include "benchmark/benchmark.h"
 #include "regcache/client.h"
@@ -66,17 +67,7 @@ using regcache::bench::NextRandom;
 constexpr uint32_t kRw = rc::kLocalRead | rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite;
 constexpr uint64_t kPage = 4096;
 
-// The server side (the forked echo, regcached) runs on the last CPU, so that the two spinning
-// ends of a round trip never share one; without it, figures on a small VM flip by 2-3x between
-// runs with the scheduler's placement. The client threads stay free.
-void PinToLastCpu() {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus < 2) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(static_cast<int>(cpus - 1), &set);
-  (void)::sched_setaffinity(0, sizeof(set), &set);
-}
+using regcache::bench::PinToLastCpu;
 
 // For one client thread against the pinned server: keeps the thread off the server's CPU for
 // the benchmark's length (the scheduler may otherwise put it there, and the two spinning ends
@@ -84,16 +75,10 @@ void PinToLastCpu() {
 class OffServerCpu {
  public:
   explicit OffServerCpu(const benchmark::State& state) {
-    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-    if (state.threads() != 1 || cpus < 2 || ::sched_getaffinity(0, sizeof(old_), &old_) != 0) {
-      return;
-    }
-    cpu_set_t set = old_;
-    CPU_CLR(static_cast<int>(cpus - 1), &set);
-    active_ = CPU_COUNT(&set) > 0 && ::sched_setaffinity(0, sizeof(set), &set) == 0;
+    if (state.threads() == 1) active_ = regcache::bench::KeepOffLastCpu(&old_);
   }
   ~OffServerCpu() {
-    if (active_) (void)::sched_setaffinity(0, sizeof(old_), &old_);
+    if (active_) regcache::bench::RestoreCpus(old_);
   }
 
  private:

@@ -145,6 +145,19 @@ class VerbsPeerE2e : public ::testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
   }
+  // A daemon, a client of it and 1 MiB of the client's shared memory at base_.
+  void Start() {
+    daemon_ = std::make_unique<Regcached>();
+    client_ = Connect(*daemon_);
+    ASSERT_NE(client_, nullptr);
+    auto mem = client_->AllocateMemory(1 << 20);
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    base_ = static_cast<uint8_t*>(mem->data);
+  }
+  std::unique_ptr<Regcached> daemon_;
+  std::unique_ptr<rc::Client> client_;
+  uint8_t* base_ = nullptr;
+
   // An endpoint for `peer` and the peer connected to it.
   void Link(rc::Client& c, Peer& peer) {
     auto ep = c.CreateEndpoint(peer.address());
@@ -154,12 +167,9 @@ class VerbsPeerE2e : public ::testing::Test {
 };
 
 TEST_F(VerbsPeerE2e, APeersRdmaLandsInTheClientsMappingUntilTheKeyIsInvalidated) {
-  Regcached d;
-  auto c = Connect(d);
-  ASSERT_NE(c, nullptr);
-  auto mem = c->AllocateMemory(1 << 20);
-  ASSERT_TRUE(mem.ok()) << mem.status();
-  auto* base = static_cast<uint8_t*>(mem->data);
+  ASSERT_NO_FATAL_FAILURE(Start());
+  rc::Client* c = client_.get();
+  uint8_t* base = base_;
   auto k = c->Register(base + 8192, 65536, kRemoteAll);
   ASSERT_TRUE(k.ok()) << k.status();
   Peer peer;
@@ -186,12 +196,9 @@ TEST_F(VerbsPeerE2e, APeersRdmaLandsInTheClientsMappingUntilTheKeyIsInvalidated)
 }
 
 TEST_F(VerbsPeerE2e, AWindowsRkeyWorksAndDiesWithItsParent) {
-  Regcached d;
-  auto c = Connect(d);
-  ASSERT_NE(c, nullptr);
-  auto mem = c->AllocateMemory(1 << 20);
-  ASSERT_TRUE(mem.ok()) << mem.status();
-  auto* base = static_cast<uint8_t*>(mem->data);
+  ASSERT_NO_FATAL_FAILURE(Start());
+  rc::Client* c = client_.get();
+  uint8_t* base = base_;
   auto parent = c->Register(base, 1 << 20, kRemoteAll);
   ASSERT_TRUE(parent.ok()) << parent.status();
   auto window = c->Window(parent->handle, 65536, 4096, rc::kLocalWrite | rc::kRemoteWrite);

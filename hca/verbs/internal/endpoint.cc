@@ -171,31 +171,27 @@ absl::Status Requester::Execute(ibv_send_wr& wr, const char* what, Key rkey) {
   return absl::OkStatus();
 }
 
-absl::Status Requester::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
-  RETURN_IF_ERROR(EnsureBuffer(data.size()));
-  if (!data.empty()) std::memcpy(buffer_.data(), data.data(), data.size());
-  ibv_sge sge{reinterpret_cast<uint64_t>(buffer_.data()), static_cast<uint32_t>(data.size()),
-              mr_->lkey};
+absl::Status Requester::Rdma(ibv_wr_opcode opcode, Key rkey, uint64_t remote_addr, size_t bytes,
+                             const char* what) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(buffer_.data()), static_cast<uint32_t>(bytes), mr_->lkey};
   ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.opcode = opcode;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.wr.rdma.remote_addr = remote_addr;
   wr.wr.rdma.rkey = rkey;
-  return Execute(wr, "RDMA WRITE", rkey);
+  return Execute(wr, what, rkey);
+}
+
+absl::Status Requester::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
+  RETURN_IF_ERROR(EnsureBuffer(data.size()));
+  if (!data.empty()) std::memcpy(buffer_.data(), data.data(), data.size());
+  return Rdma(IBV_WR_RDMA_WRITE, rkey, remote_addr, data.size(), "RDMA WRITE");
 }
 
 absl::Status Requester::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) {
   RETURN_IF_ERROR(EnsureBuffer(out.size()));
-  ibv_sge sge{reinterpret_cast<uint64_t>(buffer_.data()), static_cast<uint32_t>(out.size()),
-              mr_->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  RETURN_IF_ERROR(Execute(wr, "RDMA READ", rkey));
+  RETURN_IF_ERROR(Rdma(IBV_WR_RDMA_READ, rkey, remote_addr, out.size(), "RDMA READ"));
   if (!out.empty()) std::memcpy(out.data(), buffer_.data(), out.size());
   return absl::OkStatus();
 }

@@ -64,6 +64,9 @@ class Requester {
  private:
   explicit Requester(Context* c) : c_(c) {}
   absl::Status EnsureBuffer(size_t bytes);
+  // An RDMA WRITE or READ of the first `bytes` of the buffer.
+  absl::Status Rdma(ibv_wr_opcode opcode, Key rkey, uint64_t remote_addr, size_t bytes,
+                    const char* what);
   // Posts `wr` (signalled) and waits for its completion; kDeadlineExceeded after the timeout.
   absl::Status Execute(ibv_send_wr& wr, const char* what, Key rkey);
 
