@@ -493,5 +493,29 @@ TEST(RegCacheCreateTest, ClassesMustFitOneInlineMap) {
   EXPECT_EQ(RegCache::Create(device->get(), o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// On a device whose UMRs may not change a key's A bit (umr_modify_atomic_disabled), pooled keys
+// never carry remote atomics: a register asking for them is refused before any key is taken,
+// naming the device's limit, and everything else registers as usual.
+TEST(RegCacheDeviceLimitsTest, NoAtomicsWhereAUmrCannotGrantThem) {
+  hca::sim::SimOptions so;
+  so.umr_modify_atomic_disabled = true;
+  auto device = hca::sim::NewSimDevice(so);
+  ASSERT_TRUE(device.ok());
+  auto c = RegCache::Create(device->get(), testing::TestCacheOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto t = (*c)->OpenTenant(TenantOptions{});
+  ASSERT_TRUE(t.ok());
+  Memory mem(1 << 16);
+  ASSERT_TRUE((*c)->AddBacking(*t, BackingSpec{mem.va(), mem.data(), 1 << 16}).ok());
+  auto refused = (*c)->Register(*t, mem.va(), 4096, hca::kAllAccess);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("umr_modify_atomic_disabled"), std::string::npos);
+  auto g = (*c)->Register(*t, mem.va(), 4096, kRw);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto grown = (*c)->Reregister(*t, g->handle, mem.va(), 8192, hca::kAllAccess);
+  EXPECT_EQ(grown.status().code(), absl::StatusCode::kFailedPrecondition) << grown.status();
+  EXPECT_TRUE((*c)->CloseTenant(*t).ok());
+}
+
 }  // namespace
 }  // namespace regcache::cache

@@ -116,6 +116,12 @@ struct Capabilities {
   bool translation_offset = false;  // PostRewriteTranslation (partial MTT rewrite)
   bool peer = false;                // CreatePeer
   bool endpoints = false;           // CreateEndpoint
+  // What a UMR may change (QUERY_HCA_CAP's umr_modify_atomic_disabled and
+  // umr_modify_entity_size_disabled, inverted; meaningful with `umr`): without the first, maps
+  // cannot grant remote atomics (pooled keys are created without them); without the second, a
+  // KSM or MTT key keeps the entity size it was created with.
+  bool umr_modify_atomic = false;
+  bool umr_modify_entity_size = false;
 };
 
 // ---------------------------------------------------------------------------------------------

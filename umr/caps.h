@@ -50,6 +50,20 @@ struct HcaCaps {
   friend bool operator==(const HcaCaps&, const HcaCaps&) = default;
 };
 
+// What a device lets a UMR change, from QUERY_HCA_CAP (docs/prm.md, HCA capabilities): a device
+// reporting umr_modify_atomic_disabled refuses a UMR whose mkey_mask selects A (bit 21), one
+// reporting umr_modify_entity_size_disabled one that selects PAGE_SIZE (bit 1).
+struct UmrModifyCaps {
+  bool atomic = true;       // !umr_modify_atomic_disabled
+  bool entity_size = true;  // !umr_modify_entity_size_disabled
+  friend bool operator==(const UmrModifyCaps&, const UmrModifyCaps&) = default;
+};
+
+// The UMR limits of a device whose general capabilities are `caps`.
+inline UmrModifyCaps UmrModifyCapsOf(const HcaCaps& caps) {
+  return UmrModifyCaps{!caps.umr_modify_atomic_disabled, !caps.umr_modify_entity_size_disabled};
+}
+
 // Per-transport ODP capability dword.
 struct OdpTransportCaps {
   bool send = false;

@@ -29,6 +29,25 @@ TEST(CapsTest, GoldenOffsets) {
   EXPECT_FALSE(DecodeHcaCaps(absl::MakeConstSpan(out->data(), 100)).ok());
 }
 
+// docs/prm.md, QUERY_HCA_CAP: umr_modify_entity_size_disabled is DW16[24] (cap byte 64, 0x01),
+// umr_modify_atomic_disabled DW16[23] (cap byte 65, 0x80); they decide a map's mkey_mask.
+TEST(CapsTest, UmrModifyBitsFromAGoldenOutbox) {
+  auto out = EncodeQueryHcaCapOut({}, HcaCaps{});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(UmrModifyCapsOf(*DecodeHcaCaps(*out)), (UmrModifyCaps{true, true}));
+  uint8_t* cap = out->data() + 16;
+  cap[64] |= 0x01;
+  auto d = DecodeHcaCaps(*out);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->umr_modify_entity_size_disabled);
+  EXPECT_EQ(UmrModifyCapsOf(*d), (UmrModifyCaps{true, false}));
+  cap[65] |= 0x80;
+  d = DecodeHcaCaps(*out);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->umr_modify_atomic_disabled);
+  EXPECT_EQ(UmrModifyCapsOf(*d), (UmrModifyCaps{false, false}));
+}
+
 TEST(CapsTest, AllFieldsRoundTrip) {
   HcaCaps c{true, true, true, true, 63,   true, true, true, 255,  true, 127,    63,   true, true,
             63,   true, true, true, true, 3,    true, true, true, true, 0xffff, true, true, true};

@@ -198,6 +198,14 @@ absl::StatusOr<WqeSize> EncodeWqe(const WqeDesc& d, absl::Span<uint8_t> out) {
   return WqeSize{static_cast<uint8_t>(ds), WqebbsForDs(ds)};
 }
 
+uint64_t MapKeyMask(AccessMode mode, UmrModifyCaps modify) {
+  uint64_t mask = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval | kMaskLr |
+                  kMaskLw | kMaskRr | kMaskRw;
+  if (modify.atomic) mask |= kMaskA;
+  if (mode != AccessMode::kKlm && modify.entity_size) mask |= kMaskPageSize;
+  return mask;
+}
+
 absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
                                     uint32_t capacity_entries, absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(const size_t n, ListCount(r));
@@ -213,7 +221,12 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
     return absl::InvalidArgumentError(
         absl::StrCat("length=", r.length, " given with length64 (must be 0)"));
   }
-  uint64_t mask = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval | kMaskAccess;
+  uint64_t mask = MapKeyMask(r.mode, r.modify);
+  if (r.access.remote_atomic && !r.modify.atomic) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key 0x", absl::Hex(r.key),
+        ": remote atomic access cannot be set by UMR on this device (umr_modify_atomic_disabled)"));
+  }
   // Bytes the translation covers, saturated at 2^64 - 1.
   unsigned __int128 covered = 0;
   uint64_t lead = 0;  // MTT: offset of start_addr in its first page
@@ -229,7 +242,6 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
       return absl::OutOfRangeError(
           absl::StrCat("log_entity_size=", r.log_entity_size, " outside 12..31"));
     }
-    mask |= kMaskPageSize;
     covered = static_cast<unsigned __int128>(n) << r.log_entity_size;
     if (r.mode == AccessMode::kMtt) lead = r.start_addr & ((uint64_t{1} << r.log_entity_size) - 1);
   }

@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "umr/caps.h"
 #include "umr/prm.h"
 #include "umr/segments.h"
 
@@ -100,9 +101,12 @@ absl::StatusOr<WqeSize> EncodeWqe(const WqeDesc& d, absl::Span<uint8_t> out);
 // Operation builders. Each has a decoder in wqe_decoder.h returning the same request.
 
 // Map a key: load its translation inline, set access / start / length / variant, free -> 0.
-// mkey_mask = FREE | KEY | LEN | START_ADDR | EN_RINVAL | LR | LW | RR | RW | A, plus PAGE_SIZE for
-// MTT and KSM. The mkc image also carries umr_en = 1, the access mode and qpn = 0xffffff
-// (not masked: the access mode is fixed at CREATE_MKEY).
+// mkey_mask = FREE | KEY | LEN | START_ADDR | EN_RINVAL | LR | LW | RR | RW, plus A where the
+// device lets a UMR change it (`modify.atomic`: then every map writes the key's `a`, so a key
+// never keeps a right from its previous use), plus PAGE_SIZE for MTT and KSM where the device
+// lets a UMR change it (otherwise the key keeps the entity size it was created with). The mkc
+// image also carries umr_en = 1, the access mode and qpn = 0xffffff (not masked: the access
+// mode is fixed at CREATE_MKEY).
 struct MapKeyRequest {
   uint32_t key = 0;                    // target key; its low byte is the new variant (mkey_7_0)
   AccessMode mode = AccessMode::kKlm;  // kMtt, kKlm or kKsm
@@ -113,6 +117,7 @@ struct MapKeyRequest {
   uint8_t log_entity_size = 0;  // MTT page / KSM entity size, 12..31; must be 0 for KLM
   bool en_rinval = false;
   FreeCheck check_free = FreeCheck::kMustBeFree;
+  UmrModifyCaps modify;  // the device's; decides the A and PAGE_SIZE mask bits
   // Exactly the list matching `mode` is non-empty.
   absl::InlinedVector<KlmEntry, 4> klm;
   absl::InlinedVector<KsmEntry, 4> ksm;
@@ -123,10 +128,15 @@ struct MapKeyRequest {
 // translations_octword_size converted). Fails: kUnimplemented for a mode other than
 // MTT/KLM/KSM; kInvalidArgument for an empty list or a list of the wrong kind, a zero KLM
 // byte_count, length with length64, an MTT address with bits 7:0 set, log_entity_size != 0 for
-// KLM; kOutOfRange for more entries than capacity, a KLM byte_count > 2 GiB, log_entity_size
-// outside 12..31 (MTT/KSM), a length beyond what the entries cover, DS > 63, `out` too small.
+// KLM; kFailedPrecondition for remote atomic access where `modify.atomic` is false (the key's
+// `a`, 0 since CREATE_MKEY, cannot be set by UMR); kOutOfRange for more entries than capacity, a
+// KLM byte_count > 2 GiB, log_entity_size outside 12..31 (MTT/KSM), a length beyond what the
+// entries cover, DS > 63, `out` too small.
 absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
                                     uint32_t capacity_entries, absl::Span<uint8_t> out);
+
+// The mkey_mask a map of `mode` carries on a device that allows `modify` (see MapKeyRequest).
+uint64_t MapKeyMask(AccessMode mode, UmrModifyCaps modify);
 
 // Update selected fields of a live key: the mkc image carries `fields`, `mask` says which apply.
 // No translation (klm_octowords 0, INLINE set as the kernel does).

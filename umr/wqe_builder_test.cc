@@ -93,6 +93,30 @@ TEST(BuildMapKeyTest, KlmPaddingAndMttPageSizeMask) {
             (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0x10, 0x03, 0, 0, 0, 0, 0, 0, 0x30, 0x01}));
 }
 
+// docs/prm.md, HCA capabilities: a device reporting umr_modify_atomic_disabled or
+// umr_modify_entity_size_disabled refuses a UMR selecting A (bit 21) or PAGE_SIZE (bit 1), so
+// the map's mask leaves them out there, and atomic access cannot be granted by a map at all.
+TEST(BuildMapKeyTest, MaskFollowsWhatTheDeviceLetsAUmrChange) {
+  const uint64_t base = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval | kMaskLr |
+                        kMaskLw | kMaskRr | kMaskRw;
+  EXPECT_EQ(MapKeyMask(AccessMode::kKlm, {}), base | kMaskA);
+  EXPECT_EQ(MapKeyMask(AccessMode::kKlm, {.atomic = false}), base);
+  EXPECT_EQ(MapKeyMask(AccessMode::kMtt, {}), base | kMaskA | kMaskPageSize);
+  EXPECT_EQ(MapKeyMask(AccessMode::kKsm, {.atomic = true, .entity_size = false}), base | kMaskA);
+  EXPECT_EQ(MapKeyMask(AccessMode::kKsm, {.atomic = false, .entity_size = false}), base);
+
+  Buf b;
+  MapKeyRequest r = Klm4();  // no atomic right asked for
+  r.modify.atomic = false;
+  auto size = BuildMapKey(Header(), r, 4, absl::MakeSpan(b));
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(Slice(b, 24, 32), (std::vector<uint8_t>{0, 0, 0, 0, 0x20, 0x1e, 0x21, 0x41}));
+  r.access.remote_atomic = true;
+  size = BuildMapKey(Header(), r, 4, absl::MakeSpan(b));
+  EXPECT_EQ(size.status().code(), absl::StatusCode::kFailedPrecondition) << size.status();
+  EXPECT_NE(size.status().message().find("umr_modify_atomic_disabled"), std::string::npos);
+}
+
 TEST(BuildMapKeyTest, RejectsInvalidRequests) {
   Buf b;
   auto code = [&](const MapKeyRequest& r, uint32_t cap) {

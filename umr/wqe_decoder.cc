@@ -151,8 +151,11 @@ absl::Status CheckUmr(const WqeDesc& d, const char* what) {
 absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d) {
   RETURN_IF_ERROR(CheckUmr(d, "map"));
   const auto mode = static_cast<AccessMode>(d.mkc.access_mode);
-  uint64_t want = kMaskFree | kMaskKey | kMaskLen | kMaskStartAddr | kMaskEnRinval | kMaskAccess;
-  if (mode != AccessMode::kKlm) want |= kMaskPageSize;
+  // The map masks of every device setting (A and PAGE_SIZE are optional, see MapKeyRequest).
+  UmrModifyCaps modify;
+  modify.atomic = (d.umr.mkey_mask & kMaskA) != 0;
+  modify.entity_size = mode == AccessMode::kKlm || (d.umr.mkey_mask & kMaskPageSize) != 0;
+  const uint64_t want = MapKeyMask(mode, modify);
   if (d.umr.mkey_mask != want) {
     return NotA("map", absl::StrCat("mkey_mask 0x", absl::Hex(d.umr.mkey_mask), ", expected 0x",
                                     absl::Hex(want)));
@@ -171,6 +174,7 @@ absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d) {
   r.log_entity_size = d.mkc.log_entity_size;
   r.en_rinval = d.mkc.en_rinval;
   r.check_free = d.umr.check_free;
+  r.modify = modify;
   TrimPadding(&t.mtt, EntriesPer64B(AccessMode::kMtt));
   TrimPadding(&t.klm, EntriesPer64B(AccessMode::kKlm));
   TrimPadding(&t.ksm, EntriesPer64B(AccessMode::kKsm));

@@ -30,6 +30,10 @@ MapKeyRequest RandomMap(std::mt19937_64& rng) {
   r.access = RandomAccess(rng);
   r.en_rinval = rng() & 1;
   r.check_free = static_cast<FreeCheck>(rng() % 3);
+  // Both device settings of the optional mask bits (a KLM map has no PAGE_SIZE bit either way).
+  r.modify.atomic = (rng() & 1) != 0;
+  if (!r.modify.atomic) r.access.remote_atomic = false;
+  r.modify.entity_size = r.mode == AccessMode::kKlm || (rng() & 1) != 0;
   const size_t n = 1 + rng() % (r.mode == AccessMode::kMtt ? kMaxInlineMtts : kMaxInlineKlms);
   uint64_t covered = 0;
   if (r.mode == AccessMode::kKlm) {

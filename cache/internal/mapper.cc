@@ -121,8 +121,23 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
   return last;
 }
 
+}  // namespace
+
+absl::Status DeviceCanGrant(const Tenant& t, hca::AccessFlags access) {
+  const hca::Capabilities& caps = t.device()->capabilities();
+  if ((access & hca::kRemoteAtomic) != 0 && caps.umr && !caps.umr_modify_atomic) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s cannot grant remote atomics through a UMR (it reports umr_modify_atomic_disabled)",
+        caps.device_name));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 // The shared path: steps 2 to 5.
 absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
+  RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
   TakenKey taken;
   ASSIGN_OR_RETURN(Registration * r, ReserveAndBind(t, m, taken));
 

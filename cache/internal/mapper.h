@@ -25,6 +25,11 @@ namespace regcache::cache::internal {
 
 // RegCache::Register's miss: maps a new registration of [va, +length) with `access`
 // (normalized). Errors as RegCache::Register.
+// OK when the tenant's device can map a key with `access`; kFailedPrecondition naming the
+// device's limit otherwise (a UMR device reporting umr_modify_atomic_disabled cannot grant
+// remote atomics by a map: its pooled keys are created without them).
+absl::Status DeviceCanGrant(const Tenant& t, hca::AccessFlags access);
+
 absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length,
                                          hca::AccessFlags access);
 

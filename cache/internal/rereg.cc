@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
+#include "cache/internal/mapper.h"
 #include "cache/umr_engine.h"
 
 namespace regcache::cache::internal {
@@ -202,6 +203,7 @@ absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint6
   Plan p;
   RETURN_IF_ERROR(ReadHandle(t, handle, p));
   RETURN_IF_ERROR(ReadRange(va, length, access, p));
+  RETURN_IF_ERROR(DeviceCanGrant(t, p.access));
   p.rebind_only = t.device()->capabilities().memory_windows;
   if (p.unchanged()) {
     KeyGrant grant;

@@ -71,6 +71,8 @@ class SimDeviceImpl final : public SimDevice {
     caps_.max_keys = o.max_keys;
     caps_.umr = caps_.ksm = caps_.odp = caps_.atomics = caps_.remote_invalidate = true;
     caps_.translation_offset = caps_.peer = caps_.endpoints = true;
+    caps_.umr_modify_atomic = !o.umr_modify_atomic_disabled;
+    caps_.umr_modify_entity_size = !o.umr_modify_entity_size_disabled;
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_sim" : open.stats_component,
@@ -248,6 +250,7 @@ class SimDeviceImpl final : public SimDevice {
     QueueContext ctx;
     ctx.table = &table_;
     ctx.stats = &stats_;
+    ctx.modify = {caps_.umr_modify_atomic, caps_.umr_modify_entity_size};
     ctx.take_injected_umr_failure = [this] {
       return static_cast<Syndrome>(fail_next_umr_.exchange(0));
     };

@@ -104,6 +104,11 @@ struct SimOptions {
   uint32_t max_queue_depth = 1u << 15;              // WQEBBs
   absl::Duration fault_timeout = absl::Seconds(5);  // parked access gives up; "fault_timeout_ms="
   std::string device_name = "sim0";
+  // The two QUERY_HCA_CAP bits that forbid a UMR to change A / PAGE_SIZE: the sim then fails
+  // such a UMR with LOCAL_QP_OP, as a device that reports them refuses it. Spec
+  // "umr_modify_atomic_disabled=1", "umr_modify_entity_size_disabled=1".
+  bool umr_modify_atomic_disabled = false;
+  bool umr_modify_entity_size_disabled = false;
 };
 
 // Parses the parameters of a "sim:..." spec (those named above). kInvalidArgument for unknown

@@ -41,6 +41,12 @@ absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
     } else if (k == "log_max_klm") {
       RETURN_IF_ERROR(ParseU32(k, v, &o.log_max_klm_list_size));
       if (o.log_max_klm_list_size > 24) return absl::InvalidArgumentError("sim: log_max_klm > 24");
+    } else if (k == "umr_modify_atomic_disabled" || k == "umr_modify_entity_size_disabled") {
+      if (v != "0" && v != "1") {
+        return absl::InvalidArgumentError(absl::StrCat("sim: ", k, "='", v, "' (0|1)"));
+      }
+      (k == "umr_modify_atomic_disabled" ? o.umr_modify_atomic_disabled
+                                         : o.umr_modify_entity_size_disabled) = v == "1";
     } else if (k == "fault_timeout_ms") {
       uint32_t ms;
       RETURN_IF_ERROR(ParseU32(k, v, &ms));

@@ -109,6 +109,12 @@ absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
   m.length64 = r.length64;
   m.en_rinval = r.remote_invalidate;
   m.check_free = r.require_free ? umr::FreeCheck::kMustBeFree : umr::FreeCheck::kNone;
+  m.modify = ctx_.modify;
+  if (m.access.remote_atomic && !m.modify.atomic) {
+    return absl::InvalidArgumentError(
+        "remote atomic access cannot be granted by a UMR on this device "
+        "(umr_modify_atomic_disabled)");
+  }
   switch (r.layout) {
     case Layout::kKlm:
       m.mode = umr::AccessMode::kKlm;
@@ -151,7 +157,14 @@ absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& r) {
   u.fields.length64 = r.length64;
   u.fields.mkey_7_0 = r.new_variant;
   u.fields.en_rinval = r.remote_invalidate;
-  if (r.fields & kUpdateAccess) u.mask |= umr::kMaskAccess;
+  if (r.fields & kUpdateAccess) {
+    if ((r.access & kRemoteAtomic) && !ctx_.modify.atomic) {
+      return absl::InvalidArgumentError(
+          "remote atomic access cannot be granted by a UMR on this device "
+          "(umr_modify_atomic_disabled)");
+    }
+    u.mask |= ctx_.modify.atomic ? umr::kMaskAccess : umr::kMaskAccess & ~umr::kMaskA;
+  }
   if (r.fields & kUpdateRange) u.mask |= umr::kMaskLen | umr::kMaskStartAddr;
   if (r.fields & kUpdateVariant) u.mask |= umr::kMaskKey;
   if (r.fields & kUpdateRemoteInvalidate) u.mask |= umr::kMaskEnRinval;
@@ -253,7 +266,7 @@ uint32_t SimQueue::ExecuteOne(uint32_t counter) {
         status = DeviceError(injected, "injected UMR failure");
       } else {
         UmrOutcome outcome;
-        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, &outcome);
+        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, ctx_.modify, &outcome);
         if (status.ok()) {
           ctx_.stats->umrs_executed.Inc();
           if (outcome.local_invalidate) ctx_.stats->local_invalidations.Inc();

@@ -41,6 +41,7 @@ namespace regcache::hca::sim {
 struct QueueContext {
   MkeyTable* table = nullptr;
   SimStats* stats = nullptr;
+  umr::UmrModifyCaps modify;  // what the device lets a UMR change
   // Returns a syndrome to fail the next UMR with (consumed), or kNone.
   std::function<Syndrome()> take_injected_umr_failure;
   // Current completion delay.

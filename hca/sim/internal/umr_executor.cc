@@ -29,12 +29,20 @@ constexpr uint64_t kModelledMask =
 }  // namespace
 
 absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
-                        UmrOutcome* outcome) {
+                        umr::UmrModifyCaps allowed, UmrOutcome* outcome) {
   const uint32_t key = wqe.ctrl.imm;
   const umr::UmrCtrlSegDesc& u = wqe.umr;
   const uint64_t mask = u.mkey_mask;
   if ((mask & ~kModelledMask) != 0) {
     return QpOp(key, absl::StrFormat("mkey_mask bits 0x%x not modelled", mask & ~kModelledMask));
+  }
+  if ((mask & umr::kMaskA) != 0 && !allowed.atomic) {
+    return QpOp(key, "mkey_mask selects A, which the device forbids (umr_modify_atomic_disabled)");
+  }
+  if ((mask & umr::kMaskPageSize) != 0 && !allowed.entity_size) {
+    return QpOp(key,
+                "mkey_mask selects PAGE_SIZE, which the device forbids "
+                "(umr_modify_entity_size_disabled)");
   }
   if (u.klm_octowords > 0 && !u.inline_translation) {
     return QpOp(key, "translation pointer mode not modelled (inline only)");

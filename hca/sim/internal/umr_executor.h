@@ -29,8 +29,10 @@ struct UmrOutcome {
   bool local_invalidate = false;  // the WQE only set free = 1
 };
 
+// `allowed`: what the device lets a UMR change; a WQE whose mkey_mask selects A or PAGE_SIZE
+// against it fails with LOCAL_QP_OP and changes nothing.
 absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
-                        UmrOutcome* outcome);
+                        umr::UmrModifyCaps allowed, UmrOutcome* outcome);
 
 }  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_UMR_EXECUTOR_H_

@@ -1,0 +1,175 @@
+// The two QUERY_HCA_CAP bits that forbid a UMR to change a key's A bit or its entity size
+// (umr_modify_atomic_disabled, umr_modify_entity_size_disabled; docs/prm.md, HCA capabilities), in
+// both settings: the sim refuses a WQE whose mkey_mask selects a forbidden field, as a device
+// reporting the bit does, and the sim's queue derives its masks from the capabilities so that
+// what it posts is accepted.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hca/sim/internal/mkey_table.h"
+#include "hca/sim/internal/umr_executor.h"
+#include "hca/sim/sim_device.h"
+#include "hca/status.h"
+#include "umr/wqe_builder.h"
+#include "umr/wqe_decoder.h"
+
+namespace regcache::hca::sim {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+// One UMR WQE as the device receives it, built with `modify`, executed against a one-key table
+// whose device allows `allowed`.
+class UmrMaskTest : public ::testing::Test {
+ protected:
+  UmrMaskTest() : table_(16) {}
+  void SetUp() override {
+    index_ = table_.Allocate().value();
+    MkeySlot* s = table_.Slot(index_);
+    base::MutexLock lock(&s->mu);
+    s->exists = true;
+    s->state.umr_en = true;
+    s->state.pd = 3;
+    s->state.free = true;
+    s->state.translations_octword_size = 8;
+    s->klm.resize(16);
+    s->klm_end.resize(16);
+  }
+  void SetMode(uint8_t mode, uint8_t log_entity_size) {
+    MkeySlot* s = table_.Slot(index_);
+    base::MutexLock lock(&s->mu);
+    s->state.access_mode = mode;
+    s->state.log_entity_size = log_entity_size;
+  }
+  absl::Status Execute(const umr::MapKeyRequest& r, umr::UmrModifyCaps allowed) {
+    std::vector<uint8_t> wqe(1024);
+    auto size = umr::BuildMapKey({}, r, 16, absl::MakeSpan(wqe));
+    if (!size.ok()) return size.status();
+    auto desc = umr::DecodeWqe(absl::MakeConstSpan(wqe.data(), size->bytes()));
+    if (!desc.ok()) return desc.status();
+    UmrOutcome outcome;
+    return ExecuteUmr(&table_, 3, *desc, allowed, &outcome);
+  }
+  umr::MapKeyRequest Klm(umr::UmrModifyCaps modify) const {
+    umr::MapKeyRequest r;
+    r.key = umr::MakeKey(index_, 1);
+    r.mode = umr::AccessMode::kKlm;
+    r.access = {true, true, true, true, false};
+    r.length = kPage;
+    r.klm.push_back({static_cast<uint32_t>(kPage), 0x500, 0});
+    r.modify = modify;
+    return r;
+  }
+  bool Free() const {
+    MkeySlot* s = table_.Slot(index_);
+    base::MutexLock lock(&s->mu);
+    return s->state.free;
+  }
+
+  MkeyTable table_;
+  uint32_t index_ = 0;
+};
+
+TEST_F(UmrMaskTest, AMaskSelectingAIsRefusedWhereTheDeviceForbidsIt) {
+  SetMode(umr::kAccessModeKlm, 0);
+  absl::Status s = Execute(Klm({}), {.atomic = false});
+  EXPECT_EQ(ErrorOf(s)->syndrome, Syndrome::kLocalQpOp) << s;
+  EXPECT_NE(s.message().find("umr_modify_atomic_disabled"), std::string::npos) << s;
+  EXPECT_TRUE(Free()) << "a refused UMR changed the key";
+  // The mask the builder derives for such a device is accepted.
+  EXPECT_TRUE(Execute(Klm({.atomic = false}), {.atomic = false}).ok());
+  EXPECT_FALSE(Free());
+}
+
+TEST_F(UmrMaskTest, BothMasksAreAcceptedWhereTheDeviceAllowsThem) {
+  SetMode(umr::kAccessModeKlm, 0);
+  EXPECT_TRUE(Execute(Klm({}), {}).ok());
+}
+
+TEST_F(UmrMaskTest, AMaskSelectingPageSizeIsRefusedWhereTheDeviceForbidsIt) {
+  SetMode(umr::kAccessModeKsm, 12);
+  umr::MapKeyRequest r;
+  r.key = umr::MakeKey(index_, 1);
+  r.mode = umr::AccessMode::kKsm;
+  r.log_entity_size = 12;
+  r.length = kPage;
+  r.ksm.push_back({0x500, 0});
+  absl::Status s = Execute(r, {.atomic = true, .entity_size = false});
+  EXPECT_EQ(ErrorOf(s)->syndrome, Syndrome::kLocalQpOp) << s;
+  EXPECT_NE(s.message().find("umr_modify_entity_size_disabled"), std::string::npos) << s;
+  EXPECT_TRUE(Free());
+  r.modify.entity_size = false;  // the key keeps its creation entity size
+  EXPECT_TRUE(Execute(r, {.atomic = true, .entity_size = false}).ok());
+}
+
+// Through the device: the capabilities say it, the queue's maps are accepted, atomics are
+// refused at post and the key really has no atomic right.
+class SimNoUmrAtomicTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto spec = ParseBackendSpec("sim:umr_modify_atomic_disabled=1,umr_modify_entity_size_disabled=1");
+    ASSERT_TRUE(spec.ok());
+    auto o = SimOptionsFromSpec(*spec);
+    ASSERT_TRUE(o.ok()) << o.status();
+    dev_ = NewSimDevice(*o).value();
+    pd_ = dev_->AllocPd().value();
+    q_ = dev_->CreateQueue(pd_, QueueOptions{64}).value();
+    mem_.assign(3 * kPage, 0);
+    base_ = (reinterpret_cast<uint64_t>(mem_.data()) + kPage - 1) & ~(kPage - 1);
+    backing_ = dev_->RegisterBacking(pd_, base_, kPage, kAllAccess, {}).value();
+    key_ = dev_->CreateIndirectKeys(pd_, 4, 1, {}).value()[0];
+  }
+  MapRequest Map(AccessFlags access) const {
+    MapRequest r;
+    r.key = key_;
+    r.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(key_)));
+    entry_ = KlmEntry{backing_.key, base_, kPage};
+    r.klm = absl::MakeConstSpan(&entry_, 1);
+    r.access = access;
+    r.start_addr = 0x10000;
+    r.length = kPage;
+    return r;
+  }
+
+  std::unique_ptr<SimDevice> dev_;
+  Pd pd_;
+  std::unique_ptr<Queue> q_;
+  std::vector<uint8_t> mem_;
+  uint64_t base_ = 0;
+  Backing backing_;
+  Key key_ = 0;
+  mutable KlmEntry entry_;
+};
+
+TEST_F(SimNoUmrAtomicTest, MapsWithoutAtomicsWorkAndAtomicsAreRefused) {
+  EXPECT_FALSE(dev_->capabilities().umr_modify_atomic);
+  EXPECT_FALSE(dev_->capabilities().umr_modify_entity_size);
+  EXPECT_TRUE(absl::IsInvalidArgument(q_->PostMap(1, Map(kAllAccess))));
+  ASSERT_TRUE(q_->PostMap(2, Map(kLocalWrite | kRemoteRead | kRemoteWrite)).ok());
+  ASSERT_TRUE(q_->Doorbell().ok());
+  ASSERT_TRUE(q_->Flush(absl::Seconds(5)).ok());
+  Completion c;
+  ASSERT_EQ(q_->Poll(absl::MakeSpan(&c, 1)), 1u);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  const Key mapped = MakeKey(KeyIndex(key_), KeyVariant(NextVariant(key_)));
+  auto peer = dev_->CreatePeer(pd_).value();
+  const uint8_t x[] = {1, 2, 3};
+  EXPECT_TRUE(peer->Write(mapped, 0x10000, x).ok());
+  EXPECT_EQ(mem_[base_ - reinterpret_cast<uint64_t>(mem_.data()) + 2], 3);
+  auto add = peer->FetchAdd(mapped, 0x10008, 1);
+  EXPECT_TRUE(absl::IsPermissionDenied(add.status())) << add.status();
+}
+
+TEST(SimUmrCapsSpec, ParsesAndRefusesBadValues) {
+  auto spec = ParseBackendSpec("sim:umr_modify_atomic_disabled=2");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(SimOptionsFromSpec(*spec).status()));
+  auto d = NewSimDevice(SimOptions{}).value();
+  EXPECT_TRUE(d->capabilities().umr_modify_atomic);
+  EXPECT_TRUE(d->capabilities().umr_modify_entity_size);
+}
+
+}  // namespace
+}  // namespace regcache::hca::sim
