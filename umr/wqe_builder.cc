@@ -206,8 +206,11 @@ uint64_t MapKeyMask(AccessMode mode, UmrModifyCaps modify) {
   return mask;
 }
 
-absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
-                                    uint32_t capacity_entries, absl::Span<uint8_t> out) {
+// The map, inline (staging null) or by pointer.
+static absl::StatusOr<WqeSize> BuildMap(const WqeHeader& h, const MapKeyRequest& r,
+                                        uint32_t capacity_entries,
+                                        const TranslationStaging* staging,
+                                        absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(const size_t n, ListCount(r));
   if (n == 0) {
     return absl::InvalidArgumentError(
@@ -252,11 +255,18 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
   }
   const size_t padded = PaddedTranslationBytes(r.mode, n);
   const unsigned octo = static_cast<unsigned>(padded / kOctoword);
-  const unsigned ds = kUmrHeadDs + octo;
+  if (octo > 0xffff) {
+    return absl::OutOfRangeError(absl::StrCat(n, " entries exceed what one UMR loads"));
+  }
+  const unsigned ds = staging != nullptr ? kUmrHeadDs + 1 : kUmrHeadDs + octo;
   RETURN_IF_ERROR(CheckDs(ds, out));
+  if (staging != nullptr && staging->bytes.size() < padded) {
+    return absl::OutOfRangeError(absl::StrCat("staging of ", staging->bytes.size(),
+                                              " bytes for a translation of ", padded));
+  }
 
   UmrCtrlSegDesc u;
-  u.inline_translation = true;
+  u.inline_translation = staging == nullptr;
   u.check_free = r.check_free;
   u.klm_octowords = static_cast<uint16_t>(octo);
   u.mkey_mask = mask;
@@ -282,8 +292,28 @@ absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
   m->start_addr = be64::FromHost(r.start_addr);
   m->len = be64::FromHost(r.length);
   m->dw14 = be32::FromHost(r.log_entity_size);
-  RETURN_IF_ERROR(WriteList(r, out.data() + kUmrHeadBytes, padded));
+  if (staging != nullptr) {
+    RETURN_IF_ERROR(WriteList(r, staging->bytes.data(), padded));
+    DataSegLayout l;
+    RETURN_IF_ERROR(
+        EncodeDataSeg(DataSegDesc{static_cast<uint32_t>(padded), staging->lkey, staging->addr}, &l));
+    std::memcpy(out.data() + kUmrHeadBytes, &l, sizeof(l));
+  } else {
+    RETURN_IF_ERROR(WriteList(r, out.data() + kUmrHeadBytes, padded));
+  }
   return WqeSize{static_cast<uint8_t>(ds), WqebbsForDs(ds)};
+}
+
+absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
+                                    uint32_t capacity_entries, absl::Span<uint8_t> out) {
+  return BuildMap(h, r, capacity_entries, nullptr, out);
+}
+
+absl::StatusOr<WqeSize> BuildMapKeyByPointer(const WqeHeader& h, const MapKeyRequest& r,
+                                             uint32_t capacity_entries,
+                                             const TranslationStaging& staging,
+                                             absl::Span<uint8_t> out) {
+  return BuildMap(h, r, capacity_entries, &staging, out);
 }
 
 absl::StatusOr<WqeSize> BuildUpdateKey(const WqeHeader& h, const UpdateKeyRequest& r,

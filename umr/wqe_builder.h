@@ -135,6 +135,23 @@ struct MapKeyRequest {
 absl::StatusOr<WqeSize> BuildMapKey(const WqeHeader& h, const MapKeyRequest& r,
                                     uint32_t capacity_entries, absl::Span<uint8_t> out);
 
+// Where a map's translation goes when it travels by pointer instead of inline (a list longer
+// than one WQE carries): the padded list is written into `bytes`, which the device reads at
+// `addr` under local key `lkey` (registered memory of the queue's PD).
+struct TranslationStaging {
+  absl::Span<uint8_t> bytes;
+  uint64_t addr = 0;
+  uint32_t lkey = 0;
+};
+// The same map in pointer mode: INLINE clear, klm_octowords = the padded list's size, one data
+// segment {byte_count = padded bytes, lkey, addr} after the mkey context (DS 9, 3 WQEBBs,
+// whatever the list's length). Fails as BuildMapKey, and kOutOfRange when `staging.bytes` is
+// smaller than the padded list (PaddedTranslationBytes).
+absl::StatusOr<WqeSize> BuildMapKeyByPointer(const WqeHeader& h, const MapKeyRequest& r,
+                                             uint32_t capacity_entries,
+                                             const TranslationStaging& staging,
+                                             absl::Span<uint8_t> out);
+
 // The mkey_mask a map of `mode` carries on a device that allows `modify` (see MapKeyRequest).
 uint64_t MapKeyMask(AccessMode mode, UmrModifyCaps modify);
 

@@ -148,7 +148,9 @@ absl::Status CheckUmr(const WqeDesc& d, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d) {
+absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d) { return DecodeMapKey(d, {}); }
+
+absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d, absl::Span<const uint8_t> pointed) {
   RETURN_IF_ERROR(CheckUmr(d, "map"));
   const auto mode = static_cast<AccessMode>(d.mkc.access_mode);
   // The map masks of every device setting (A and PAGE_SIZE are optional, see MapKeyRequest).
@@ -160,10 +162,17 @@ absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d) {
     return NotA("map", absl::StrCat("mkey_mask 0x", absl::Hex(d.umr.mkey_mask), ", expected 0x",
                                     absl::Hex(want)));
   }
-  if (!d.umr.inline_translation || d.umr.translation_offset_en || d.mkc.free) {
-    return NotA("map", "flags or free bit");
+  const bool by_pointer = !d.umr.inline_translation;
+  if (d.umr.translation_offset_en || d.mkc.free ||
+      (by_pointer && (!d.translation_pointer.has_value() ||
+                      d.translation_pointer->byte_count != d.umr.klm_octowords * kOctoword ||
+                      pointed.size() < d.translation_pointer->byte_count))) {
+    return NotA("map", "flags, free bit or translation pointer");
   }
-  ASSIGN_OR_RETURN(Translation t, DecodeTranslation(mode, d.inline_translation));
+  ASSIGN_OR_RETURN(Translation t,
+                   DecodeTranslation(mode, by_pointer ? pointed.subspan(
+                                                            0, d.translation_pointer->byte_count)
+                                                      : absl::MakeConstSpan(d.inline_translation)));
   MapKeyRequest r;
   r.key = d.ctrl.imm;
   r.mode = mode;

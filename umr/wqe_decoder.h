@@ -58,6 +58,10 @@ absl::StatusOr<Translation> DecodeTranslation(AccessMode mode, absl::Span<const 
 // trailing all-zero entries of the last 64-B block: they are the padding, and to the device a
 // zero entry and a padding entry are the same thing.
 absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d);
+// A map in pointer mode (BuildMapKeyByPointer): `pointed` are the bytes its data segment names
+// (the device reads them through the segment's lkey). Also accepts an inline map (then
+// `pointed` is ignored).
+absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d, absl::Span<const uint8_t> pointed);
 absl::StatusOr<UpdateKeyRequest> DecodeUpdateKey(const WqeDesc& d);
 // `mode` is the key's access mode (not carried by a rewrite WQE).
 absl::StatusOr<RewriteTranslationRequest> DecodeRewriteTranslation(const WqeDesc& d,

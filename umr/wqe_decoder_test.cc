@@ -237,5 +237,52 @@ TEST(DecodeWqeTest, GarbageNeverCrashes) {
   EXPECT_GT(ok, 1000);
 }
 
+// A map whose list travels by pointer: 3 WQEBBs whatever its length, the list in the staging
+// buffer byte for byte as it would be inline, and the same request decoded back.
+TEST(MapByPointerTest, RoundTripsThroughTheStagingBytes) {
+  for (size_t n : {49, 64, 1000, 4096}) {
+    MapKeyRequest r;
+    r.key = (0x42u << 8) | 3;
+    r.mode = AccessMode::kKlm;
+    r.access = {true, true, true, true, false};
+    r.start_addr = 0x10000;
+    for (size_t i = 0; i < n; ++i) {
+      r.klm.push_back({4096, static_cast<uint32_t>(0x500 + i % 7), 0x1000 * i});
+    }
+    r.length = 4096 * n;
+    std::vector<uint8_t> staging(PaddedTranslationBytes(r.mode, n), 0xee);
+    TranslationStaging st{absl::MakeSpan(staging), 0x7f0000001000, 0x1234};
+    std::vector<uint8_t> wqe(256);
+    auto size = BuildMapKeyByPointer({}, r, 1u << 16, st, absl::MakeSpan(wqe));
+    ASSERT_TRUE(size.ok()) << n << ": " << size.status();
+    EXPECT_EQ(size->ds, 9);
+    EXPECT_EQ(size->wqebbs, 3);
+    auto d = DecodeWqe(absl::MakeConstSpan(wqe.data(), size->bytes()));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_FALSE(d->umr.inline_translation);
+    ASSERT_TRUE(d->translation_pointer.has_value());
+    EXPECT_EQ(d->translation_pointer->addr, 0x7f0000001000u);
+    EXPECT_EQ(d->translation_pointer->lkey, 0x1234u);
+    EXPECT_EQ(d->translation_pointer->byte_count, staging.size());
+    EXPECT_EQ(d->umr.klm_octowords * kOctoword, staging.size());
+    auto back = DecodeMapKey(*d, staging);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, r) << n;
+  }
+  // Too little staging is refused, before anything is written.
+  MapKeyRequest r;
+  r.key = 0x100;
+  r.mode = AccessMode::kKlm;
+  r.klm.assign(60, KlmEntry{4096, 0x500, 0});
+  r.length = 60 * 4096;
+  std::vector<uint8_t> small(PaddedTranslationBytes(AccessMode::kKlm, 60) - 64);
+  std::vector<uint8_t> wqe(256);
+  EXPECT_EQ(BuildMapKeyByPointer({}, r, 1u << 16, {absl::MakeSpan(small), 0, 0},
+                                 absl::MakeSpan(wqe))
+                .status()
+                .code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 }  // namespace
 }  // namespace regcache::umr
