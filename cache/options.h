@@ -11,13 +11,19 @@ namespace regcache::cache {
 
 class BackingObserver;  // cache/backing_observer.h
 
+// Capacity classes up to this many entries are refilled in the background (PoolOptions).
+inline constexpr uint32_t kEagerClassMaxEntries = 64;
+
 struct PoolOptions {
   // Capacity classes of pooled indirect keys, in KLM entries, ascending. A registration takes a
-  // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR; a
-  // class may not exceed what one map can carry inline (Capabilities::max_inline_klm: 52 on
-  // the sim and on ConnectX with the 6-bit DS limit), since the cache maps a key in one UMR.
-  // Default: {4, 16, 48} — 48 entries cover ranges over up to 48 attachments or 96 GiB.
-  std::vector<uint32_t> capacity_classes = {4, 16, 48};
+  // key of the smallest class that holds its layout. 4 entries fit inline in a 3-WQEBB UMR;
+  // up to 52 travel inline in one map (Capabilities::max_inline_klm); a longer list travels by
+  // pointer where the device can (Capabilities::umr_pointer_translation), up to
+  // max_klm_entries. Classes above kEagerClassMaxEntries are made on demand, one key at a time,
+  // and never refilled in the background, so an idle tenant reserves none of them. Classes a
+  // device cannot hold are fitted to it (RegCache::FitClasses). Default: {4, 16, 48, 1024} —
+  // 48 entries inline, and ranges over up to 1024 attachments (2 TiB) by pointer.
+  std::vector<uint32_t> capacity_classes = {4, 16, 48, 1024};
   // Background refill keeps each class's free list between these (per tenant). Defaults 8 / 32.
   uint32_t low_watermark = 8;
   uint32_t high_watermark = 32;

@@ -394,7 +394,9 @@ void RegCacheImpl::MaintenanceLoop() {
 std::vector<uint32_t> RegCache::FitClasses(std::vector<uint32_t> classes,
                                            const hca::Capabilities& caps) {
   uint32_t limit = caps.max_klm_entries;
-  if (caps.max_inline_klm != 0) limit = std::min(limit, caps.max_inline_klm);
+  if (caps.max_inline_klm != 0 && !caps.umr_pointer_translation) {
+    limit = std::min(limit, caps.max_inline_klm);
+  }
   std::vector<uint32_t> fit;
   for (uint32_t c : classes) {
     const uint32_t f = std::min(c, limit);
@@ -420,7 +422,8 @@ absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
           absl::StrFormat("capacity class %d exceeds the device's %d KLM entries per key", c,
                           device->capabilities().max_klm_entries));
     }
-    if (device->capabilities().max_inline_klm != 0 && c > device->capabilities().max_inline_klm) {
+    if (!device->capabilities().umr_pointer_translation &&
+        device->capabilities().max_inline_klm != 0 && c > device->capabilities().max_inline_klm) {
       return absl::InvalidArgumentError(
           absl::StrFormat("capacity class %d exceeds the %d KLM entries one map carries inline", c,
                           device->capabilities().max_inline_klm));

@@ -467,7 +467,9 @@ class RegCacheLimitsTest : public testing::CacheTest {
   void SetUp() override { Init(); }
 };
 
-TEST_F(RegCacheLimitsTest, LayoutsBeyondTheLargestClassAreRefused) {
+// A range over more attachments than one map carries inline (52) maps by pointer with a key of
+// the on-demand 1024-entry class; beyond the largest configured class it is refused.
+TEST_F(RegCacheLimitsTest, LongLayoutsMapByPointerAndBeyondTheLargestClassAreRefused) {
   Memory mem(64 * 4096);
   for (int i = 0; i < 64; ++i) {  // 64 adjacent attachments of one page each
     BackingSpec spec{mem.va() + 4096 * i, mem.data() + 4096 * i, 4096};
@@ -477,18 +479,47 @@ TEST_F(RegCacheLimitsTest, LayoutsBeyondTheLargestClassAreRefused) {
   ASSERT_TRUE(fits.ok()) << fits.status();
   EXPECT_EQ(cache_->Query(tenant_, fits->handle)->klm_entries, 48u);
   EXPECT_TRUE(cache_->Release(tenant_, fits->handle).ok());
-  auto too_many = cache_->Register(tenant_, mem.va(), 49 * 4096, kRwAll);
-  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument) << too_many.status();
+  auto longer = cache_->Register(tenant_, mem.va(), 64 * 4096, kRwAll);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  auto info = cache_->Query(tenant_, longer->handle);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->klm_entries, 64u);
+  EXPECT_EQ(info->key_capacity, 1024u);
+  EXPECT_TRUE(cache_->Release(tenant_, longer->handle).ok());
   EXPECT_EQ(UsageNow().pool_outstanding, UsageNow().live_registrations);
+
+  // With 48 entries as the largest class, 49 attachments are refused, clearly.
+  CacheOptions o = testing::TestCacheOptions();
+  o.pool.capacity_classes = {4, 16, 48};
+  auto small = RegCache::Create(device_.get(), o);
+  ASSERT_TRUE(small.ok());
+  auto t = (*small)->OpenTenant(TenantOptions{});
+  ASSERT_TRUE(t.ok());
+  for (int i = 0; i < 49; ++i) {
+    BackingSpec spec{mem.va() + 4096 * i, mem.data() + 4096 * i, 4096};
+    ASSERT_TRUE((*small)->AddBacking(*t, spec).ok());
+  }
+  auto too_many = (*small)->Register(*t, mem.va(), 49 * 4096, kRwAll);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument) << too_many.status();
+  EXPECT_TRUE((*small)->CloseTenant(*t).ok());
 }
 
-TEST(RegCacheCreateTest, ClassesMustFitOneInlineMap) {
+TEST(RegCacheCreateTest, ClassesMustFitTheDevice) {
   auto device = hca::sim::NewSimDevice({});
   ASSERT_TRUE(device.ok());
   CacheOptions o = testing::TestCacheOptions();
+  // Longer than one inline map is fine where maps travel by pointer; more than a key holds not.
   o.pool.capacity_classes = {4, 64};
+  EXPECT_TRUE(RegCache::Create(device->get(), o).ok());
+  o.pool.capacity_classes = {4, (*device)->capabilities().max_klm_entries + 1};
   auto c = RegCache::Create(device->get(), o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RegCache::FitClasses({4, 16, 48, 1024}, (*device)->capabilities()),
+            (std::vector<uint32_t>{4, 16, 48, 1024}));
+  hca::Capabilities inline_only = (*device)->capabilities();
+  inline_only.umr_pointer_translation = false;
+  EXPECT_EQ(RegCache::FitClasses({4, 16, 48, 1024}, inline_only),
+            (std::vector<uint32_t>{4, 16, 48, 52}));
   o.pool.capacity_classes = {16, 4};
   EXPECT_EQ(RegCache::Create(device->get(), o).status().code(), absl::StatusCode::kInvalidArgument);
 }

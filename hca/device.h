@@ -96,6 +96,9 @@ struct Capabilities {
   std::string device_name;       // e.g. "sim0", "mlx5_0", "rxe0"
   uint32_t max_klm_entries = 0;  // per indirect key (2^log_max_klm_list_size)
   uint32_t max_inline_klm = 0;   // KLM entries that fit inline in one map request
+  // Longer maps travel by pointer (the queue stages the list in registered memory), up to
+  // max_klm_entries; without it a map carries at most max_inline_klm entries.
+  bool umr_pointer_translation = false;
   uint32_t max_indirection = 0;  // nesting depth of keys through KLM/KSM entries
   uint64_t page_size_mask = 0;   // bit n set: 2^n bytes is a supported MTT/KSM page size
   uint64_t max_key_length = 0;   // largest length of one key (0 = 2^64 via length64)

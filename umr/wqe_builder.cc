@@ -261,8 +261,8 @@ static absl::StatusOr<WqeSize> BuildMap(const WqeHeader& h, const MapKeyRequest&
   const unsigned ds = staging != nullptr ? kUmrHeadDs + 1 : kUmrHeadDs + octo;
   RETURN_IF_ERROR(CheckDs(ds, out));
   if (staging != nullptr && staging->bytes.size() < padded) {
-    return absl::OutOfRangeError(absl::StrCat("staging of ", staging->bytes.size(),
-                                              " bytes for a translation of ", padded));
+    return absl::OutOfRangeError(
+        absl::StrCat("staging of ", staging->bytes.size(), " bytes for a translation of ", padded));
   }
 
   UmrCtrlSegDesc u;
@@ -295,8 +295,8 @@ static absl::StatusOr<WqeSize> BuildMap(const WqeHeader& h, const MapKeyRequest&
   if (staging != nullptr) {
     RETURN_IF_ERROR(WriteList(r, staging->bytes.data(), padded));
     DataSegLayout l;
-    RETURN_IF_ERROR(
-        EncodeDataSeg(DataSegDesc{static_cast<uint32_t>(padded), staging->lkey, staging->addr}, &l));
+    RETURN_IF_ERROR(EncodeDataSeg(
+        DataSegDesc{static_cast<uint32_t>(padded), staging->lkey, staging->addr}, &l));
     std::memcpy(out.data() + kUmrHeadBytes, &l, sizeof(l));
   } else {
     RETURN_IF_ERROR(WriteList(r, out.data() + kUmrHeadBytes, padded));

@@ -169,10 +169,10 @@ absl::StatusOr<MapKeyRequest> DecodeMapKey(const WqeDesc& d, absl::Span<const ui
                       pointed.size() < d.translation_pointer->byte_count))) {
     return NotA("map", "flags, free bit or translation pointer");
   }
-  ASSIGN_OR_RETURN(Translation t,
-                   DecodeTranslation(mode, by_pointer ? pointed.subspan(
-                                                            0, d.translation_pointer->byte_count)
-                                                      : absl::MakeConstSpan(d.inline_translation)));
+  ASSIGN_OR_RETURN(
+      Translation t,
+      DecodeTranslation(mode, by_pointer ? pointed.subspan(0, d.translation_pointer->byte_count)
+                                         : absl::MakeConstSpan(d.inline_translation)));
   MapKeyRequest r;
   r.key = d.ctrl.imm;
   r.mode = mode;

@@ -277,11 +277,11 @@ TEST(MapByPointerTest, RoundTripsThroughTheStagingBytes) {
   r.length = 60 * 4096;
   std::vector<uint8_t> small(PaddedTranslationBytes(AccessMode::kKlm, 60) - 64);
   std::vector<uint8_t> wqe(256);
-  EXPECT_EQ(BuildMapKeyByPointer({}, r, 1u << 16, {absl::MakeSpan(small), 0, 0},
-                                 absl::MakeSpan(wqe))
-                .status()
-                .code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      BuildMapKeyByPointer({}, r, 1u << 16, {absl::MakeSpan(small), 0, 0}, absl::MakeSpan(wqe))
+          .status()
+          .code(),
+      absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace

@@ -72,7 +72,9 @@ absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
   Class& c = classes_[cls];
   if (c.free.empty()) ReleaseEligible(now);
   if (c.free.empty()) {
-    const uint32_t batch = std::max<uint32_t>(1, options_.high_watermark);
+    // A large class is made on demand, one key at a time (PoolOptions::capacity_classes).
+    const uint32_t batch =
+        c.capacity > kEagerClassMaxEntries ? 1 : std::max<uint32_t>(1, options_.high_watermark);
     absl::Status s = Create(cls, batch);
     if (!s.ok() || c.free.empty()) {
       stats_->pool_exhausted.Inc();
@@ -108,7 +110,7 @@ std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* a
   std::vector<Refill> plan;
   for (int i = 0; i < num_classes(); ++i) {
     Class& c = classes_[i];
-    if (c.free.size() >= options_.low_watermark) continue;
+    if (c.free.size() >= options_.low_watermark || c.capacity > kEagerClassMaxEntries) continue;
     const uint64_t room =
         options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
     const uint64_t want = options_.high_watermark - c.free.size();
@@ -173,6 +175,7 @@ absl::Status KeyPool::DestroyAll() {
 
 bool KeyPool::Idle() const {
   for (const Class& c : classes_) {
+    if (c.capacity > kEagerClassMaxEntries) continue;  // made on demand only
     if (c.free.size() < options_.low_watermark) return false;
   }
   return true;

@@ -29,6 +29,10 @@ constexpr uint32_t kMaxParkRetries = 64;  // a parked access re-faulting this of
 
 class SimDeviceImpl;
 
+// The data movement of an access, once translated (defined below).
+void CopyIn(const Segments& segs, absl::Span<const uint8_t> data);
+void CopyOut(const Segments& segs, absl::Span<uint8_t> out);
+
 class SimPeer final : public Peer {
  public:
   SimPeer(SimDeviceImpl* dev, Pd pd, uint32_t qpn) : dev_(dev), pd_(pd), qpn_(qpn) {}
@@ -71,6 +75,7 @@ class SimDeviceImpl final : public SimDevice {
     caps_.max_keys = o.max_keys;
     caps_.umr = caps_.ksm = caps_.odp = caps_.atomics = caps_.remote_invalidate = true;
     caps_.translation_offset = caps_.peer = caps_.endpoints = true;
+    caps_.umr_pointer_translation = true;
     caps_.umr_modify_atomic = !o.umr_modify_atomic_disabled;
     caps_.umr_modify_entity_size = !o.umr_modify_entity_size_disabled;
     if (open.stats_registry != nullptr) {
@@ -251,6 +256,19 @@ class SimDeviceImpl final : public SimDevice {
     ctx.table = &table_;
     ctx.stats = &stats_;
     ctx.modify = {caps_.umr_modify_atomic, caps_.umr_modify_entity_size};
+    ctx.register_staging = [this](Pd p, absl::Span<uint8_t> bytes) -> absl::StatusOr<Key> {
+      ASSIGN_OR_RETURN(Backing b, RegisterBacking(p, reinterpret_cast<uint64_t>(bytes.data()),
+                                                  bytes.size(), kLocalRead, {}));
+      return b.key;
+    };
+    ctx.destroy_staging = [this](Key k) { (void)DestroyKey(k); };
+    ctx.read_local = [this](Pd p, uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out) {
+      Segments segs;
+      RETURN_IF_ERROR(
+          TranslateParked(p.pdn, 0, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
+      CopyOut(segs, out);
+      return absl::OkStatus();
+    };
     ctx.take_injected_umr_failure = [this] {
       return static_cast<Syndrome>(fail_next_umr_.exchange(0));
     };

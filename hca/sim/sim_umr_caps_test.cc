@@ -3,6 +3,7 @@
 // both settings: the sim refuses a WQE whose mkey_mask selects a forbidden field, as a device
 // reporting the bit does, and the sim's queue derives its masks from the capabilities so that
 // what it posts is accepted.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -109,7 +110,8 @@ TEST_F(UmrMaskTest, AMaskSelectingPageSizeIsRefusedWhereTheDeviceForbidsIt) {
 class SimNoUmrAtomicTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto spec = ParseBackendSpec("sim:umr_modify_atomic_disabled=1,umr_modify_entity_size_disabled=1");
+    auto spec =
+        ParseBackendSpec("sim:umr_modify_atomic_disabled=1,umr_modify_entity_size_disabled=1");
     ASSERT_TRUE(spec.ok());
     auto o = SimOptionsFromSpec(*spec);
     ASSERT_TRUE(o.ok()) << o.status();
@@ -169,6 +171,85 @@ TEST(SimUmrCapsSpec, ParsesAndRefusesBadValues) {
   auto d = NewSimDevice(SimOptions{}).value();
   EXPECT_TRUE(d->capabilities().umr_modify_atomic);
   EXPECT_TRUE(d->capabilities().umr_modify_entity_size);
+}
+
+}  // namespace
+}  // namespace regcache::hca::sim
+
+namespace regcache::hca::sim {
+namespace {
+
+// Maps longer than one WQE carries travel by pointer: the queue stages the list in registered
+// memory and the sim's UMR reads it through that lkey. Every byte of the translation is checked
+// by reading the whole key back through a peer, for lists of 49 entries up to the device's most.
+TEST(SimPointerMapTest, LongListsTranslateEveryByte) {
+  SimOptions so;
+  so.log_max_klm_list_size = 16;
+  auto dev = NewSimDevice(so).value();
+  EXPECT_TRUE(dev->capabilities().umr_pointer_translation);
+  const Pd pd = dev->AllocPd().value();
+  auto q = dev->CreateQueue(pd, QueueOptions{64}).value();
+  auto peer = dev->CreatePeer(pd).value();
+  constexpr uint64_t kPiece = 64;
+  // A UMR's klm_octowords is 16 bits: one map loads at most 65532 KLM entries (whole 64-byte
+  // blocks), however many the key could hold.
+  const uint32_t most = std::min<uint32_t>(dev->capabilities().max_klm_entries, 65532);
+  std::vector<uint8_t> mem(size_t{most} * kPiece);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<uint8_t>(i * 131 + i / 251);
+  const uint64_t base = reinterpret_cast<uint64_t>(mem.data());
+  const Backing b = dev->RegisterBacking(pd, base, mem.size(), kAllAccess, {}).value();
+  uint64_t id = 1;
+  for (uint32_t n : {49u, 53u, 1000u, 4096u, most}) {
+    const Key key = dev->CreateIndirectKeys(pd, n, 1, {}).value()[0];
+    // Entry i takes piece (i * 7919) mod n: scattered, so a misplaced entry shows.
+    std::vector<KlmEntry> klm(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      klm[i] = KlmEntry{b.key, base + (uint64_t{i} * 7919 % n) * kPiece, kPiece};
+    }
+    MapRequest r;
+    r.key = key;
+    r.new_variant = 1;
+    r.klm = klm;
+    r.access = kRemoteRead;
+    r.start_addr = 0x100000;
+    r.length = uint64_t{n} * kPiece;
+    absl::Status posted = q->PostMap(id, r);
+    ASSERT_TRUE(posted.ok()) << n << ": " << posted;
+    ASSERT_TRUE(q->Doorbell().ok());
+    ASSERT_TRUE(q->Flush(absl::Seconds(10)).ok());
+    Completion c;
+    ASSERT_EQ(q->Poll(absl::MakeSpan(&c, 1)), 1u);
+    ASSERT_EQ(c.request_id, id++);
+    ASSERT_TRUE(c.status.ok()) << n << ": " << c.status;
+    const Key mapped = MakeKey(KeyIndex(key), 1);
+    std::vector<uint8_t> got(r.length);
+    ASSERT_TRUE(peer->Read(mapped, 0x100000, absl::MakeSpan(got)).ok()) << n;
+    for (uint32_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(got.data() + uint64_t{i} * kPiece,
+                            mem.data() + (uint64_t{i} * 7919 % n) * kPiece, kPiece),
+                0)
+          << "entry " << i << " of " << n;
+    }
+    auto info = dev->QueryKey(mapped);
+    ASSERT_TRUE(info.ok());
+    ASSERT_GE(info->klm.size(), n);
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(info->klm[i], klm[i]) << i;
+    ASSERT_TRUE(dev->DestroyKey(mapped).ok());
+  }
+  // One entry more than a UMR loads is refused at post, before anything reaches the device.
+  const Key big = dev->CreateIndirectKeys(pd, most + 4, 1, {}).value()[0];
+  std::vector<KlmEntry> klm(most + 4, KlmEntry{b.key, base, kPiece});
+  MapRequest r;
+  r.key = big;
+  r.new_variant = 1;
+  r.klm = klm;
+  r.access = kRemoteRead;
+  r.length = uint64_t{most + 4} * kPiece;
+  EXPECT_TRUE(absl::IsInvalidArgument(q->PostMap(id, r)));
+  ASSERT_TRUE(dev->DestroyKey(big).ok());
+  q.reset();
+  peer.reset();
+  ASSERT_TRUE(dev->DestroyKey(b.key).ok());
 }
 
 }  // namespace

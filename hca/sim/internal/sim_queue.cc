@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "hca/sim/internal/mkc_convert.h"
 #include "hca/sim/internal/umr_executor.h"
 #include "umr/mkey.h"
@@ -80,6 +81,51 @@ SimQueue::~SimQueue() {
     engine_cv_.SignalAll();
     engine_.join();
   }
+  if (staging_.lkey != 0 && ctx_.destroy_staging) ctx_.destroy_staging(staging_.lkey);
+}
+
+absl::StatusOr<umr::TranslationStaging> SimQueue::ReserveStaging(size_t n) {
+  if (staging_.bytes.empty()) {
+    if (!ctx_.register_staging) {
+      return absl::UnimplementedError("this queue cannot stage a translation (pointer mode)");
+    }
+    staging_.bytes.assign(kStagingBytes, 0);
+    absl::StatusOr<Key> lkey = ctx_.register_staging(pd_, absl::MakeSpan(staging_.bytes));
+    if (!lkey.ok()) {
+      staging_.bytes.clear();
+      return lkey.status();
+    }
+    staging_.lkey = *lkey;
+  }
+  const uint64_t size = staging_.bytes.size();
+  if (n > size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a translation of ", n, " bytes exceeds the queue's staging buffer of ", size));
+  }
+  if (staging_.in_use.empty()) staging_.head = staging_.tail = 0;  // empty: the whole buffer
+  uint64_t start = staging_.head;
+  if (start % size + n > size) start += size - start % size;  // contiguous: skip to the start
+  if (start + n - staging_.tail > size) {
+    return absl::ResourceExhaustedError("translation staging full (maps not yet completed)");
+  }
+  staging_pending_ = start + n;
+  uint8_t* p = staging_.bytes.data() + start % size;
+  return umr::TranslationStaging{absl::MakeSpan(p, n), reinterpret_cast<uint64_t>(p),
+                                 staging_.lkey};
+}
+
+void SimQueue::CommitStaging(uint32_t counter) {
+  staging_.head = staging_pending_;
+  staging_.in_use.emplace_back(counter, staging_.head);
+  staging_pending_ = 0;
+}
+
+void SimQueue::ReleaseStaging() {
+  while (!staging_.in_use.empty() &&
+         static_cast<int32_t>(staging_.in_use.front().first - retired_) < 0) {
+    staging_.tail = staging_.in_use.front().second;
+    staging_.in_use.pop_front();
+  }
 }
 
 uint32_t SimQueue::FreeSlots() const { return sq_->FreeWqebbs(retired_); }
@@ -96,6 +142,7 @@ absl::Status SimQueue::Post(
   const uint32_t counter = sq_->producer();
   absl::StatusOr<uint32_t> committed = sq_->Commit(*size, header, /*is_umr=*/true);
   if (!committed.ok()) return committed.status();
+  if (staging_pending_ != 0) CommitStaging(counter);
   shadow_[counter & (depth_ - 1)] = Shadow{request_id, options.signaled, size->wqebbs};
   return absl::OkStatus();
 }
@@ -137,13 +184,26 @@ absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
       for (const MttEntry& e : r.mtt) m.mtt.push_back(ToUmrMtt(e));
       break;
   }
-  const unsigned wqebbs =
-      UmrWqebbs(umr::PaddedTranslationBytes(m.mode, m.mtt.size() + m.klm.size() + m.ksm.size()));
-  return Post(request_id, r.options, wqebbs,
-              [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                // Capacity is the device's check (MW_BIND), not the poster's.
-                return umr::BuildMapKey(h, m, /*capacity_entries=*/UINT32_MAX, out);
-              });
+  const size_t n = m.mtt.size() + m.klm.size() + m.ksm.size();
+  const size_t padded = umr::PaddedTranslationBytes(m.mode, n);
+  const size_t inline_limit =
+      m.mode == umr::AccessMode::kMtt ? umr::kMaxInlineMtts : umr::kMaxInlineKlms;
+  if (n <= inline_limit) {
+    return Post(request_id, r.options, UmrWqebbs(padded),
+                [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                  // Capacity is the device's check (MW_BIND), not the poster's.
+                  return umr::BuildMapKey(h, m, /*capacity_entries=*/UINT32_MAX, out);
+                });
+  }
+  // Too long to travel inline: by pointer, from the queue's staging buffer.
+  ASSIGN_OR_RETURN(const umr::TranslationStaging staging, ReserveStaging(padded));
+  constexpr unsigned kPointerWqebbs = (umr::kUmrHeadDs + 1 + 3) / 4;  // DS 9
+  absl::Status s = Post(request_id, r.options, kPointerWqebbs,
+                        [&](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
+                          return umr::BuildMapKeyByPointer(h, m, UINT32_MAX, staging, out);
+                        });
+  staging_pending_ = 0;  // committed by Post, or dropped
+  return s;
 }
 
 absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& r) {
@@ -266,7 +326,10 @@ uint32_t SimQueue::ExecuteOne(uint32_t counter) {
         status = DeviceError(injected, "injected UMR failure");
       } else {
         UmrOutcome outcome;
-        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, ctx_.modify, &outcome);
+        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, ctx_.modify, &outcome,
+                            [this](uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out) {
+                              return ctx_.read_local(pd_, lkey, addr, out);
+                            });
         if (status.ok()) {
           ctx_.stats->umrs_executed.Inc();
           if (outcome.local_invalidate) ctx_.stats->local_invalidations.Inc();
@@ -320,6 +383,7 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
         retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
     const Shadow& sh = shadow_[counter & (depth_ - 1)];
     retired_ = counter + sh.wqebbs;
+    ReleaseStaging();
     const bool error = cqe->is_error();
     if (!error && !sh.want_completion) continue;  // forced signal: retire only
     Completion& c = out[got++];

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <new>
@@ -26,13 +27,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/mutex.h"
 #include "hca/device.h"
 #include "hca/sim/internal/mkey_table.h"
 #include "hca/sim/sim_device.h"
 #include "umr/cqe.h"
 #include "umr/sq.h"
+#include "umr/wqe_builder.h"
 #include "umr/wqe_decoder.h"
 
 namespace regcache::hca::sim {
@@ -42,6 +46,13 @@ struct QueueContext {
   MkeyTable* table = nullptr;
   SimStats* stats = nullptr;
   umr::UmrModifyCaps modify;  // what the device lets a UMR change
+  // Pointer-mode maps: registers `bytes` of this process's memory as a backing of `pd` (the
+  // queue's staging buffer) and returns its key; destroys it again. Reads what a UMR's data
+  // segment names through an lkey of `pd`, as the device's DMA engine does.
+  std::function<absl::StatusOr<Key>(Pd pd, absl::Span<uint8_t> bytes)> register_staging;
+  std::function<void(Key key)> destroy_staging;
+  std::function<absl::Status(Pd pd, uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out)>
+      read_local;
   // Returns a syndrome to fail the next UMR with (consumed), or kNone.
   std::function<Syndrome()> take_injected_umr_failure;
   // Current completion delay.
@@ -76,6 +87,22 @@ class SimQueue final : public Queue {
     bool want_completion = false;
     uint8_t wqebbs = 0;
   };
+  // The staging buffer of pointer-mode maps (docs/prm.md, UMR WQE): made on first use, handed
+  // out first-in first-out, each map's part freed once its WQE retired.
+  static constexpr size_t kStagingBytes = size_t{1} << 20;  // 65536 KLM entries
+  struct Staging {
+    std::vector<uint8_t> bytes;
+    Key lkey = 0;
+    uint64_t head = 0;  // bytes handed out, ever (the buffer's position is head % size)
+    uint64_t tail = 0;  // bytes given back, ever
+    std::deque<std::pair<uint32_t, uint64_t>> in_use;  // (WQE counter, head after it), in order
+  };
+  // Reserves `n` contiguous staging bytes for the WQE at `counter`; kResourceExhausted while the
+  // buffer is full of maps not yet retired.
+  absl::StatusOr<umr::TranslationStaging> ReserveStaging(size_t n);
+  void CommitStaging(uint32_t counter);
+  // Gives back the staging of every WQE before the retired counter.
+  void ReleaseStaging();
 
   SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, ExecutionMode mode);
 
@@ -108,8 +135,10 @@ class SimQueue final : public Queue {
   // The executor's status for an error CQE, by the WQE's slot: a CQE only carries syndromes, the
   // sim adds the reason text to the completion. Written before the CQE is published.
   std::vector<absl::Status> error_status_;
-  uint32_t retired_ = 0;      // poster side: WQEBBs whose completion was polled
-  uint32_t cq_consumer_ = 0;  // poster side
+  uint32_t retired_ = 0;          // poster side: WQEBBs whose completion was polled
+  Staging staging_;               // poster side
+  uint64_t staging_pending_ = 0;  // head after the reservation of the WQE being built
+  uint32_t cq_consumer_ = 0;      // poster side
 
   std::atomic<uint32_t> published_{0};    // doorbell record: producer counter
   std::atomic<uint32_t> cq_producer_{0};  // CQEs written

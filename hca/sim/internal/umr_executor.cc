@@ -1,6 +1,7 @@
 #include "hca/sim/internal/umr_executor.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,7 +30,8 @@ constexpr uint64_t kModelledMask =
 }  // namespace
 
 absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
-                        umr::UmrModifyCaps allowed, UmrOutcome* outcome) {
+                        umr::UmrModifyCaps allowed, UmrOutcome* outcome,
+                        const ReadLocal& read_local) {
   const uint32_t key = wqe.ctrl.imm;
   const umr::UmrCtrlSegDesc& u = wqe.umr;
   const uint64_t mask = u.mkey_mask;
@@ -44,8 +46,24 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
                 "mkey_mask selects PAGE_SIZE, which the device forbids "
                 "(umr_modify_entity_size_disabled)");
   }
+  // Pointer mode: the list is fetched before the target key is locked (the read translates
+  // through another key, the staging buffer's).
+  std::vector<uint8_t> pointed;
   if (u.klm_octowords > 0 && !u.inline_translation) {
-    return QpOp(key, "translation pointer mode not modelled (inline only)");
+    if (!wqe.translation_pointer.has_value() || read_local == nullptr) {
+      return QpOp(key, "translation pointer without a readable data segment");
+    }
+    const umr::DataSegDesc& d = *wqe.translation_pointer;
+    if (d.byte_count != uint32_t{u.klm_octowords} * umr::kOctoword) {
+      return QpOp(key, absl::StrCat("pointer byte_count ", d.byte_count, " is not ",
+                                    u.klm_octowords, " octowords"));
+    }
+    pointed.resize(d.byte_count);
+    if (absl::Status s = read_local(d.lkey, d.addr, absl::MakeSpan(pointed)); !s.ok()) {
+      return DeviceError(
+          Syndrome::kLocalProt,
+          absl::StrFormat("UMR on key 0x%08x: reading its translation: %s", key, s.message()));
+    }
   }
   if (u.klm_octowords % umr::kOctowordsPer64B != 0) {
     return QpOp(key, absl::StrCat("klm_octowords ", u.klm_octowords, " not 64-byte aligned"));
@@ -77,8 +95,10 @@ absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc&
   }
   umr::Translation t;
   if (u.klm_octowords > 0) {
-    absl::StatusOr<umr::Translation> dt = umr::DecodeTranslation(
-        static_cast<umr::AccessMode>(cur.access_mode), wqe.inline_translation);
+    absl::StatusOr<umr::Translation> dt =
+        umr::DecodeTranslation(static_cast<umr::AccessMode>(cur.access_mode),
+                               u.inline_translation ? absl::MakeConstSpan(wqe.inline_translation)
+                                                    : absl::MakeConstSpan(pointed));
     if (!dt.ok()) return QpOp(key, dt.status().message());
     t = *std::move(dt);
   }

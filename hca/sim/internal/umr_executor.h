@@ -18,8 +18,10 @@
 #define REGCACHE_HCA_SIM_UMR_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "hca/sim/internal/mkey_table.h"
 #include "umr/wqe_builder.h"
 
@@ -31,8 +33,14 @@ struct UmrOutcome {
 
 // `allowed`: what the device lets a UMR change; a WQE whose mkey_mask selects A or PAGE_SIZE
 // against it fails with LOCAL_QP_OP and changes nothing.
+// A UMR in pointer mode names its translation by a data segment: `read_local` reads those bytes
+// as the device's DMA engine does, through the segment's lkey in the queue's PD (a local read
+// access, checked like any other); null refuses pointer mode.
+using ReadLocal = std::function<absl::Status(uint32_t lkey, uint64_t addr, absl::Span<uint8_t>)>;
+
 absl::Status ExecuteUmr(MkeyTable* table, uint32_t queue_pd, const umr::WqeDesc& wqe,
-                        umr::UmrModifyCaps allowed, UmrOutcome* outcome);
+                        umr::UmrModifyCaps allowed, UmrOutcome* outcome,
+                        const ReadLocal& read_local = nullptr);
 
 }  // namespace regcache::hca::sim
 #endif  // REGCACHE_HCA_SIM_UMR_EXECUTOR_H_
