@@ -137,8 +137,8 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
   pb::StatusRequest req;
   pb::StatusResponse resp;
   RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
-  return DaemonInfo{resp.device(),    resp.backend(), resp.sessions(), resp.draining(),
-                    resp.uptime_ms(), resp.peer(),    resp.endpoints()};
+  return DaemonInfo{resp.device(),    resp.backend(), resp.sessions(),  resp.draining(),
+                    resp.uptime_ms(), resp.peer(),    resp.endpoints(), resp.device_selection()};
 }
 
 absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {

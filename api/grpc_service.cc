@@ -357,6 +357,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     resp->set_peer(st.capabilities.peer);
     resp->set_max_keys(st.capabilities.max_keys);
     resp->set_endpoints(st.capabilities.endpoints);
+    resp->set_device_selection(st.device_selection);
     return grpc::Status::OK;
   }
 

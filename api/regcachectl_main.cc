@@ -91,6 +91,7 @@ int Status(regcache::api::Client& c, const std::vector<std::string>& args) {
               " peer=%d endpoints=%d\n",
               s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0, s->uptime_ms,
               s->peer ? 1 : 0, s->endpoints ? 1 : 0);
+  std::printf("device_selection=%s\n", s->device_selection.c_str());
   return 0;
 }
 

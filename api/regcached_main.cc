@@ -32,8 +32,9 @@
 #include "hca/verbs/verbs_device.h"
 #include "service/daemon.h"
 
-ABSL_FLAG(std::string, device, "sim",
-          "device: sim[:params] | verbs[:name][,port=N,gid_index=N] (any libibverbs device)");
+ABSL_FLAG(std::string, device, "auto",
+          "device: auto (mlx5, else verbs, else sim: the first that opens) | sim[:params] | "
+          "verbs[:name][,port=N,gid_index=N] (any libibverbs device)");
 ABSL_FLAG(std::string, socket_dir, "/run/regcache",
           "directory of control.sock and grpc.sock (created if missing)");
 ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");

@@ -82,10 +82,42 @@ std::vector<std::string> RegisteredBackends() {
   return names;
 }
 
+namespace {
+
+// "auto": mlx5, then verbs, then sim, the first that opens.
+absl::StatusOr<std::unique_ptr<Device>> OpenAuto(const BackendSpec& spec,
+                                                 const OpenOptions& options) {
+  if (!spec.device.empty() || !spec.params.empty()) {
+    return absl::InvalidArgumentError("device 'auto' takes no arguments");
+  }
+  std::vector<std::string> passed;
+  OpenOptions each = options;
+  each.selection = nullptr;
+  for (const char* name : {"mlx5", "verbs", "sim"}) {
+    absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice(name, each);
+    if (!d.ok()) {
+      passed.push_back(absl::StrCat(name, ": ", d.status().message()));
+      continue;
+    }
+    if (options.selection != nullptr) {
+      *options.selection =
+          absl::StrCat("auto chose ", name, " (", (*d)->capabilities().device_name, ")",
+                       passed.empty() ? "" : "; not ", absl::StrJoin(passed, "; not "));
+    }
+    return d;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("device 'auto' found nothing to open: ", absl::StrJoin(passed, "; ")));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
                                                    const OpenOptions& options) {
   absl::StatusOr<BackendSpec> parsed = ParseBackendSpec(spec);
   if (!parsed.ok()) return parsed.status();
+  if (parsed->backend == "auto") return OpenAuto(*parsed, options);
+  if (options.selection != nullptr) *options.selection = absl::StrCat("named ", spec);
   BackendFactory factory;
   {
     Registry& r = GlobalRegistry();

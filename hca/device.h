@@ -471,14 +471,20 @@ struct OpenOptions {
   base::stats::Registry* stats_registry = nullptr;
   // Component name for those counters ("hca_sim", ...); empty: "hca_<backend>".
   std::string stats_component;
+  // If given, receives how the device was chosen: for "auto", the backend chosen and why each
+  // one tried before it was not; for a named device, "named <spec>".
+  std::string* selection = nullptr;
 };
 
 // Opens a device by spec: the backend's name and, after a colon, its comma-separated arguments
 // ("sim", "sim:mode=thread,max_indirection=2", "verbs:rxe0", "mlx5:mlx5_0,port=1"; the grammar is
-// in hca/backend.h). kNotFound when no backend of that name is registered (the message lists the
-// registered ones and, for the project's own backend names, says which RegisterBackend() call
-// links it in); kInvalidArgument for a malformed spec or parameters the backend does not know;
-// kUnavailable when this machine cannot provide the device; otherwise the backend's error.
+// in hca/backend.h). "auto" (no arguments) opens the first that works of mlx5 (a ConnectX with
+// DevX), verbs (any RDMA device) and sim, among the registered backends, and says in
+// OpenOptions::selection which it chose and why each one before it was not. kNotFound when no
+// backend of that name is registered (the message lists the registered ones and, for the project's
+// own backend names, says which RegisterBackend() call links it in); kInvalidArgument for a
+// malformed spec or parameters the backend does not know; kUnavailable when this machine cannot
+// provide the device; otherwise the backend's error.
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(absl::string_view spec,
                                                    const OpenOptions& options = {});
 

@@ -56,14 +56,15 @@ class DaemonImpl final : public Daemon {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
              std::unique_ptr<hca::Device> device, std::unique_ptr<odp::Servicer> servicer,
-             std::unique_ptr<cache::RegCache> cache)
+             std::unique_ptr<cache::RegCache> cache, std::string selection)
       : config_(config),
         registry_(registry),
         device_(std::move(device)),
         servicer_(std::move(servicer)),
         cache_(std::move(cache)),
         keys_(cache_.get(), servicer_.get(), device_.get(), &draining_),
-        started_(absl::Now()) {
+        started_(absl::Now()),
+        selection_(std::move(selection)) {
     if (registry_ != nullptr) {
       stats_registration_ = {*registry_, "daemon", &stats_};
       ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
@@ -205,6 +206,7 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<cache::RegCache> cache_;
   internal::SessionKeys keys_;  // the ring workers' backend too
   const absl::Time started_;
+  const std::string selection_;  // how the device was chosen
   DaemonStats stats_;
   internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
@@ -521,6 +523,7 @@ DaemonStatus DaemonImpl::Status() {
   st.device = absl::StrFormat("%s:%s", st.capabilities.backend, st.capabilities.device_name);
   st.draining = draining();
   st.started = started_;
+  st.device_selection = selection_;
   st.sessions = sessions_.size();
   return st;
 }
@@ -565,6 +568,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                                                        base::stats::Registry* registry) {
   hca::OpenOptions open;
   open.stats_registry = registry;
+  std::string selection;
+  open.selection = &selection;
   ASSIGN_OR_RETURN(std::unique_ptr<hca::Device> device, hca::OpenDevice(config.device, open));
   // The fault servicer observes the cache's backings, so it comes first and goes last.
   std::unique_ptr<odp::Servicer> servicer;
@@ -579,9 +584,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& confi
                    cache::RegCache::Create(device.get(), cache_options, registry));
   RC_LOG(INFO) << "regcached on " << device->capabilities().backend << ":"
                << device->capabilities().device_name
-               << (servicer != nullptr ? " (on-demand paging served)" : "");
-  return std::unique_ptr<Daemon>(
-      new DaemonImpl(config, registry, std::move(device), std::move(servicer), std::move(cache)));
+               << (servicer != nullptr ? " (on-demand paging served)" : "") << "; " << selection;
+  return std::unique_ptr<Daemon>(new DaemonImpl(config, registry, std::move(device),
+                                                std::move(servicer), std::move(cache),
+                                                std::move(selection)));
 }
 
 }  // namespace regcache::service

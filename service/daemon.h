@@ -177,7 +177,8 @@ struct EndpointInfo {
 };
 
 struct DaemonStatus {
-  std::string device;  // backend name and device name
+  std::string device;            // backend name and device name
+  std::string device_selection;  // how it was chosen (hca::OpenOptions::selection)
   hca::Capabilities capabilities;
   uint64_t sessions = 0;
   bool draining = false;

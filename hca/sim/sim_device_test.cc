@@ -525,6 +525,29 @@ TEST(SimBackendTest, OpenByNameAndSpec) {
   EXPECT_EQ(OpenDevice("nosuch").status().code(), absl::StatusCode::kNotFound);
 }
 
+// --device=auto: mlx5, else verbs, else sim — here a verbs that cannot open and no mlx5 in the
+// build, so the sim, with the reasons for the others.
+TEST(SimBackendTest, AutoFallsBackToTheSimAndSaysWhy) {
+  RegisterBackend();
+  (void)hca::RegisterBackend(
+      "verbs",
+      [](const BackendSpec&, const OpenOptions&) -> absl::StatusOr<std::unique_ptr<Device>> {
+        return absl::UnavailableError("verbs: no RDMA devices on this machine");
+      });
+  std::string why;
+  OpenOptions o;
+  o.selection = &why;
+  absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice("auto", o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->capabilities().backend, "sim");
+  EXPECT_THAT(why, ::testing::HasSubstr("auto chose sim (sim0)"));
+  EXPECT_THAT(why, ::testing::HasSubstr("not mlx5: no hca backend 'mlx5'"));
+  EXPECT_THAT(why, ::testing::HasSubstr("not verbs: verbs: no RDMA devices on this machine"));
+  EXPECT_EQ(OpenDevice("auto:x").status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(OpenDevice("sim", o).ok());
+  EXPECT_EQ(why, "named sim");
+}
+
 TEST(SimBackendTest, StatsRegistered) {
   base::stats::Registry registry;
   OpenOptions open;

@@ -165,6 +165,9 @@ struct DaemonInfo {
   int64_t uptime_ms = 0;
   bool peer = false;
   bool endpoints = false;  // Client::CreateEndpoint works on the daemon's device
+  // How the device was chosen: "named <spec>", or for --device=auto which backend and why the
+  // ones tried before it were not.
+  std::string device_selection;
 };
 
 // One side of an RC connection (docs/endpoints.md): what the other side connects its queue pair
