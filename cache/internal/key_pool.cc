@@ -33,23 +33,28 @@ absl::StatusOr<int> KeyPool::ClassFor(uint32_t entries) const {
                       classes_.back().capacity));
 }
 
-absl::Status KeyPool::Create(int cls, uint32_t count) {
-  Class& c = classes_[cls];
+uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
   const uint64_t room =
       options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
-  count = static_cast<uint32_t>(std::min<uint64_t>(count, room));
-  if (count == 0) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls, c.capacity,
-                        options_.max_keys_per_class));
-  }
-  ASSIGN_OR_RETURN(std::vector<hca::Key> keys,
-                   device_->CreateIndirectKeys(pd_, c.capacity, count, {}));
-  for (hca::Key k : keys) c.free.push_back(k);
-  c.total += keys.size();
-  stats_->keys_created.Inc(keys.size());
-  stats_->keys_free.Add(static_cast<int64_t>(keys.size()));
-  return absl::OkStatus();
+  const auto count = static_cast<uint32_t>(std::min(want, room));
+  c.total += count;  // reserved until AddCreated
+  return count;
+}
+
+absl::Status KeyPool::AtLimit(int cls) const {
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls,
+                      classes_[cls].capacity, options_.max_keys_per_class));
+}
+
+absl::Status KeyPool::Create(int cls, uint32_t count) {
+  Class& c = classes_[cls];
+  const uint32_t reserved = Reserve(c, count);
+  if (reserved == 0) return AtLimit(cls);
+  absl::StatusOr<std::vector<hca::Key>> keys =
+      device_->CreateIndirectKeys(pd_, c.capacity, reserved, {});
+  AddCreated(Refill{cls, c.capacity, reserved}, keys.ok() ? *keys : std::vector<hca::Key>{});
+  return keys.status();
 }
 
 void KeyPool::ReleaseEligible(absl::Time now) {
@@ -111,19 +116,11 @@ std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* a
   for (int i = 0; i < num_classes(); ++i) {
     Class& c = classes_[i];
     if (c.free.size() >= options_.low_watermark || c.capacity > kEagerClassMaxEntries) continue;
-    const uint64_t room =
-        options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
-    const uint64_t want = options_.high_watermark - c.free.size();
-    const auto count = static_cast<uint32_t>(std::min<uint64_t>(want, room));
+    const uint32_t count = Reserve(c, options_.high_watermark - c.free.size());
     if (count == 0) {
-      if (at_limit != nullptr && at_limit->ok()) {
-        *at_limit = absl::ResourceExhaustedError(
-            absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", i, c.capacity,
-                            options_.max_keys_per_class));
-      }
+      if (at_limit != nullptr && at_limit->ok()) *at_limit = AtLimit(i);
       continue;
     }
-    c.total += count;  // reserved until AddCreated
     plan.push_back(Refill{i, c.capacity, count});
   }
   return plan;

@@ -109,6 +109,9 @@ class KeyPool {
   };
 
   absl::Status Create(int cls, uint32_t count);
+  // Counts up to `want` more keys of `c` against max_keys_per_class; returns how many.
+  uint32_t Reserve(Class& c, uint64_t want);
+  absl::Status AtLimit(int cls) const;  // kResourceExhausted naming the class and its limit
   void ReleaseEligible(absl::Time now);
 
   hca::Device* const device_;

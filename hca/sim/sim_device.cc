@@ -29,8 +29,7 @@ constexpr uint32_t kMaxParkRetries = 64;  // a parked access re-faulting this of
 
 class SimDeviceImpl;
 
-// The data movement of an access, once translated (defined below).
-void CopyIn(const Segments& segs, absl::Span<const uint8_t> data);
+// The data movement of a read, once translated (defined below).
 void CopyOut(const Segments& segs, absl::Span<uint8_t> out);
 
 class SimPeer final : public Peer {
@@ -263,11 +262,7 @@ class SimDeviceImpl final : public SimDevice {
     };
     ctx.destroy_staging = [this](Key k) { (void)DestroyKey(k); };
     ctx.read_local = [this](Pd p, uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out) {
-      Segments segs;
-      RETURN_IF_ERROR(
-          TranslateParked(p.pdn, 0, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
-      CopyOut(segs, out);
-      return absl::OkStatus();
+      return ReadThroughLkey(p.pdn, /*qpn=*/0, lkey, addr, out);
     };
     ctx.take_injected_umr_failure = [this] {
       return static_cast<Syndrome>(fail_next_umr_.exchange(0));
@@ -376,6 +371,16 @@ class SimDeviceImpl final : public SimDevice {
   std::vector<uint8_t> EventRingForTest() override { return faults_.EventRingForTest(); }
 
   // --- used by SimPeer ---
+  // A read through an lkey of `pd`, as the device's DMA engine does it: a peer's local SGE, the
+  // list of a pointer-mode UMR.
+  absl::Status ReadThroughLkey(uint32_t pd, uint32_t qpn, Key lkey, uint64_t addr,
+                               absl::Span<uint8_t> out) {
+    Segments segs;
+    RETURN_IF_ERROR(
+        TranslateParked(pd, qpn, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
+    CopyOut(segs, out);
+    return absl::OkStatus();
+  }
   // Translates, parking on ODP faults until resumed. Bumps the counters.
   absl::Status TranslateParked(uint32_t pd, uint32_t qpn, Key key, uint64_t va, uint64_t len,
                                AccessKind kind, Segments* out) {
@@ -580,11 +585,7 @@ absl::Status SimPeer::SendWithInvalidate(Key rkey) { return dev_->InvalidateRemo
 
 absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out) {
   dev_->mutable_stats().local_accesses.Inc();
-  Segments segs;
-  RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
-  CopyOut(segs, out);
-  return absl::OkStatus();
+  return dev_->ReadThroughLkey(pd_.pdn, qpn_, lkey, addr, out);
 }
 
 absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) {

@@ -139,7 +139,7 @@ class VerbsDevice final : public Device {
     b.addr = addr;
     b.length = length;
     b.log_page_size = 12;
-    b.num_entries = static_cast<uint32_t>(((addr & 4095) + length + 4095) / 4096);
+    b.num_entries = Pages4k(addr, length);
     return b;
   }
 

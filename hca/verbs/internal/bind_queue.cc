@@ -2,7 +2,6 @@
 
 #include <thread>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
@@ -21,34 +20,13 @@ absl::StatusOr<std::unique_ptr<BindQueue>> BindQueue::Create(Context* c, Pd pd, 
   std::unique_ptr<BindQueue> q(new BindQueue(c, pd, depth));
   q->cq_ = ibv_create_cq(c->ctx(), static_cast<int>(depth), nullptr, nullptr, 0);
   if (q->cq_ == nullptr) return ErrnoStatus(errno, "ibv_create_cq for a bind queue");
-  ibv_qp_init_attr init{};
-  init.send_cq = q->cq_;
-  init.recv_cq = q->cq_;
-  init.cap.max_send_wr = depth;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  init.qp_type = IBV_QPT_RC;
-  q->qp_ = ibv_create_qp(vpd, &init);
-  if (q->qp_ == nullptr) return ErrnoStatus(errno, "ibv_create_qp for a bind queue");
-  absl::BitGen gen;
-  q->psn_ = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
+  ASSIGN_OR_RETURN(q->qp_, CreateRcQp(vpd, q->cq_, depth));
+  q->psn_ = RandomPsn();
   RETURN_IF_ERROR(q->Connect());
   return q;
 }
 
-BindQueue::~BindQueue() {
-  if (qp_ != nullptr) {
-    if (int err = ibv_destroy_qp(qp_); err != 0) {
-      RC_LOG(WARNING) << ErrnoStatus(err, "ibv_destroy_qp of a bind queue");
-    }
-  }
-  if (cq_ != nullptr) {
-    if (int err = ibv_destroy_cq(cq_); err != 0) {
-      RC_LOG(WARNING) << ErrnoStatus(err, "ibv_destroy_cq of a bind queue");
-    }
-  }
-}
+BindQueue::~BindQueue() { DestroyQpAndCq(qp_, cq_, "destroying a bind queue"); }
 
 absl::Status BindQueue::Connect() {
   ibv_qp_attr reset{};

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "hca/status.h"
@@ -151,7 +152,7 @@ absl::StatusOr<KeyInfo> Context::QueryKey(Key key) {
     info.start_addr = r.iova;
     info.length = r.length;
     info.log_entity_size = 12;
-    info.capacity_entries = static_cast<uint32_t>(((r.iova & 4095) + r.length + 4095) / 4096);
+    info.capacity_entries = Pages4k(r.addr, r.length);
     return info;
   }
   return absl::NotFoundError(absl::StrFormat("no key with index 0x%x", index));
@@ -277,6 +278,34 @@ void Context::UndoBind(const BindPlan& plan) {
   it->second = plan.before;
   it->second.seq = next_seq_++;
   plan.mw->rkey = plan.before.key;  // the provider advanced it at post; the bind did not happen
+}
+
+uint32_t RandomPsn() {
+  absl::BitGen gen;
+  return absl::Uniform<uint32_t>(gen, 0, 1u << 24);
+}
+
+void DestroyQpAndCq(ibv_qp* qp, ibv_cq* cq, const char* what) {
+  if (qp != nullptr) {
+    if (int err = ibv_destroy_qp(qp); err != 0) RC_LOG(WARNING) << ErrnoStatus(err, what);
+  }
+  if (cq != nullptr) {
+    if (int err = ibv_destroy_cq(cq); err != 0) RC_LOG(WARNING) << ErrnoStatus(err, what);
+  }
+}
+
+absl::StatusOr<ibv_qp*> CreateRcQp(ibv_pd* pd, ibv_cq* cq, uint32_t send_wr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap.max_send_wr = send_wr;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.qp_type = IBV_QPT_RC;
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (qp == nullptr) return ErrnoStatus(errno, "ibv_create_qp");
+  return qp;
 }
 
 absl::Status QpToInit(const Context& c, ibv_qp* qp, unsigned access) {

@@ -118,11 +118,22 @@ class Context {
 // attributes. kUnavailable with the reason (and the devices seen) when it cannot.
 absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options);
 
+// An RC queue pair of `pd` with `cq` for both queues and room for `send_wr` sends; a random
+// 24-bit PSN; the queue pair and CQ destroyed (null ones skipped), failures logged as `what`.
+absl::StatusOr<ibv_qp*> CreateRcQp(ibv_pd* pd, ibv_cq* cq, uint32_t send_wr);
+uint32_t RandomPsn();
+void DestroyQpAndCq(ibv_qp* qp, ibv_cq* cq, const char* what);
+
 // Queue-pair state changes for RC queue pairs (the bind queues' self-connection and the target
 // endpoints). `access` is the INIT state's remote rights (IBV_ACCESS_REMOTE_*).
 absl::Status QpToInit(const Context& c, ibv_qp* qp, unsigned access);
 absl::Status QpToRtr(const Context& c, ibv_qp* qp, const EndpointAddress& remote);
 absl::Status QpToRts(const Context& c, ibv_qp* qp, uint32_t psn);
+
+// 4 KiB pages [addr, addr + length) touches (the only page size the backend registers).
+inline uint32_t Pages4k(uint64_t addr, uint64_t length) {
+  return static_cast<uint32_t>(((addr & 4095) + length + 4095) / 4096);
+}
 
 // This port's address for a queue pair `qpn` sending from `psn`.
 EndpointAddress LocalAddress(const Context& c, uint32_t qpn, uint32_t psn);

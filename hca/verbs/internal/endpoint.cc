@@ -3,7 +3,6 @@
 #include <cstring>
 #include <thread>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
@@ -14,34 +13,6 @@ namespace regcache::hca::verbs {
 namespace {
 
 constexpr size_t kMaxBuffer = size_t{64} << 20;
-
-uint32_t RandomPsn() {
-  absl::BitGen gen;
-  return absl::Uniform<uint32_t>(gen, 0, 1u << 24);
-}
-
-void DestroyQpAndCq(ibv_qp* qp, ibv_cq* cq, const char* what) {
-  if (qp != nullptr) {
-    if (int err = ibv_destroy_qp(qp); err != 0) RC_LOG(WARNING) << ErrnoStatus(err, what);
-  }
-  if (cq != nullptr) {
-    if (int err = ibv_destroy_cq(cq); err != 0) RC_LOG(WARNING) << ErrnoStatus(err, what);
-  }
-}
-
-absl::StatusOr<ibv_qp*> CreateRcQp(ibv_pd* pd, ibv_cq* cq, uint32_t send_wr) {
-  ibv_qp_init_attr init{};
-  init.send_cq = cq;
-  init.recv_cq = cq;
-  init.cap.max_send_wr = send_wr;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  init.qp_type = IBV_QPT_RC;
-  ibv_qp* qp = ibv_create_qp(pd, &init);
-  if (qp == nullptr) return ErrnoStatus(errno, "ibv_create_qp");
-  return qp;
-}
 
 }  // namespace
 
