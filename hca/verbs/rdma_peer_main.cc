@@ -28,8 +28,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "hca/status.h"
-#include "hca/verbs/internal/context.h"
-#include "hca/verbs/internal/endpoint.h"
+#include "hca/verbs/context.h"
+#include "hca/verbs/endpoint.h"
 
 namespace regcache::hca::verbs {
 namespace {

@@ -10,10 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "hca/verbs/context.h"
+#include "hca/verbs/endpoint.h"
 #include "hca/verbs/internal/bind_queue.h"
-#include "hca/verbs/internal/context.h"
-#include "hca/verbs/internal/endpoint.h"
-#include "hca/verbs/internal/wc_status.h"
+#include "hca/verbs/wc_status.h"
 
 namespace regcache::hca::verbs {
 namespace {
@@ -224,57 +224,6 @@ class VerbsDevice final : public Device {
 };
 
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  const std::string wanted =
-      options.device_name.empty() ? "any" : absl::StrCat("'", options.device_name, "'");
-  if (list == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("verbs: no RDMA devices on this machine (wanted ", wanted, "; ",
-                     ErrnoStatus(errno, "ibv_get_device_list").message(), ")"));
-  }
-  std::vector<std::string> seen;
-  std::vector<std::string> why;
-  std::unique_ptr<Context> found;
-  for (int i = 0; i < n && found == nullptr; ++i) {
-    const std::string name = ibv_get_device_name(list[i]);
-    seen.push_back(name);
-    if (!options.device_name.empty() && name != options.device_name) continue;
-    ibv_context* ctx = ibv_open_device(list[i]);
-    if (ctx == nullptr) {
-      why.push_back(absl::StrCat(name, ": ", ErrnoStatus(errno, "ibv_open_device").message()));
-      continue;
-    }
-    auto c = std::make_unique<Context>(ctx, options);
-    if (ibv_query_device_ex(ctx, nullptr, &c->attr) != 0 ||
-        ibv_query_port(ctx, options.port, &c->port_attr) != 0 ||
-        ibv_query_gid(ctx, options.port, options.gid_index, &c->gid) != 0) {
-      why.push_back(absl::StrFormat("%s: cannot query port %d / gid %d", name, options.port,
-                                    options.gid_index));
-      continue;  // the context closes with `c`
-    }
-    if (c->port_attr.state != IBV_PORT_ACTIVE) {
-      why.push_back(absl::StrFormat("%s: port %d is not active", name, options.port));
-      continue;
-    }
-    if ((c->attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) == 0 ||
-        c->attr.orig_attr.max_mw == 0) {
-      why.push_back(absl::StrCat(name, ": no memory windows (IBV_DEVICE_MEM_WINDOW)"));
-      continue;
-    }
-    found = std::move(c);
-  }
-  ibv_free_device_list(list);
-  if (found == nullptr) {
-    return absl::UnavailableError(
-        absl::StrFormat("verbs: no usable device (wanted %s); devices seen: [%s]%s", wanted,
-                        absl::StrJoin(seen, ", "),
-                        why.empty() ? "" : absl::StrCat("; ", absl::StrJoin(why, "; "))));
-  }
-  return found;
-}
 
 absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
   VerbsOptions o;

@@ -20,7 +20,7 @@
 // with MW_BIND, as do maps of keys in the wrong state, before anything is posted.
 //
 // Errors: a bind the device refuses completes with the work completion's status mapped to a
-// syndrome (internal/wc_status.h); the queue pair then is in the error state, flushes what
+// syndrome (wc_status.h); the queue pair then is in the error state, flushes what
 // followed (WR_FLUSH, kAborted) and is reset and reconnected before the next doorbell.
 //
 // Thread safety: as hca::Device.

@@ -9,8 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/backend.h"
-#include "hca/verbs/internal/context.h"
-#include "hca/verbs/internal/wc_status.h"
+#include "hca/verbs/context.h"
+#include "hca/verbs/wc_status.h"
 
 namespace regcache::hca::verbs {
 namespace {

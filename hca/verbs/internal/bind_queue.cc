@@ -6,7 +6,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "hca/verbs/internal/wc_status.h"
+#include "hca/verbs/wc_status.h"
 
 namespace regcache::hca::verbs {
 namespace {

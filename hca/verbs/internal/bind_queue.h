@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "hca/device.h"
-#include "hca/verbs/internal/context.h"
+#include "hca/verbs/context.h"
 
 namespace regcache::hca::verbs {
 

@@ -3,8 +3,8 @@
 // The requester serves the backend's Peer (a requester in a PD of its own, connected to an
 // endpoint in the tenant's PD, so that every access is checked against the tenant's rkeys as a
 // remote node's would be) and the test tool that plays a remote node in its own process.
-#ifndef REGCACHE_HCA_VERBS_INTERNAL_ENDPOINT_H_
-#define REGCACHE_HCA_VERBS_INTERNAL_ENDPOINT_H_
+#ifndef REGCACHE_HCA_VERBS_ENDPOINT_H_
+#define REGCACHE_HCA_VERBS_ENDPOINT_H_
 
 #include <infiniband/verbs.h>
 
@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hca/device.h"
-#include "hca/verbs/internal/context.h"
+#include "hca/verbs/context.h"
 
 namespace regcache::hca::verbs {
 
@@ -84,4 +84,4 @@ class Requester {
 };
 
 }  // namespace regcache::hca::verbs
-#endif  // REGCACHE_HCA_VERBS_INTERNAL_ENDPOINT_H_
+#endif  // REGCACHE_HCA_VERBS_ENDPOINT_H_

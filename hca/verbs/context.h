@@ -2,12 +2,17 @@
 // of protection domains, memory regions (backings) and memory windows (pooled keys) with what
 // each window is bound to. Queues plan their binds against it and apply them under its lock,
 // so that the bind's checks (state, variant, PD, range, rights) and its effect are one step.
-#ifndef REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_
-#define REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_
+//
+// Public because it is also the plain-verbs half of the mlx5 backend (hca/mlx5): a ConnectX
+// opened through DevX keeps its PDs, memory regions, queue-pair state changes, target endpoints
+// and peers here, and adds DevX keys and UMR queues of its own.
+#ifndef REGCACHE_HCA_VERBS_CONTEXT_H_
+#define REGCACHE_HCA_VERBS_CONTEXT_H_
 
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -114,9 +119,20 @@ class Context {
   absl::flat_hash_map<uint32_t, MwRecord> mws_ ABSL_GUARDED_BY(mu_);
 };
 
-// Opens the device `options` names (or the first with an active port) and fills the context's
-// attributes. kUnavailable with the reason (and the devices seen) when it cannot.
-absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options);
+// How OpenContext opens a device: the verbs backend's defaults, or another backend's (mlx5 opens
+// through mlx5dv with DevX and does not need memory windows).
+struct ContextOpener {
+  const char* backend = "verbs";  // names the backend in messages
+  // Opens one device, or returns null with errno set; null: ibv_open_device.
+  std::function<ibv_context*(ibv_device*)> open;
+  const char* open_call = "ibv_open_device";  // names `open` in messages
+  bool require_memory_windows = true;
+};
+
+// Opens the device `options` names (or the first that opens with an active port) and fills the
+// context's attributes. kUnavailable with the reason (and the devices seen) when it cannot.
+absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options,
+                                                     const ContextOpener& opener = {});
 
 // An RC queue pair of `pd` with `cq` for both queues and room for `send_wr` sends; a random
 // 24-bit PSN; the queue pair and CQ destroyed (null ones skipped), failures logged as `what`.
@@ -146,4 +162,4 @@ uint32_t MtuBytes(ibv_mtu mtu);
 unsigned RemoteAccessFlags(AccessFlags access);
 
 }  // namespace regcache::hca::verbs
-#endif  // REGCACHE_HCA_VERBS_INTERNAL_CONTEXT_H_
+#endif  // REGCACHE_HCA_VERBS_CONTEXT_H_

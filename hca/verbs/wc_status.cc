@@ -1,4 +1,4 @@
-#include "hca/verbs/internal/wc_status.h"
+#include "hca/verbs/wc_status.h"
 
 #include <cerrno>
 #include <cstring>

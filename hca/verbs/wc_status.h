@@ -1,7 +1,7 @@
 // Work-completion statuses of libibverbs as the device boundary's syndromes (hca/status.h), so
 // that the cache treats a refused bind on a verbs device as it treats a refused UMR on ConnectX.
-#ifndef REGCACHE_HCA_VERBS_INTERNAL_WC_STATUS_H_
-#define REGCACHE_HCA_VERBS_INTERNAL_WC_STATUS_H_
+#ifndef REGCACHE_HCA_VERBS_WC_STATUS_H_
+#define REGCACHE_HCA_VERBS_WC_STATUS_H_
 
 #include <infiniband/verbs.h>
 
@@ -25,4 +25,4 @@ absl::Status StatusForWc(ibv_wc_status status, absl::string_view what);
 absl::Status ErrnoStatus(int err, absl::string_view what);
 
 }  // namespace regcache::hca::verbs
-#endif  // REGCACHE_HCA_VERBS_INTERNAL_WC_STATUS_H_
+#endif  // REGCACHE_HCA_VERBS_WC_STATUS_H_
