@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "hca/prm_convert.h"
 #include "hca/sim/internal/commands.h"
 #include "hca/sim/internal/endpoints.h"
 #include "hca/sim/internal/fault_queue.h"
@@ -164,33 +165,15 @@ class SimDeviceImpl final : public SimDevice {
   absl::StatusOr<std::vector<Key>> CreateIndirectKeys(Pd pd, uint32_t capacity, uint32_t count,
                                                       const IndirectKeyOptions& o) override {
     RETURN_IF_ERROR(CheckPd(pd));
-    if (capacity == 0 || capacity > caps_.max_klm_entries) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capacity ", capacity, " outside 1..", caps_.max_klm_entries));
-    }
-    if (o.layout == Layout::kMtt) return absl::InvalidArgumentError("indirect key with kMtt");
-    umr::FreeMkeyParams p;
-    p.mode = o.layout == Layout::kKsm ? umr::AccessMode::kKsm : umr::AccessMode::kKlm;
-    p.capacity_entries = capacity;
-    p.pd = pd.pdn;
-    p.en_rinval = o.remote_invalidate;
-    if (o.layout == Layout::kKsm) RETURN_IF_ERROR(EntitySize(o.log_entity_size, &p));
+    ASSIGN_OR_RETURN(const umr::FreeMkeyParams p,
+                     IndirectKeyParams(pd, capacity, caps_.max_klm_entries, o));
     return CreateMany(p, count);
   }
 
   absl::StatusOr<std::vector<Key>> CreateDirectKeys(Pd pd, uint32_t capacity, uint32_t count,
                                                     const DirectKeyOptions& o) override {
     RETURN_IF_ERROR(CheckPd(pd));
-    if (capacity == 0 || capacity > (1u << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("capacity ", capacity));
-    }
-    umr::FreeMkeyParams p;
-    p.mode = umr::AccessMode::kMtt;
-    p.capacity_entries = capacity;
-    p.pd = pd.pdn;
-    p.en_rinval = o.remote_invalidate;
-    p.pg_access = true;  // maps may carry absent entries: honour rd_en / wr_en
-    RETURN_IF_ERROR(EntitySize(o.log_page_size, &p));
+    ASSIGN_OR_RETURN(const umr::FreeMkeyParams p, DirectKeyParams(pd, capacity, o));
     return CreateMany(p, count);
   }
 
@@ -216,33 +199,7 @@ class SimDeviceImpl final : public SimDevice {
     absl::Status s = RunCommand(in, &out, false);
     if (!s.ok()) return absl::NotFoundError(s.message());
     ASSIGN_OR_RETURN(const umr::QueryMkeyOut o, umr::DecodeQueryMkeyOut(out));
-    const umr::MkeyContextDesc& mkc = o.mkc;
-    KeyInfo info;
-    info.key = MakeKey(KeyIndex(key), mkc.mkey_7_0);
-    info.free = mkc.free;
-    info.umr_en = mkc.umr_en;
-    info.access_mode = mkc.access_mode;
-    info.layout = mkc.access_mode == umr::kAccessModeMtt   ? Layout::kMtt
-                  : mkc.access_mode == umr::kAccessModeKsm ? Layout::kKsm
-                                                           : Layout::kKlm;
-    info.access = FromMkeyAccess(mkc.access);
-    info.pd = Pd{mkc.pd};
-    info.start_addr = mkc.start_addr;
-    info.length = mkc.len;
-    info.length64 = mkc.length64;
-    info.remote_invalidate = mkc.en_rinval;
-    info.log_entity_size = mkc.log_entity_size;
-    const auto mode = static_cast<umr::AccessMode>(mkc.access_mode);
-    info.capacity_entries =
-        mkc.translations_octword_size * static_cast<uint32_t>(umr::EntriesPerOctoword(mode));
-    const absl::Span<const uint8_t> xlt =
-        absl::MakeConstSpan(o.translation)
-            .subspan(0, size_t{info.capacity_entries} * umr::EntryBytes(mode));
-    ASSIGN_OR_RETURN(umr::Translation t, umr::DecodeTranslation(mode, xlt));
-    for (const umr::MttEntry& e : t.mtt) info.mtt.push_back(FromUmrMtt(e));
-    for (const umr::KlmEntry& e : t.klm) info.klm.push_back(FromUmrKlm(e));
-    for (const umr::KsmEntry& e : t.ksm) info.klm.push_back(FromUmrKsm(e));
-    return info;
+    return KeyInfoFromQuery(KeyIndex(key), o);
   }
 
   absl::StatusOr<std::unique_ptr<Queue>> CreateQueue(Pd pd, const QueueOptions& o) override {
@@ -461,12 +418,9 @@ class SimDeviceImpl final : public SimDevice {
     return o.mkey_index;
   }
 
-  // `count` pool keys from one BuildCreateFreeMkey mailbox, posted `count` times.
+  // `count` pool keys from one CREATE_MKEY mailbox (PoolKeyMailbox), executed `count` times.
   absl::StatusOr<std::vector<Key>> CreateMany(const umr::FreeMkeyParams& p, uint32_t count) {
-    absl::StatusOr<umr::CreateMkeyIn> in = umr::BuildCreateFreeMkey(p);
-    // The builder's range errors are the caller's REQUIRES (capacity, page size).
-    if (!in.ok()) return absl::InvalidArgumentError(in.status().message());
-    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, umr::EncodeCreateMkeyIn(*in));
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, PoolKeyMailbox(p));
     std::vector<Key> keys;
     keys.reserve(count);
     for (uint32_t i = 0; i < count; ++i) {
@@ -478,15 +432,6 @@ class SimDeviceImpl final : public SimDevice {
       keys.push_back(MakeKey(*index, 0));
     }
     return keys;
-  }
-
-  // log_entity_size of a paged pool key (MTT page / KSM entity): 12..31.
-  static absl::Status EntitySize(uint32_t log, umr::FreeMkeyParams* p) {
-    if (log < umr::kMinLogEntitySize || log > umr::kMaxLogEntitySize) {
-      return absl::InvalidArgumentError(absl::StrCat("log entity size ", log, " outside 12..31"));
-    }
-    p->log_entity_size = static_cast<uint8_t>(log);
-    return absl::OkStatus();
   }
 
   const SimOptions options_;

@@ -2,26 +2,6 @@
 
 namespace regcache::hca::sim {
 
-AccessFlags FromMkeyAccess(const umr::MkeyAccess& a) {
-  AccessFlags f = 0;  // built bit by bit: `cond ? kEnum : 0` mixes enum and int (-Wextra)
-  if (a.local_read) f |= kLocalRead;
-  if (a.local_write) f |= kLocalWrite;
-  if (a.remote_read) f |= kRemoteRead;
-  if (a.remote_write) f |= kRemoteWrite;
-  if (a.remote_atomic) f |= kRemoteAtomic;
-  return f;
-}
-
-umr::MkeyAccess ToMkeyAccess(AccessFlags access) {
-  umr::MkeyAccess a;
-  a.local_read = (access & kLocalRead) != 0;
-  a.local_write = (access & kLocalWrite) != 0;
-  a.remote_read = (access & kRemoteRead) != 0;
-  a.remote_write = (access & kRemoteWrite) != 0;
-  a.remote_atomic = (access & kRemoteAtomic) != 0;
-  return a;
-}
-
 MkeyState FromMkc(const umr::MkeyContextDesc& d) {
   MkeyState s;
   s.free = d.free;
@@ -57,15 +37,5 @@ umr::MkeyContextDesc ToMkc(const MkeyState& s) {
   d.log_entity_size = s.log_entity_size;
   return d;
 }
-
-umr::KlmEntry ToUmrKlm(const KlmEntry& e) {
-  return umr::KlmEntry{static_cast<uint32_t>(e.length), e.key, e.addr};
-}
-umr::KsmEntry ToUmrKsm(const KlmEntry& e) { return umr::KsmEntry{e.key, e.addr}; }
-umr::MttEntry ToUmrMtt(const MttEntry& e) { return umr::MttEntry{e.dma_addr, e.read, e.write}; }
-
-KlmEntry FromUmrKlm(const umr::KlmEntry& e) { return KlmEntry{e.mkey, e.address, e.byte_count}; }
-KlmEntry FromUmrKsm(const umr::KsmEntry& e) { return KlmEntry{e.mkey, e.va, 0}; }
-MttEntry FromUmrMtt(const umr::MttEntry& e) { return MttEntry{e.addr, e.read, e.write}; }
 
 }  // namespace regcache::hca::sim

@@ -16,25 +16,6 @@
 #include "umr/wqe_builder.h"
 
 namespace regcache::hca::sim {
-namespace {
-
-// WQEBBs to reserve for a UMR WQE with `translation_bytes` of inline translation (64-B padded);
-// beyond the largest WQE the builder fails, so the reservation stops there.
-unsigned UmrWqebbs(size_t translation_bytes) {
-  return static_cast<unsigned>(std::min<size_t>(
-      umr::kUmrHeadWqebbs + translation_bytes / umr::kWqebb, umr::kMaxWqebbsPerWqe));
-}
-
-absl::Status PostError(absl::Status s) {
-  // Builder failures are the caller's request breaking its REQUIRES.
-  if (s.code() == absl::StatusCode::kResourceExhausted ||
-      s.code() == absl::StatusCode::kUnimplemented) {
-    return s;
-  }
-  return absl::InvalidArgumentError(s.message());
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd pd, uint32_t sqn,
                                                            uint32_t depth, ExecutionMode mode) {
@@ -43,13 +24,22 @@ absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd 
         absl::StrCat("queue depth ", depth, " is not a power of two >= 4"));
   }
   std::unique_ptr<SimQueue> q(new SimQueue(std::move(ctx), pd, sqn, depth, mode));
-  umr::SqRing::Options o;
+  UmrPosterOptions o;
   o.sqn = sqn;
   o.umr_fence = umr::FenceMode::kInitiatorSmall;
-  absl::StatusOr<umr::SqRing> ring =
-      umr::SqRing::Create(absl::MakeSpan(q->ring_.get(), size_t{depth} * umr::kWqebb), o);
-  if (!ring.ok()) return ring.status();
-  q->sq_ = std::make_unique<umr::SqRing>(*std::move(ring));
+  o.modify = q->ctx_.modify;
+  SimQueue* p = q.get();
+  if (q->ctx_.register_staging) {
+    o.register_staging = [p](absl::Span<uint8_t> bytes) {
+      return p->ctx_.register_staging(p->pd_, bytes);
+    };
+  }
+  if (q->ctx_.destroy_staging) o.release_staging = [p](Key k) { p->ctx_.destroy_staging(k); };
+  // Written by the engine before it publishes the error CQE; read after Poll's acquire.
+  o.error_reason = [p](uint32_t slot) { return std::string(p->error_status_[slot].message()); };
+  ASSIGN_OR_RETURN(
+      q->poster_,
+      UmrPoster::Create(absl::MakeSpan(q->ring_.get(), size_t{depth} * umr::kWqebb), std::move(o)));
   if (mode == ExecutionMode::kThread) q->engine_ = std::thread([p = q.get()] { p->EngineLoop(); });
   return q;
 }
@@ -62,7 +52,6 @@ SimQueue::SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, Execut
       mode_(mode),
       ring_(new (std::align_val_t{64}) uint8_t[size_t{depth} * umr::kWqebb]()),
       cq_(new umr::CqeBytes[depth]),
-      shadow_(depth),
       error_status_(depth) {
   // Every CQE starts invalid (opcode 0xf, owner 0), as the driver initializes a CQ.
   umr::Cqe invalid;
@@ -81,192 +70,32 @@ SimQueue::~SimQueue() {
     engine_cv_.SignalAll();
     engine_.join();
   }
-  if (staging_.lkey != 0 && ctx_.destroy_staging) ctx_.destroy_staging(staging_.lkey);
+  poster_.reset();  // gives its staging buffer back while the context is still here
 }
 
-absl::StatusOr<umr::TranslationStaging> SimQueue::ReserveStaging(size_t n) {
-  if (staging_.bytes.empty()) {
-    if (!ctx_.register_staging) {
-      return absl::UnimplementedError("this queue cannot stage a translation (pointer mode)");
-    }
-    staging_.bytes.assign(kStagingBytes, 0);
-    absl::StatusOr<Key> lkey = ctx_.register_staging(pd_, absl::MakeSpan(staging_.bytes));
-    if (!lkey.ok()) {
-      staging_.bytes.clear();
-      return lkey.status();
-    }
-    staging_.lkey = *lkey;
-  }
-  const uint64_t size = staging_.bytes.size();
-  if (n > size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a translation of ", n, " bytes exceeds the queue's staging buffer of ", size));
-  }
-  if (staging_.in_use.empty()) staging_.head = staging_.tail = 0;  // empty: the whole buffer
-  uint64_t start = staging_.head;
-  if (start % size + n > size) start += size - start % size;  // contiguous: skip to the start
-  if (start + n - staging_.tail > size) {
-    return absl::ResourceExhaustedError("translation staging full (maps not yet completed)");
-  }
-  staging_pending_ = start + n;
-  uint8_t* p = staging_.bytes.data() + start % size;
-  return umr::TranslationStaging{absl::MakeSpan(p, n), reinterpret_cast<uint64_t>(p),
-                                 staging_.lkey};
+uint32_t SimQueue::FreeSlots() const { return poster_->FreeSlots(); }
+
+absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& request) {
+  return poster_->PostMap(request_id, request);
 }
 
-void SimQueue::CommitStaging(uint32_t counter) {
-  staging_.head = staging_pending_;
-  staging_.in_use.emplace_back(counter, staging_.head);
-  staging_pending_ = 0;
-}
-
-void SimQueue::ReleaseStaging() {
-  while (!staging_.in_use.empty() &&
-         static_cast<int32_t>(staging_.in_use.front().first - retired_) < 0) {
-    staging_.tail = staging_.in_use.front().second;
-    staging_.in_use.pop_front();
-  }
-}
-
-uint32_t SimQueue::FreeSlots() const { return sq_->FreeWqebbs(retired_); }
-
-absl::Status SimQueue::Post(
-    uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
-    const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&, absl::Span<uint8_t>)>&
-        build) {
-  const umr::WqeHeader header = sq_->NextHeader(/*is_umr=*/true, options.signaled, options.fence);
-  absl::StatusOr<absl::Span<uint8_t>> buf = sq_->Begin(retired_, max_wqebbs);
-  if (!buf.ok()) return buf.status();
-  absl::StatusOr<umr::WqeSize> size = build(header, *buf);
-  if (!size.ok()) return PostError(size.status());
-  const uint32_t counter = sq_->producer();
-  absl::StatusOr<uint32_t> committed = sq_->Commit(*size, header, /*is_umr=*/true);
-  if (!committed.ok()) return committed.status();
-  if (staging_pending_ != 0) CommitStaging(counter);
-  shadow_[counter & (depth_ - 1)] = Shadow{request_id, options.signaled, size->wqebbs};
-  return absl::OkStatus();
-}
-
-absl::Status SimQueue::PostMap(uint64_t request_id, const MapRequest& r) {
-  umr::MapKeyRequest m;
-  m.key = umr::MakeKey(KeyIndex(r.key), r.new_variant);
-  m.access = ToMkeyAccess(r.access | kLocalRead);
-  m.start_addr = r.start_addr;
-  m.length = r.length;
-  m.length64 = r.length64;
-  m.en_rinval = r.remote_invalidate;
-  m.check_free = r.require_free ? umr::FreeCheck::kMustBeFree : umr::FreeCheck::kNone;
-  m.modify = ctx_.modify;
-  if (m.access.remote_atomic && !m.modify.atomic) {
-    return absl::InvalidArgumentError(
-        "remote atomic access cannot be granted by a UMR on this device "
-        "(umr_modify_atomic_disabled)");
-  }
-  switch (r.layout) {
-    case Layout::kKlm:
-      m.mode = umr::AccessMode::kKlm;
-      for (const KlmEntry& e : r.klm) {
-        if (e.length == 0 || e.length > umr::kMaxKlmByteCount) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("KLM length ", e.length, " outside (0, 2^31]"));
-        }
-        m.klm.push_back(ToUmrKlm(e));
-      }
-      break;
-    case Layout::kKsm:
-      m.mode = umr::AccessMode::kKsm;
-      m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
-      for (const KlmEntry& e : r.klm) m.ksm.push_back(ToUmrKsm(e));
-      break;
-    case Layout::kMtt:
-      m.mode = umr::AccessMode::kMtt;
-      m.log_entity_size = static_cast<uint8_t>(r.log_entity_size);
-      for (const MttEntry& e : r.mtt) m.mtt.push_back(ToUmrMtt(e));
-      break;
-  }
-  const size_t n = m.mtt.size() + m.klm.size() + m.ksm.size();
-  const size_t padded = umr::PaddedTranslationBytes(m.mode, n);
-  const size_t inline_limit =
-      m.mode == umr::AccessMode::kMtt ? umr::kMaxInlineMtts : umr::kMaxInlineKlms;
-  if (n <= inline_limit) {
-    return Post(request_id, r.options, UmrWqebbs(padded),
-                [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                  // Capacity is the device's check (MW_BIND), not the poster's.
-                  return umr::BuildMapKey(h, m, /*capacity_entries=*/UINT32_MAX, out);
-                });
-  }
-  // Too long to travel inline: by pointer, from the queue's staging buffer.
-  ASSIGN_OR_RETURN(const umr::TranslationStaging staging, ReserveStaging(padded));
-  constexpr unsigned kPointerWqebbs = (umr::kUmrHeadDs + 1 + 3) / 4;  // DS 9
-  absl::Status s = Post(request_id, r.options, kPointerWqebbs,
-                        [&](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                          return umr::BuildMapKeyByPointer(h, m, UINT32_MAX, staging, out);
-                        });
-  staging_pending_ = 0;  // committed by Post, or dropped
-  return s;
-}
-
-absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& r) {
-  if (r.fields == 0) return absl::InvalidArgumentError("UpdateRequest with no fields");
-  umr::UpdateKeyRequest u;
-  u.key = umr::MakeKey(KeyIndex(r.key), r.new_variant);
-  u.check_free = umr::FreeCheck::kMustNotBeFree;
-  u.fields.access = ToMkeyAccess(r.access | kLocalRead);
-  u.fields.start_addr = r.start_addr;
-  u.fields.len = r.length;
-  u.fields.length64 = r.length64;
-  u.fields.mkey_7_0 = r.new_variant;
-  u.fields.en_rinval = r.remote_invalidate;
-  if (r.fields & kUpdateAccess) {
-    if ((r.access & kRemoteAtomic) && !ctx_.modify.atomic) {
-      return absl::InvalidArgumentError(
-          "remote atomic access cannot be granted by a UMR on this device "
-          "(umr_modify_atomic_disabled)");
-    }
-    u.mask |= ctx_.modify.atomic ? umr::kMaskAccess : umr::kMaskAccess & ~umr::kMaskA;
-  }
-  if (r.fields & kUpdateRange) u.mask |= umr::kMaskLen | umr::kMaskStartAddr;
-  if (r.fields & kUpdateVariant) u.mask |= umr::kMaskKey;
-  if (r.fields & kUpdateRemoteInvalidate) u.mask |= umr::kMaskEnRinval;
-  return Post(request_id, r.options, umr::kUmrHeadWqebbs,
-              [&u](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                return umr::BuildUpdateKey(h, u, out);
-              });
+absl::Status SimQueue::PostUpdate(uint64_t request_id, const UpdateRequest& request) {
+  return poster_->PostUpdate(request_id, request);
 }
 
 absl::Status SimQueue::PostInvalidate(uint64_t request_id, Key key, PostOptions options) {
-  umr::LocalInvalidateRequest r;
-  r.key = key;
-  return Post(request_id, options, umr::kUmrHeadWqebbs,
-              [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-                return umr::BuildLocalInvalidate(h, r, out);
-              });
+  return poster_->PostInvalidate(request_id, key, options);
 }
 
 absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
                                               absl::Span<const MttEntry> entries,
                                               PostOptions options) {
-  constexpr size_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
-  if (entries.empty() || entries.size() % kBlock != 0 || first_entry % kBlock != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MTT rewrite [", first_entry, ", +", entries.size(), ") is not whole blocks of 8 entries"));
-  }
-  umr::RewriteTranslationRequest r;
-  r.key = key;
-  r.mode = umr::AccessMode::kMtt;
-  r.first_entry = first_entry;
-  r.check_free = umr::FreeCheck::kMustNotBeFree;
-  for (const MttEntry& e : entries) r.mtt.push_back(ToUmrMtt(e));
-  const unsigned wqebbs =
-      UmrWqebbs(umr::PaddedTranslationBytes(umr::AccessMode::kMtt, entries.size()));
-  return Post(request_id, options, wqebbs, [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
-    return umr::BuildRewriteTranslation(h, r, /*extended_offset=*/true, out);
-  });
+  return poster_->PostRewriteTranslation(request_id, key, first_entry, entries, options);
 }
 
 absl::Status SimQueue::Doorbell() {
   ctx_.stats->doorbells.Inc();
-  published_.store(sq_->producer(), std::memory_order_release);
+  published_.store(poster_->producer(), std::memory_order_release);
   base::MutexLock lock(&engine_mu_);
   if (mode_ == ExecutionMode::kInline) {
     Drain();
@@ -378,29 +207,7 @@ size_t SimQueue::Poll(absl::Span<Completion> out) {
              cqe->owner == (((cq_consumer_ / depth_) & 1) != 0))
         << "CQE " << cq_consumer_ << " not valid";
     ++cq_consumer_;
-    const uint16_t wqe_counter = cqe->wqe_counter;
-    const uint32_t counter =
-        retired_ + static_cast<uint16_t>(wqe_counter - static_cast<uint16_t>(retired_));
-    const Shadow& sh = shadow_[counter & (depth_ - 1)];
-    retired_ = counter + sh.wqebbs;
-    ReleaseStaging();
-    const bool error = cqe->is_error();
-    if (!error && !sh.want_completion) continue;  // forced signal: retire only
-    Completion& c = out[got++];
-    c.request_id = sh.request_id;
-    if (error) {
-      c.syndrome = static_cast<Syndrome>(cqe->syndrome);
-      c.vendor_syndrome = cqe->vendor_err_synd;
-      // The reason text comes from the executor; the syndromes are the CQE's bytes.
-      c.status = DeviceError(c.syndrome,
-                             absl::StrFormat("WQE %u: %s", wqe_counter,
-                                             error_status_[counter & (depth_ - 1)].message()),
-                             c.vendor_syndrome);
-    } else {
-      c.syndrome = Syndrome::kNone;
-      c.vendor_syndrome = 0;
-      c.status = absl::OkStatus();
-    }
+    if (poster_->Retire(*cqe, &out[got])) ++got;
   }
   return got;
 }

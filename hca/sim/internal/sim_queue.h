@@ -1,11 +1,11 @@
-// The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill with
-// umr/ builders (through umr::SqRing, which handles the wrap), a doorbell that publishes the
-// producer counter, an engine that gathers (umr::GatherWqe), decodes (umr::DecodeWqe) and
+// The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill through
+// hca::UmrPoster (umr/ builders, the code the mlx5 backend posts with), a doorbell that publishes
+// the producer counter, an engine that gathers (umr::GatherWqe), decodes (umr::DecodeWqe) and
 // executes each WQE (umr_executor.h), and a CQ ring of 64-byte CQEs with an owner bit: the engine
 // writes them with umr::EncodeCqe (good CQEs and error CQEs with syndrome / vendor syndrome) and
 // Poll reads them back with umr::DecodeCqe, so the ring holds the bytes a ConnectX CQ would.
 //
-// Selective signalling: umr::SqRing signals every depth/2 WQEs even when the caller did not ask,
+// Selective signalling: the poster signals every depth/2 WQEs even when the caller did not ask,
 // so completions keep retiring ring space; Poll consumes those CQEs silently (the caller asked
 // for no completion), reporting only requested successes and every error.
 //
@@ -34,6 +34,7 @@
 #include "hca/device.h"
 #include "hca/sim/internal/mkey_table.h"
 #include "hca/sim/sim_device.h"
+#include "hca/umr_poster.h"
 #include "umr/cqe.h"
 #include "umr/sq.h"
 #include "umr/wqe_builder.h"
@@ -82,34 +83,8 @@ class SimQueue final : public Queue {
   std::vector<uint8_t> CqRingForTest();
 
  private:
-  struct Shadow {
-    uint64_t request_id = 0;
-    bool want_completion = false;
-    uint8_t wqebbs = 0;
-  };
-  // The staging buffer of pointer-mode maps (docs/prm.md, UMR WQE): made on first use, handed
-  // out first-in first-out, each map's part freed once its WQE retired.
-  static constexpr size_t kStagingBytes = size_t{1} << 20;  // 65536 KLM entries
-  struct Staging {
-    std::vector<uint8_t> bytes;
-    Key lkey = 0;
-    uint64_t head = 0;  // bytes handed out, ever (the buffer's position is head % size)
-    uint64_t tail = 0;  // bytes given back, ever
-    std::deque<std::pair<uint32_t, uint64_t>> in_use;  // (WQE counter, head after it), in order
-  };
-  // Reserves `n` contiguous staging bytes for the WQE at `counter`; kResourceExhausted while the
-  // buffer is full of maps not yet retired.
-  absl::StatusOr<umr::TranslationStaging> ReserveStaging(size_t n);
-  void CommitStaging(uint32_t counter);
-  // Gives back the staging of every WQE before the retired counter.
-  void ReleaseStaging();
-
   SimQueue(QueueContext ctx, Pd pd, uint32_t sqn, uint32_t depth, ExecutionMode mode);
 
-  // Reserves ring space, runs `build` on the buffer, commits and records the shadow entry.
-  absl::Status Post(uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
-                    const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&,
-                                                                     absl::Span<uint8_t>)>& build);
   // Engine: executes everything published and not yet executed.
   void Drain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
   // Engine: executes the WQE at `counter`; returns its WQEBB count.
@@ -130,15 +105,11 @@ class SimQueue final : public Queue {
   // CQ ring: written by the engine (under engine_mu_), read by the poster after the acquire of
   // cq_producer_.
   std::unique_ptr<umr::CqeBytes[]> cq_;
-  std::unique_ptr<umr::SqRing> sq_;  // poster side
-  std::vector<Shadow> shadow_;       // poster side, by slot of a WQE's first WQEBB
+  std::unique_ptr<UmrPoster> poster_;  // poster side: the WQEs, shared with the mlx5 backend
   // The executor's status for an error CQE, by the WQE's slot: a CQE only carries syndromes, the
   // sim adds the reason text to the completion. Written before the CQE is published.
   std::vector<absl::Status> error_status_;
-  uint32_t retired_ = 0;          // poster side: WQEBBs whose completion was polled
-  Staging staging_;               // poster side
-  uint64_t staging_pending_ = 0;  // head after the reservation of the WQE being built
-  uint32_t cq_consumer_ = 0;      // poster side
+  uint32_t cq_consumer_ = 0;  // poster side
 
   std::atomic<uint32_t> published_{0};    // doorbell record: producer counter
   std::atomic<uint32_t> cq_producer_{0};  // CQEs written
