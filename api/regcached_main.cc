@@ -28,6 +28,7 @@
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/stats.h"
+#include "hca/mlx5/mlx5_device.h"
 #include "hca/sim/sim_device.h"
 #include "hca/verbs/verbs_device.h"
 #include "service/daemon.h"
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   regcache::hca::sim::RegisterBackend();
+  regcache::hca::mlx5::RegisterBackend();
   regcache::hca::verbs::RegisterBackend();
 
   const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);

@@ -128,16 +128,16 @@ void UmrPoster::ReleaseStaging() {
 }
 
 absl::Status UmrPoster::Post(
-    uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
+    uint64_t request_id, const PostOptions& options, unsigned max_wqebbs, bool is_umr,
     const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&, absl::Span<uint8_t>)>&
         build) {
-  const umr::WqeHeader header = sq_->NextHeader(/*is_umr=*/true, options.signaled, options.fence);
+  const umr::WqeHeader header = sq_->NextHeader(is_umr, options.signaled, options.fence);
   absl::StatusOr<absl::Span<uint8_t>> buf = sq_->Begin(retired_, max_wqebbs);
   if (!buf.ok()) return buf.status();
   absl::StatusOr<umr::WqeSize> size = build(header, *buf);
   if (!size.ok()) return PostError(size.status());
   const uint32_t counter = sq_->producer();
-  absl::StatusOr<uint32_t> committed = sq_->Commit(*size, header, /*is_umr=*/true);
+  absl::StatusOr<uint32_t> committed = sq_->Commit(*size, header, is_umr);
   if (!committed.ok()) return committed.status();
   if (staging_pending_ != 0) {
     staging_.head = staging_pending_;
@@ -163,10 +163,12 @@ absl::Status UmrPoster::PostMap(uint64_t request_id, const MapRequest& r) {
   RETURN_IF_ERROR(FillTranslation(r, &m));
   const size_t n = m.mtt.size() + m.klm.size() + m.ksm.size();
   const size_t padded = umr::PaddedTranslationBytes(m.mode, n);
-  const size_t inline_limit =
-      m.mode == umr::AccessMode::kMtt ? umr::kMaxInlineMtts : umr::kMaxInlineKlms;
+  const size_t klm_limit = std::min<size_t>(options_.max_inline_klm, umr::kMaxInlineKlms);
+  const size_t inline_limit = m.mode == umr::AccessMode::kMtt
+                                  ? std::min<size_t>(2 * klm_limit, umr::kMaxInlineMtts)
+                                  : klm_limit;
   if (n <= inline_limit) {
-    return Post(request_id, r.options, UmrWqebbs(padded),
+    return Post(request_id, r.options, UmrWqebbs(padded), true,
                 [&m](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                   // Capacity is the device's check (MW_BIND), not the poster's.
                   return umr::BuildMapKey(h, m, /*capacity_entries=*/UINT32_MAX, out);
@@ -175,7 +177,7 @@ absl::Status UmrPoster::PostMap(uint64_t request_id, const MapRequest& r) {
   // Too long to travel inline: by pointer, from the queue's staging buffer.
   ASSIGN_OR_RETURN(const umr::TranslationStaging staging, ReserveStaging(padded));
   constexpr unsigned kPointerWqebbs = (umr::kUmrHeadDs + 1 + 3) / 4;  // DS 9
-  absl::Status s = Post(request_id, r.options, kPointerWqebbs,
+  absl::Status s = Post(request_id, r.options, kPointerWqebbs, true,
                         [&](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                           return umr::BuildMapKeyByPointer(h, m, UINT32_MAX, staging, out);
                         });
@@ -201,7 +203,7 @@ absl::Status UmrPoster::PostUpdate(uint64_t request_id, const UpdateRequest& r) 
   if (r.fields & kUpdateRange) u.mask |= umr::kMaskLen | umr::kMaskStartAddr;
   if (r.fields & kUpdateVariant) u.mask |= umr::kMaskKey;
   if (r.fields & kUpdateRemoteInvalidate) u.mask |= umr::kMaskEnRinval;
-  return Post(request_id, r.options, umr::kUmrHeadWqebbs,
+  return Post(request_id, r.options, umr::kUmrHeadWqebbs, true,
               [&u](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                 return umr::BuildUpdateKey(h, u, out);
               });
@@ -210,7 +212,7 @@ absl::Status UmrPoster::PostUpdate(uint64_t request_id, const UpdateRequest& r) 
 absl::Status UmrPoster::PostInvalidate(uint64_t request_id, Key key, PostOptions options) {
   umr::LocalInvalidateRequest r;
   r.key = key;
-  return Post(request_id, options, umr::kUmrHeadWqebbs,
+  return Post(request_id, options, umr::kUmrHeadWqebbs, true,
               [&r](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                 return umr::BuildLocalInvalidate(h, r, out);
               });
@@ -233,10 +235,18 @@ absl::Status UmrPoster::PostRewriteTranslation(uint64_t request_id, Key key, uin
   const unsigned wqebbs =
       UmrWqebbs(umr::PaddedTranslationBytes(umr::AccessMode::kMtt, entries.size()));
   const bool extended = options_.extended_translation_offset;
-  return Post(request_id, options, wqebbs,
+  return Post(request_id, options, wqebbs, true,
               [&r, extended](const umr::WqeHeader& h, absl::Span<uint8_t> out) {
                 return umr::BuildRewriteTranslation(h, r, extended, out);
               });
+}
+
+absl::Status UmrPoster::PostNop(uint64_t request_id) {
+  PostOptions o;
+  o.signaled = true;
+  return Post(
+      request_id, o, 1, /*is_umr=*/false,
+      [](const umr::WqeHeader& h, absl::Span<uint8_t> out) { return umr::BuildNop(h, out); });
 }
 
 bool UmrPoster::Retire(const umr::Cqe& cqe, Completion* out) {

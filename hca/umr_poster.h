@@ -39,6 +39,9 @@ struct UmrPosterOptions {
   umr::UmrModifyCaps modify;  // what the device lets a UMR change
   // Translation offsets wider than 16 bits (umr_extended_translation_offset).
   bool extended_translation_offset = true;
+  // KLM/KSM entries one inline map may carry (the device's largest send WQE); longer maps go by
+  // pointer. MTT maps carry twice as many (8-byte entries).
+  uint32_t max_inline_klm = umr::kMaxInlineKlms;
   // Pointer-mode maps: registers `bytes` of this process's memory for local read in the queue's
   // PD and returns its lkey; `release_staging` undoes it. Without them, a map carries at most
   // the inline limit.
@@ -66,6 +69,8 @@ class UmrPoster {
   absl::Status PostInvalidate(uint64_t request_id, Key key, PostOptions options);
   absl::Status PostRewriteTranslation(uint64_t request_id, Key key, uint32_t first_entry,
                                       absl::Span<const MttEntry> entries, PostOptions options);
+  // A signalled NOP: once its completion is seen, every WQE posted before it has executed.
+  absl::Status PostNop(uint64_t request_id);
 
   uint32_t FreeSlots() const { return sq_->FreeWqebbs(retired_); }
   // WQEBBs posted, free-running: what the doorbell record publishes (low 16 bits on hardware).
@@ -98,6 +103,7 @@ class UmrPoster {
 
   UmrPoster(std::unique_ptr<umr::SqRing> sq, UmrPosterOptions options);
   absl::Status Post(uint64_t request_id, const PostOptions& options, unsigned max_wqebbs,
+                    bool is_umr,
                     const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&,
                                                                      absl::Span<uint8_t>)>& build);
   absl::StatusOr<umr::TranslationStaging> ReserveStaging(size_t n);

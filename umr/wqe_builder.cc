@@ -419,6 +419,14 @@ absl::StatusOr<WqeSize> BuildLocalInvalidate(const WqeHeader& h, const LocalInva
   return WqeSize{kUmrHeadDs, WqebbsForDs(kUmrHeadDs)};
 }
 
+absl::StatusOr<WqeSize> BuildNop(const WqeHeader& h, absl::Span<uint8_t> out) {
+  RETURN_IF_ERROR(CheckDs(1, out));
+  CtrlSegLayout c;
+  RETURN_IF_ERROR(EncodeCtrlSeg(MakeCtrl(h, kOpcodeNop, 1, 0), &c));
+  Store(c, out.data());
+  return WqeSize{1, WqebbsForDs(1)};
+}
+
 absl::StatusOr<WqeSize> BuildSendInvalidate(const WqeHeader& h, const SendInvalidateRequest& r,
                                             absl::Span<uint8_t> out) {
   const unsigned ds = 1 + static_cast<unsigned>(r.sgl.size());

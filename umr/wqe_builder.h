@@ -207,6 +207,10 @@ absl::StatusOr<WqeSize> BuildLocalInvalidate(const WqeHeader& h, const LocalInva
 
 // SEND with invalidate (opcode 0x01): the responder invalidates `invalidate_key` (needs
 // en_rinval on that key). Fails: kOutOfRange when 1 + sgl.size() > 63 or `out` is too small;
+// A NOP: the control segment alone (DS 1). Posted signalled, its completion says every WQE
+// before it has executed (a queue's flush).
+absl::StatusOr<WqeSize> BuildNop(const WqeHeader& h, absl::Span<uint8_t> out);
+
 // kInvalidArgument for a byte_count with bit 31 set.
 struct SendInvalidateRequest {
   uint32_t invalidate_key = 0;

@@ -99,6 +99,15 @@ absl::Status Context::AddMw(ibv_mw* mw, Pd pd) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<MrRecord> Context::FindMr(Key key) {
+  base::MutexLock lock(&mu_);
+  auto it = mrs_.find(KeyIndex(key));
+  if (it == mrs_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no memory region with key 0x%08x", key));
+  }
+  return it->second;
+}
+
 absl::Status Context::DestroyKey(Key key) {
   base::MutexLock lock(&mu_);
   const uint32_t index = KeyIndex(key);

@@ -92,6 +92,8 @@ class Context {
   absl::Status AddMr(const MrRecord& r);
   absl::Status AddMw(ibv_mw* mw, Pd pd);
   absl::Status DestroyKey(Key key);
+  // The region whose key index is `key`'s, or kNotFound.
+  absl::StatusOr<MrRecord> FindMr(Key key);
   absl::StatusOr<KeyInfo> QueryKey(Key key);
 
   // Checks `request` against the tables and, if it may go, applies its effect to the window's

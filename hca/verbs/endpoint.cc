@@ -16,6 +16,49 @@ constexpr size_t kMaxBuffer = size_t{64} << 20;
 
 }  // namespace
 
+namespace {
+
+class RequesterPeer final : public Peer {
+ public:
+  RequesterPeer(Pd pd, std::unique_ptr<TargetEndpoint> target, std::unique_ptr<Requester> requester,
+                std::string no_send_inv, std::string no_local)
+      : pd_(pd),
+        target_(std::move(target)),
+        requester_(std::move(requester)),
+        no_send_inv_(std::move(no_send_inv)),
+        no_local_(std::move(no_local)) {}
+  Pd pd() const override { return pd_; }
+  absl::Status Write(Key rkey, uint64_t addr, absl::Span<const uint8_t> data) override {
+    return requester_->Write(rkey, addr, data);
+  }
+  absl::Status Read(Key rkey, uint64_t addr, absl::Span<uint8_t> out) override {
+    return requester_->Read(rkey, addr, out);
+  }
+  absl::StatusOr<uint64_t> CompareSwap(Key rkey, uint64_t addr, uint64_t compare,
+                                       uint64_t swap) override {
+    return requester_->Atomic(rkey, addr, /*compare_swap=*/true, compare, swap);
+  }
+  absl::StatusOr<uint64_t> FetchAdd(Key rkey, uint64_t addr, uint64_t add) override {
+    return requester_->Atomic(rkey, addr, /*compare_swap=*/false, add, 0);
+  }
+  absl::Status SendWithInvalidate(Key) override { return absl::UnimplementedError(no_send_inv_); }
+  absl::Status LocalRead(Key, uint64_t, absl::Span<uint8_t>) override {
+    return absl::UnimplementedError(no_local_);
+  }
+  absl::Status LocalWrite(Key, uint64_t, absl::Span<const uint8_t>) override {
+    return absl::UnimplementedError(no_local_);
+  }
+
+ private:
+  const Pd pd_;
+  std::unique_ptr<TargetEndpoint> target_;
+  std::unique_ptr<Requester> requester_;
+  const std::string no_send_inv_;
+  const std::string no_local_;
+};
+
+}  // namespace
+
 absl::Status CheckRemoteAddress(const Context& c, const EndpointAddress& a) {
   if (a.qpn == 0 || a.qpn >= (1u << 24)) {
     return absl::InvalidArgumentError(
@@ -187,6 +230,17 @@ absl::StatusOr<uint64_t> Requester::Atomic(Key rkey, uint64_t remote_addr, bool 
   uint64_t before;
   std::memcpy(&before, buffer_.data(), 8);
   return before;
+}
+
+absl::StatusOr<std::unique_ptr<Peer>> NewRequesterPeer(Context* c, Pd pd, std::string no_send_inv,
+                                                       std::string no_local) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TargetEndpoint> target,
+                   TargetEndpoint::Create(c, pd, EndpointOptions{}));
+  ASSIGN_OR_RETURN(std::unique_ptr<Requester> requester, Requester::Create(c));
+  RETURN_IF_ERROR(target->Connect(requester->local()));
+  RETURN_IF_ERROR(requester->Connect(target->local()));
+  return std::unique_ptr<Peer>(new RequesterPeer(pd, std::move(target), std::move(requester),
+                                                 std::move(no_send_inv), std::move(no_local)));
 }
 
 }  // namespace regcache::hca::verbs

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -82,6 +83,12 @@ class Requester {
   uint64_t next_wr_ = 1;
   absl::Duration timeout_ = absl::Seconds(30);
 };
+
+// A Peer of `pd`: a requester in a PD of its own connected to a target endpoint in `pd`, so that
+// every access is checked against the PD's rkeys as a remote node's would be. SEND with
+// invalidate and local SGE accesses are not offered: kUnimplemented with the reasons given.
+absl::StatusOr<std::unique_ptr<Peer>> NewRequesterPeer(Context* c, Pd pd, std::string no_send_inv,
+                                                       std::string no_local);
 
 }  // namespace regcache::hca::verbs
 #endif  // REGCACHE_HCA_VERBS_ENDPOINT_H_

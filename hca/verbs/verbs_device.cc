@@ -27,42 +27,6 @@ absl::Status ParseNumber(const std::string& key, const std::string& value, uint3
   return absl::OkStatus();
 }
 
-// A Peer: a requester in a PD of its own, connected to a target endpoint in the tenant's PD, so
-// every access is checked against the tenant's rkeys exactly as a remote node's would be.
-class VerbsPeer final : public Peer {
- public:
-  VerbsPeer(Pd pd, std::unique_ptr<TargetEndpoint> target, std::unique_ptr<Requester> requester)
-      : pd_(pd), target_(std::move(target)), requester_(std::move(requester)) {}
-  Pd pd() const override { return pd_; }
-  absl::Status Write(Key rkey, uint64_t addr, absl::Span<const uint8_t> data) override {
-    return requester_->Write(rkey, addr, data);
-  }
-  absl::Status Read(Key rkey, uint64_t addr, absl::Span<uint8_t> out) override {
-    return requester_->Read(rkey, addr, out);
-  }
-  absl::StatusOr<uint64_t> CompareSwap(Key rkey, uint64_t addr, uint64_t compare,
-                                       uint64_t swap) override {
-    return requester_->Atomic(rkey, addr, /*compare_swap=*/true, compare, swap);
-  }
-  absl::StatusOr<uint64_t> FetchAdd(Key rkey, uint64_t addr, uint64_t add) override {
-    return requester_->Atomic(rkey, addr, /*compare_swap=*/false, add, 0);
-  }
-  absl::Status SendWithInvalidate(Key) override {
-    return absl::UnimplementedError("type-1 memory windows cannot be invalidated remotely");
-  }
-  absl::Status LocalRead(Key, uint64_t, absl::Span<uint8_t>) override {
-    return absl::UnimplementedError("memory-window keys are rkeys only (no local SGE use)");
-  }
-  absl::Status LocalWrite(Key, uint64_t, absl::Span<const uint8_t>) override {
-    return absl::UnimplementedError("memory-window keys are rkeys only (no local SGE use)");
-  }
-
- private:
-  const Pd pd_;
-  std::unique_ptr<TargetEndpoint> target_;
-  std::unique_ptr<Requester> requester_;
-};
-
 class VerbsDevice final : public Device {
  public:
   VerbsDevice(std::unique_ptr<Context> c, const OpenOptions& open) : c_(std::move(c)) {
@@ -191,12 +155,8 @@ class VerbsDevice final : public Device {
   }
 
   absl::StatusOr<std::unique_ptr<Peer>> CreatePeer(Pd pd) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<TargetEndpoint> target,
-                     TargetEndpoint::Create(c_.get(), pd, EndpointOptions{}));
-    ASSIGN_OR_RETURN(std::unique_ptr<Requester> requester, Requester::Create(c_.get()));
-    RETURN_IF_ERROR(target->Connect(requester->local()));
-    RETURN_IF_ERROR(requester->Connect(target->local()));
-    return std::unique_ptr<Peer>(new VerbsPeer(pd, std::move(target), std::move(requester)));
+    return NewRequesterPeer(c_.get(), pd, "type-1 memory windows cannot be invalidated remotely",
+                            "memory-window keys are rkeys only (no local SGE use)");
   }
 
   absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(
