@@ -43,11 +43,13 @@ struct PdRecord {
   uint32_t pdn = 0;  // mlx5dv_pd::pdn
 };
 
-unsigned VerbsAccess(AccessFlags access) {
+// The region's rights: keys mapped over it are checked against them too. Atomics only where the
+// device has them (ibv_reg_mr refuses them otherwise).
+unsigned VerbsAccess(AccessFlags access, bool atomics) {
   unsigned f = IBV_ACCESS_LOCAL_WRITE;  // pinning for DMA writes needs it
   if (access & kRemoteRead) f |= IBV_ACCESS_REMOTE_READ;
   if (access & kRemoteWrite) f |= IBV_ACCESS_REMOTE_WRITE;
-  if (access & kRemoteAtomic) f |= IBV_ACCESS_REMOTE_ATOMIC;
+  if ((access & kRemoteAtomic) && atomics) f |= IBV_ACCESS_REMOTE_ATOMIC;
   return f;
 }
 
@@ -122,7 +124,7 @@ class Mlx5Device final : public Device {
           absl::StrCat("mlx5: ", caps_.device_name, " has no RC on-demand paging"));
     }
     ASSIGN_OR_RETURN(ibv_pd * vpd, c_->FindPd(pd));
-    unsigned flags = VerbsAccess(access);
+    unsigned flags = VerbsAccess(access, caps_.atomics);
     if (options.on_demand) flags |= IBV_ACCESS_ON_DEMAND;
     ibv_mr* mr = ibv_reg_mr(vpd, reinterpret_cast<void*>(addr), length, static_cast<int>(flags));
     if (mr == nullptr) return ErrnoStatus(errno, "mlx5: ibv_reg_mr");
