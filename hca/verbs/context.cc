@@ -444,9 +444,9 @@ absl::StatusOr<std::unique_ptr<Context>> OpenContext(const VerbsOptions& options
       why.push_back(absl::StrFormat("%s: port %d is not active", name, options.port));
       continue;
     }
-    if (opener.require_memory_windows &&
-            (c->attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) == 0 ||
-        c->attr.orig_attr.max_mw == 0) {
+    const bool windows = (c->attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0 &&
+                         c->attr.orig_attr.max_mw != 0;
+    if (opener.require_memory_windows && !windows) {
       why.push_back(absl::StrCat(name, ": no memory windows (IBV_DEVICE_MEM_WINDOW)"));
       continue;
     }

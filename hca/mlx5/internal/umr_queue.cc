@@ -98,7 +98,8 @@ absl::Status UmrQueue::MakePoster() {
   o.max_inline_klm = params_.max_inline_klm;
   if (params_.pointer_umr) {
     o.register_staging = [this](absl::Span<uint8_t> bytes) -> absl::StatusOr<Key> {
-      staging_mr_ = ibv_reg_mr(vpd_, bytes.data(), bytes.size(), IBV_ACCESS_LOCAL_WRITE);
+      const int access = IBV_ACCESS_LOCAL_WRITE;
+      staging_mr_ = ibv_reg_mr(vpd_, bytes.data(), bytes.size(), access);
       if (staging_mr_ == nullptr) {
         return verbs::ErrnoStatus(errno, "mlx5: ibv_reg_mr (UMR staging buffer)");
       }
