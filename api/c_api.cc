@@ -281,6 +281,27 @@ regcache_code_t regcache_detach(regcache_client_t* client, const regcache_memory
   });
 }
 
+regcache_code_t regcache_import_pd(regcache_client_t* client, struct ibv_context** context,
+                                   struct ibv_pd** pd) {
+  if (client != nullptr && context == nullptr) return Invalid("context");
+  if (client != nullptr && pd == nullptr) return Invalid("pd");
+  return Do(client, [&](rc::Client& c) -> absl::Status {
+    absl::StatusOr<rc::ImportedPd> imported = c.ImportPd();
+    if (!imported.ok()) return imported.status();
+    *context = imported->context;
+    *pd = imported->pd;
+    return absl::OkStatus();
+  });
+}
+
+regcache_code_t regcache_attach_region(regcache_client_t* client, const struct ibv_mr* mr,
+                                       const void* addr, uint64_t length, uint32_t access,
+                                       regcache_memory_t* out) {
+  if (client != nullptr && out != nullptr && mr == nullptr) return Invalid("mr");
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.AttachRegion(mr, addr, length, access); });
+}
+
 regcache_code_t regcache_register(regcache_client_t* client, const void* addr, uint64_t length,
                                   uint32_t access, uint32_t prefetch, regcache_key_t* out) {
   if (client != nullptr && out != nullptr) {

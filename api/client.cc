@@ -150,6 +150,14 @@ absl::Status ClientImpl::ReceiveUntil(const std::function<bool()>& ready) {
         imported_[m.nonce] = m.memory_id;
         break;
       }
+      case ControlType::kPdExport:
+        if (msg->fds.size() == 1) {
+          PdExportMsg m = msg->As<PdExportMsg>();
+          if (auto old = pd_exports_.find(m.nonce); old != pd_exports_.end()) close(old->second.fd);
+          pd_exports_[m.nonce] = PdExportReply{msg->fds[0], m.pd_handle};
+          msg->fds.clear();
+        }
+        break;
       case ControlType::kError: {
         ErrorMsg m = msg->As<ErrorMsg>();
         import_errors_[m.nonce] = StatusFromErrorMessage(m);
@@ -247,6 +255,9 @@ void ClientImpl::Close() {
   maps_.clear();
   for (auto& [id, fd] : pending_fds_) close(fd);
   pending_fds_.clear();
+  for (auto& [nonce, e] : pd_exports_) close(e.fd);
+  pd_exports_.clear();
+  ReleasePd();
 }
 
 }  // namespace internal

@@ -27,6 +27,12 @@ size_t ControlMessageSize(uint16_t type) {
       return sizeof(ImportFdMsg);
     case ControlType::kImported:
       return sizeof(ImportedMsg);
+    case ControlType::kExportPd:
+      return sizeof(ExportPdMsg);
+    case ControlType::kPdExport:
+      return sizeof(PdExportMsg);
+    case ControlType::kAttachRegion:
+      return sizeof(AttachRegionMsg);
   }
   return 0;
 }

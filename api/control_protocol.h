@@ -36,6 +36,13 @@
 //   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (a sealable
 //                       memfd; hugetlbfs files cannot be sealed and are refused).
 //                       daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
+//   client -> ExportPd  {nonce}: the session's PD for this process to import
+//                       (docs/client_memory.md). daemon -> PdExport{nonce, pd handle} + one fd
+//                       (the device context's command fd, for ibv_import_device) or
+//                       Error{nonce, ...}.
+//   client -> AttachRegion {nonce, mr handle, region, range, access}: a region this process
+//                       registered in that PD attached as the session's memory.
+//                       daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
 //   EOF (either side)   the session ends: Daemon::CloseSession runs every key through the
 //                       lifecycle and unmaps the memory.
 // The daemon sends with MSG_DONTWAIT and drops a client whose receive queue is full.
@@ -65,12 +72,15 @@ inline constexpr char kGrpcSocketName[] = "grpc.sock";
 inline constexpr char kSessionMetadataKey[] = "x-regcache-session";
 
 enum class ControlType : uint16_t {
-  kHello = 1,     // client -> daemon (optional: asks for the Welcome again)
-  kWelcome = 2,   // daemon -> client
-  kError = 3,     // daemon -> client
-  kMemoryFd = 4,  // daemon -> client, with an fd
-  kImportFd = 5,  // client -> daemon, with an fd
-  kImported = 6,  // daemon -> client
+  kHello = 1,         // client -> daemon (optional: asks for the Welcome again)
+  kWelcome = 2,       // daemon -> client
+  kError = 3,         // daemon -> client
+  kMemoryFd = 4,      // daemon -> client, with an fd
+  kImportFd = 5,      // client -> daemon, with an fd
+  kImported = 6,      // daemon -> client
+  kExportPd = 7,      // client -> daemon
+  kPdExport = 8,      // daemon -> client, with an fd
+  kAttachRegion = 9,  // client -> daemon
 };
 
 struct ControlHeader {
@@ -122,6 +132,27 @@ struct ImportedMsg {
   ControlHeader header;
   uint64_t nonce = 0;
   uint64_t memory_id = 0;
+};
+struct ExportPdMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;
+};
+struct PdExportMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;
+  uint32_t pd_handle = 0;
+  uint32_t reserved = 0;
+};
+// service::ClientRegion on the wire.
+struct AttachRegionMsg {
+  ControlHeader header;
+  uint64_t nonce = 0;
+  uint32_t mr_handle = 0;
+  uint32_t access = 0;  // AccessBits
+  uint64_t region_addr = 0;
+  uint64_t region_length = 0;
+  uint64_t va = 0;
+  uint64_t length = 0;
 };
 
 // The largest message; receive buffers are one byte larger so that an oversized datagram is

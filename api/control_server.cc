@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
+#include "api/internal/control_client_memory.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/mutex.h"
@@ -220,6 +221,10 @@ class ControlServerImpl final : public ControlServer {
         }
         break;
       }
+      case ControlType::kExportPd:
+      case ControlType::kAttachRegion:
+        replied = internal::ServeClientMemory(daemon_, fd, grant.id, *msg);
+        break;
       default: {
         // Types only the daemon sends.
         uint16_t type = static_cast<uint16_t>(msg->type);

@@ -51,6 +51,9 @@ ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
 ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
 ABSL_FLAG(uint32_t, max_endpoints, 16,
           "target endpoints (RC queue pairs, docs/endpoints.md) per session (0: unlimited)");
+ABSL_FLAG(bool, allow_pd_export, false,
+          "let clients import their session's PD (docs/client_memory.md); the exported command "
+          "fd reaches every verbs object of the device context: trusted clients only");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
@@ -95,6 +98,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
   config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
+  config->allow_pd_export = absl::GetFlag(FLAGS_allow_pd_export);
   // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;
   // on other devices the peer data path is refused anyway.
   config->remote_node = regcache::hca::sim::ConnectRemotePeer;

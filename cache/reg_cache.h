@@ -48,6 +48,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,12 @@ struct BackingSpec {
   uint64_t length = 0;
   hca::AccessFlags access = hca::kAllAccess;  // rights registrations over it may have
   bool on_demand = false;                     // ODP (needs Capabilities::odp)
+  // A region the tenant's process registered itself in the tenant's PD (Capabilities::
+  // pd_export; docs/client_memory.md): the memory is not mapped here (local_addr unused), it is
+  // imported (hca::Device::ImportBacking) rather than registered, and [va, +length) must lie
+  // within [region->iova, +region->length) (the region's addresses are the tenant's). Nothing in
+  // the cache reads or writes it; removing it only forgets it. REQUIRES: not on_demand.
+  std::optional<hca::ImportedRegion> region;
 };
 
 class RegCache {

@@ -44,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -125,6 +126,10 @@ struct Capabilities {
   // KSM or MTT key keeps the entity size it was created with.
   bool umr_modify_atomic = false;
   bool umr_modify_entity_size = false;
+  // ExportPd and ImportBacking work: a client process may import a PD of this device (its
+  // provider implements ibv_import_device / ibv_import_pd / ibv_import_mr) and register its own
+  // memory in it (docs/client_memory.md).
+  bool pd_export = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -179,6 +184,26 @@ struct Backing {
   uint32_t log_page_size = 12;
   uint32_t num_entries = 0;  // MTT entries covering the range (ceil(((S mod P)+len)/P))
   bool on_demand = false;
+};
+
+// What another process needs to use a PD of the device as its own (ibv_import_device on the fd,
+// then ibv_import_pd with the handle): it then creates queue pairs and memory regions in it.
+struct PdExport {
+  int cmd_fd = -1;         // a duplicate of the device context's command fd: the caller closes it
+  uint32_t pd_handle = 0;  // the PD's handle in that context (ibv_pd::handle)
+};
+
+// A memory region another process registered in an exported PD (ibv_reg_mr, ibv_reg_dmabuf_mr
+// on that process's imported context), as that process describes it. The device checks what it
+// can see (that the handle names a region, and its length); the address it must take on trust.
+struct ImportedRegion {
+  uint32_t handle = 0;  // ibv_mr::handle in the shared context
+  uint64_t iova = 0;    // the region's first address (ibv_mr::addr, or the dma-buf's iova)
+  uint64_t length = 0;  // ibv_mr::length; must be the device's length of the region
+  // What keys over it may grant (local read is added); the region must have been registered
+  // with at least these rights (and IBV_ACCESS_MW_BIND on memory-window devices), or the device
+  // refuses the maps that need them.
+  AccessFlags access = kLocalRead;
 };
 
 struct IndirectKeyOptions {
@@ -459,6 +484,38 @@ class Device {
   // too when `write`), synchronously. kInvalidArgument if `backing` is not an on-demand backing
   // or the range is outside it.
   virtual absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) = 0;
+
+  // --- Clients' own PDs and memory (Capabilities::pd_export; docs/client_memory.md) ---
+  // The defaults answer kUnimplemented: backends without pd_export need not override them.
+
+  // What another process needs to import `pd`: a new duplicate of the device's command fd (the
+  // caller owns it) and the PD's handle. Whoever holds the fd reaches every verbs object of the
+  // device context by handle, not only this PD: hand it to trusted processes only.
+  // kFailedPrecondition for an unknown PD; kUnimplemented without pd_export; errno-based errors.
+  virtual absl::StatusOr<PdExport> ExportPd(Pd pd) {
+    (void)pd;
+    return absl::UnimplementedError(
+        absl::StrCat(capabilities().backend, ": the device cannot export its PDs to clients"));
+  }
+
+  // Makes a region another process registered in `pd` (through ExportPd) a backing of this
+  // device, without registering anything: Backing{key = the region's lkey, addr = region.iova,
+  // length}. Keys map over it as over RegisterBacking's. The device never reads or writes that
+  // memory and never deregisters it: DestroyKey of the backing only forgets (ibv_unimport_mr)
+  // it; the region's owner deregisters it, after the backing is destroyed (a region
+  // deregistered earlier turns every access through keys over it into an access error).
+  // kInvalidArgument for a length of 0, a range that wraps, or a length that is not the
+  // device's length of the region; kNotFound when the handle names no region of the shared
+  // context; kAlreadyExists when its key is already a backing of this device (the daemon's
+  // own, or imported before); kFailedPrecondition for an unknown PD; kUnimplemented without
+  // pd_export. A region of another PD of the context cannot always be told at import: then
+  // the first map over it fails (the device refuses to bind across PDs).
+  virtual absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) {
+    (void)pd;
+    (void)region;
+    return absl::UnimplementedError(absl::StrCat(
+        capabilities().backend, ": the device cannot import memory regions of clients"));
+  }
 };
 
 // ---------------------------------------------------------------------------------------------

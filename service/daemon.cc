@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
-#include "odp/servicer.h"
+#include "service/internal/client_regions.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/ring_server.h"
@@ -96,6 +96,14 @@ class DaemonImpl final : public Daemon {
                             bool on_demand) override;
   absl::Status DetachMemory(SessionId session, MemoryId memory) override;
   absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
+  absl::StatusOr<hca::PdExport> ExportPd(SessionId session) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    return internal::ExportSessionPd(config_, *cache_, *device_, **pin);
+  }
+  absl::StatusOr<MemoryId> AttachRegion(SessionId session, const ClientRegion& region) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    return internal::AttachClientRegion(config_, *cache_, *device_, **pin, region);
+  }
 
   // The key calls: the session pinned, then the same code as the session's ring worker runs.
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
@@ -445,9 +453,7 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
   auto it = s.memories.find(memory);
-  if (it == s.memories.end()) {
-    return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));
-  }
+  if (it == s.memories.end()) return internal::DetachClientRegion(*cache_, s, memory);
   if (it->second.attached) {
     // The state words say it first; then every key over it is invalidated and the memory
     // deregistered; only then is it unmapped (erase).
@@ -469,6 +475,7 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
     out.push_back({id, m.mem->length(), m.client_va, m.attached, m.on_demand, m.daemon_allocated,
                    m.mem->hugetlb()});
   }
+  internal::ListClientRegions(s, &out);
   return out;
 }
 

@@ -115,6 +115,10 @@ struct DaemonConfig {
   // They size the session's two shared files: about 12 KiB per channel, 4 bytes per slot.
   uint32_t ring_channels = shm::kDefaultChannels;
   uint32_t grant_slots = shm::kDefaultSlots;
+  // Daemon::ExportPd answers (docs/client_memory.md). Off by default: the exported command fd
+  // reaches every verbs object of the daemon's device context, other sessions' included, so
+  // only a daemon whose clients are all trusted turns it on.
+  bool allow_pd_export = false;
 };
 
 using SessionId = uint64_t;
@@ -157,6 +161,17 @@ struct AllocatedMemory {
   bool hugetlb = false;
 };
 
+// A memory region the client registered itself in its session's imported PD (ibv_reg_mr on
+// the context Daemon::ExportPd gave it), and the part of it to attach.
+struct ClientRegion {
+  uint32_t handle = 0;         // ibv_mr::handle
+  uint64_t region_addr = 0;    // ibv_mr::addr (the region's first address: its iova)
+  uint64_t region_length = 0;  // ibv_mr::length
+  uint64_t va = 0;             // the attached range, within the region
+  uint64_t length = 0;
+  hca::AccessFlags access = hca::kAllAccess;  // rights keys over it may have
+};
+
 struct MemoryInfo {
   MemoryId id = 0;
   uint64_t length = 0;
@@ -165,6 +180,7 @@ struct MemoryInfo {
   bool on_demand = false;
   bool daemon_allocated = false;
   bool hugetlb = false;
+  bool client_region = false;  // AttachRegion: the client's own registration
 };
 
 // One target endpoint of a session.
@@ -223,9 +239,28 @@ class Daemon {
   // attachment; kUnimplemented for on_demand on a device without ODP.
   virtual absl::Status AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
                                     bool on_demand) = 0;
-  // Invalidates every key over it, deregisters, unmaps. kNotFound for an unknown id.
+  // Invalidates every key over it, deregisters, unmaps (a client region: forgets it).
+  // kNotFound for an unknown id.
   virtual absl::Status DetachMemory(SessionId session, MemoryId memory) = 0;
   virtual absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) = 0;
+
+  // --- Clients' own PDs and memory (docs/client_memory.md) ---
+  // The session's PD for the client to import (ibv_import_device on the fd, ibv_import_pd with
+  // the handle); the fd is the caller's, to pass on (SCM_RIGHTS) and close. kUnimplemented on a
+  // device without hca::Capabilities::pd_export (the message says why);
+  // kPermissionDenied unless DaemonConfig::allow_pd_export.
+  virtual absl::StatusOr<hca::PdExport> ExportPd(SessionId session) = 0;
+  // Attaches [region.va, +length) of a region the client registered in that PD as memory of
+  // the session: Register over it then hands out keys as over any attached memory. The daemon
+  // never maps, reads or writes it, and never deregisters it: DetachMemory (or the session's
+  // end) only forgets it, and the client deregisters it afterwards. Prefetch over it does
+  // nothing (it pages as the client registered it).
+  // kInvalidArgument (length 0, a range that wraps, access bits, a region length that is not
+  // the device's); kOutOfRange (the range is not within the region); kNotFound (no region with
+  // that handle); kAlreadyExists (overlaps attached memory, or the region is already attached
+  // or is the daemon's own); kResourceExhausted (the session's memory quota); kUnimplemented /
+  // kPermissionDenied as ExportPd.
+  virtual absl::StatusOr<MemoryId> AttachRegion(SessionId session, const ClientRegion& region) = 0;
 
   // --- Keys (see cache/reg_cache.h for the semantics and error codes) ---
   // With a prefetch mode (odp::PrefetchMode: before Register returns, or queued to the fault

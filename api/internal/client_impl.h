@@ -58,6 +58,12 @@ EndpointInfo FromProto(const pb::EndpointInfo& e);
 // refuse.
 inline pb::Prefetch ToProto(PrefetchMode m) { return static_cast<pb::Prefetch>(m); }
 
+// A PdExport from the daemon: its fd (owned) and the PD's handle.
+struct PdExportReply {
+  int fd = -1;
+  uint32_t pd_handle = 0;
+};
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(int control_fd, const WelcomeMsg& welcome, std::shared_ptr<grpc::Channel> channel,
@@ -73,6 +79,11 @@ class ClientImpl final : public Client {
                                   bool on_demand) override;
   absl::Status DetachMemory(const Memory& memory) override;
   void Close() override;
+
+  // api/client_pd.cc
+  absl::StatusOr<ImportedPd> ImportPd() override ABSL_LOCKS_EXCLUDED(pd_mu_);
+  absl::StatusOr<Memory> AttachRegion(const ibv_mr* mr, const void* addr, uint64_t length,
+                                      uint32_t access) override;
 
   // api/client_keys.cc
   absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
@@ -133,6 +144,11 @@ class ClientImpl final : public Client {
       ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
   absl::StatusOr<int> TakeMemoryFd(uint64_t id) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
   absl::StatusOr<uint64_t> TakeImported(uint64_t nonce) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
+  // The PdExport (or Error) answering ExportPd `nonce`; the fd is the caller's.
+  absl::StatusOr<PdExportReply> TakePdExport(uint64_t nonce)
+      ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
+  // Unimports the PD and closes the imported context (Close).
+  void ReleasePd() ABSL_LOCKS_EXCLUDED(pd_mu_);
   // Maps `fd` here (then closes it) and attaches the memory at that address.
   absl::StatusOr<Memory> MapAndAttach(uint64_t id, int fd, uint64_t offset, uint64_t length,
                                       bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_);
@@ -180,6 +196,10 @@ class ClientImpl final : public Client {
   absl::flat_hash_map<uint64_t, int> pending_fds_ ABSL_GUARDED_BY(maps_mu_);
   absl::flat_hash_map<uint64_t, uint64_t> imported_ ABSL_GUARDED_BY(maps_mu_);
   absl::flat_hash_map<uint64_t, absl::Status> import_errors_ ABSL_GUARDED_BY(maps_mu_);
+  absl::flat_hash_map<uint64_t, PdExportReply> pd_exports_ ABSL_GUARDED_BY(maps_mu_);
+  // ImportPd's result, once imported.
+  base::Mutex pd_mu_;
+  ImportedPd pd_ ABSL_GUARDED_BY(pd_mu_);
 };
 
 }  // namespace regcache::api::internal

@@ -58,13 +58,58 @@ absl::StatusOr<Registration*> Resolve(const Tenant& t, Handle handle) {
   return NoSuchHandle(handle);
 }
 
+namespace {
+
+// The device half of AttachMemory: registers the memory mapped here, or imports the tenant's own
+// region (BackingSpec::region) narrowed to the attached range.
+absl::StatusOr<hca::Backing> DeviceBacking(Tenant& t, const BackingSpec& spec,
+                                           hca::AccessFlags access, BackingRecord* rec) {
+  if (spec.region.has_value()) {
+    const hca::ImportedRegion& region = *spec.region;
+    if (spec.on_demand) {
+      return absl::InvalidArgumentError(
+          "a client's own region cannot be attached on demand: it pages as it was registered");
+    }
+    if (spec.va < region.iova || spec.va - region.iova > region.length ||
+        spec.length > region.length - (spec.va - region.iova)) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("[0x%x, +0x%x) is not within memory region %d [0x%x, +0x%x)", spec.va,
+                          spec.length, region.handle, region.iova, region.length));
+    }
+    hca::ImportedRegion r = region;
+    r.access = access;
+    ASSIGN_OR_RETURN(hca::Backing b, t.device()->ImportBacking(t.pd, r));
+    // The key speaks the region's addresses, which are the tenant's: the attached range is
+    // [va, +length) of it, and that is all the cache (and the fault servicer) may use.
+    b.addr = spec.va;
+    b.length = spec.length;
+    b.num_entries = static_cast<uint32_t>(((spec.va & 4095) + spec.length + 4095) / 4096);
+    rec->device_addr = spec.va;
+    return b;
+  }
+  hca::BackingOptions bo;
+  bo.on_demand = spec.on_demand;
+  const uint64_t local = rec->device_addr;
+  if (t.device()->capabilities().memory_windows) {
+    // A window's addresses are its backing's: the backing speaks the tenant's addresses, and
+    // layouts name them (BackingRecord::device_addr is the key's address of va).
+    bo.iova = spec.va;
+    rec->device_addr = spec.va;
+  }
+  return t.device()->RegisterBacking(t.pd, local, spec.length, access, bo);
+}
+
+}  // namespace
+
 absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
   if (spec.length == 0) return absl::InvalidArgumentError("memory length 0");
   if (spec.va + spec.length < spec.va) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "memory [0x%x, +0x%x) wraps around the address space", spec.va, spec.length));
   }
-  if (spec.local_addr == nullptr) return absl::InvalidArgumentError("memory not mapped here");
+  if (spec.local_addr == nullptr && !spec.region.has_value()) {
+    return absl::InvalidArgumentError("memory not mapped here");
+  }
   ASSIGN_OR_RETURN(hca::AccessFlags access, NormalizeAccess(spec.access));
   base::MutexLock lock(&t.mu);
   if (t.options.max_backed_bytes != 0 &&
@@ -81,16 +126,7 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
   rec.device_addr = reinterpret_cast<uint64_t>(spec.local_addr);
   rec.access = access;
   RETURN_IF_ERROR(t.backings.CheckFree(spec.va, spec.length));  // before touching the device
-  hca::BackingOptions bo;
-  bo.on_demand = spec.on_demand;
-  const uint64_t local = rec.device_addr;
-  if (t.device()->capabilities().memory_windows) {
-    // A window's addresses are its backing's: the backing speaks the tenant's addresses, and
-    // layouts name them (BackingRecord::device_addr is the key's address of va).
-    bo.iova = spec.va;
-    rec.device_addr = spec.va;
-  }
-  ASSIGN_OR_RETURN(rec.device, t.device()->RegisterBacking(t.pd, local, spec.length, access, bo));
+  ASSIGN_OR_RETURN(rec.device, DeviceBacking(t, spec, access, &rec));
   absl::Status added = t.backings.Add(rec);
   if (!added.ok()) {
     (void)t.device()->DestroyKey(rec.device.key);

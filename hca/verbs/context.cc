@@ -1,5 +1,7 @@
 #include "hca/verbs/context.h"
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "hca/status.h"
 #include "hca/verbs/wc_status.h"
 
@@ -32,6 +35,10 @@ Context::~Context() {
     }
   }
   for (auto& [index, r] : mrs_) {
+    if (r.imported) {
+      ibv_unimport_mr(r.mr);
+      continue;
+    }
     if (int err = ibv_dereg_mr(r.mr); err != 0) {
       RC_LOG(WARNING) << ErrnoStatus(err, "ibv_dereg_mr at close");
     }
@@ -120,8 +127,10 @@ absl::Status Context::DestroyKey(Key key) {
     return absl::OkStatus();
   }
   if (auto it = mrs_.find(index); it != mrs_.end()) {
-    // Refused by the device while windows are bound on the region.
-    if (int err = ibv_dereg_mr(it->second.mr); err != 0) {
+    if (it->second.imported) {
+      ibv_unimport_mr(it->second.mr);  // the client's region: only forgotten here
+    } else if (int err = ibv_dereg_mr(it->second.mr); err != 0) {
+      // Refused by the device while windows are bound on the region.
       return ErrnoStatus(err, absl::StrFormat("ibv_dereg_mr of key 0x%08x", key));
     }
     for (auto& [windex, w] : mws_) {
@@ -169,6 +178,79 @@ absl::StatusOr<KeyInfo> Context::QueryKey(Key key) {
     return info;
   }
   return absl::NotFoundError(absl::StrFormat("no key with index 0x%x", index));
+}
+
+absl::Status Context::ProbePdImport() {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  if (pd == nullptr) return ErrnoStatus(errno, "ibv_alloc_pd (probing PD import)");
+  ibv_pd* imported = ibv_import_pd(ctx_, pd->handle);
+  const int err = errno;
+  if (imported != nullptr) ibv_unimport_pd(imported);
+  (void)ibv_dealloc_pd(pd);
+  if (imported != nullptr) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: its provider cannot import a PD into another process (ibv_import_pd: %s)",
+      ibv_get_device_name(ctx_->device), std::strerror(err)));
+}
+
+absl::StatusOr<PdExport> Context::ExportPd(Pd pd) {
+  ASSIGN_OR_RETURN(ibv_pd * vpd, FindPd(pd));
+  const int fd = fcntl(ctx_->cmd_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(errno, "dup of the device's command fd");
+  return PdExport{fd, vpd->handle};
+}
+
+absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
+  if (region.length == 0) return absl::InvalidArgumentError("imported region of length 0");
+  if (region.iova + region.length < region.iova) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "imported region [0x%x, +0x%x) wraps around 2^64", region.iova, region.length));
+  }
+  ASSIGN_OR_RETURN(ibv_pd * vpd, FindPd(pd));
+  ibv_mr* mr = ibv_import_mr(vpd, region.handle);
+  if (mr == nullptr) {
+    const int err = errno;
+    if (err == EOPNOTSUPP) {
+      return absl::UnimplementedError(
+          absl::StrFormat("%s: its provider cannot import memory regions (ibv_import_mr: %s)",
+                          ibv_get_device_name(ctx_->device), std::strerror(err)));
+    }
+    if (err == ENOENT || err == EINVAL) {
+      return absl::NotFoundError(absl::StrFormat(
+          "no memory region with handle %d in the shared context (ibv_import_mr: %s)",
+          region.handle, std::strerror(err)));
+    }
+    return ErrnoStatus(err, absl::StrFormat("ibv_import_mr of handle %d", region.handle));
+  }
+  if (mr->length != region.length) {
+    const uint64_t actual = mr->length;
+    ibv_unimport_mr(mr);
+    return absl::InvalidArgumentError(
+        absl::StrFormat("memory region %d is 0x%x bytes long, not 0x%x as stated", region.handle,
+                        actual, region.length));
+  }
+  MrRecord r{mr, pd, region.iova, region.iova, region.length, region.access | kLocalRead, true};
+  {
+    base::MutexLock lock(&mu_);
+    const uint32_t index = KeyIndex(mr->lkey);
+    if (mrs_.contains(index) || mws_.contains(index)) {
+      ibv_unimport_mr(mr);
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "memory region %d (lkey 0x%08x) is already a key of this device: the daemon's own "
+          "memory, or a region imported before",
+          region.handle, r.mr->lkey));
+    }
+    mrs_[index] = r;
+    stats_.live_backings.Add();
+  }
+  Backing b;
+  b.key = mr->lkey;
+  b.pd = pd;
+  b.addr = region.iova;
+  b.length = region.length;
+  b.log_page_size = 12;
+  b.num_entries = Pages4k(region.iova, region.length);
+  return b;
 }
 
 absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq) {

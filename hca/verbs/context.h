@@ -29,10 +29,13 @@ namespace regcache::hca::verbs {
 struct MrRecord {
   ibv_mr* mr = nullptr;
   Pd pd;
-  uint64_t addr = 0;  // the daemon's mapping
+  uint64_t addr = 0;  // the daemon's mapping (imported: the iova; the daemon has no mapping)
   uint64_t iova = 0;  // the first address of the key's address space
   uint64_t length = 0;
   AccessFlags access = 0;  // what windows on it may grant
+  // A client's region (ImportMr): destroying the key unimports it (ibv_unimport_mr), never
+  // deregisters it; its owner does that.
+  bool imported = false;
 };
 
 // A type-1 window and what it is bound to. `seq` changes with every change of state, so that
@@ -95,6 +98,17 @@ class Context {
   // The region whose key index is `key`'s, or kNotFound.
   absl::StatusOr<MrRecord> FindMr(Key key);
   absl::StatusOr<KeyInfo> QueryKey(Key key);
+
+  // Clients' own PDs and memory (hca::Device::ExportPd / ImportBacking, docs/client_memory.md).
+  // OK when this provider can import a PD of this context (ibv_import_pd of a scratch PD);
+  // kUnimplemented saying why not (EOPNOTSUPP: rdma-core implements the import verbs for mlx5
+  // only). Done once at open: the answer is Capabilities::pd_export.
+  absl::Status ProbePdImport();
+  // A duplicate of the command fd (close-on-exec; the caller closes it) and `pd`'s handle.
+  absl::StatusOr<PdExport> ExportPd(Pd pd);
+  // ibv_import_mr of a client's region in `pd`, checked and added as an imported MrRecord;
+  // errors as hca::Device::ImportBacking.
+  absl::StatusOr<Backing> ImportMr(Pd pd, const ImportedRegion& region);
 
   // Checks `request` against the tables and, if it may go, applies its effect to the window's
   // record and posts it with ibv_bind_mw on `qp` (signalled, wr_id `wr_id`), all under the lock.

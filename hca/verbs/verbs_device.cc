@@ -49,6 +49,11 @@ class VerbsDevice final : public Device {
     caps_.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
     caps_.peer = true;
     caps_.endpoints = true;
+    // rdma-core implements the import verbs for mlx5 only, whose provider has no type-1
+    // windows; a provider with both would export here (docs/client_memory.md).
+    pd_import_ = c_->ProbePdImport();
+    caps_.pd_export = pd_import_.ok();
+    if (!pd_import_.ok()) RC_LOG(INFO) << "verbs: no PD export: " << pd_import_.message();
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_verbs" : open.stats_component,
@@ -177,9 +182,19 @@ class VerbsDevice final : public Device {
     return absl::UnimplementedError("the verbs backend has no on-demand paging");
   }
 
+  absl::StatusOr<PdExport> ExportPd(Pd pd) override {
+    if (!pd_import_.ok()) return pd_import_;
+    return c_->ExportPd(pd);
+  }
+  absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) override {
+    if (!pd_import_.ok()) return pd_import_;
+    return c_->ImportMr(pd, region);
+  }
+
  private:
   std::unique_ptr<Context> c_;
   Capabilities caps_;
+  absl::Status pd_import_;  // why PDs cannot be exported (ProbePdImport), or OK
   base::stats::Registration registration_;
 };
 

@@ -41,6 +41,11 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
+// libibverbs' types, for ImportPd / AttachRegion; include <infiniband/verbs.h> to use them.
+struct ibv_context;
+struct ibv_pd;
+struct ibv_mr;
+
 namespace regcache::api {
 
 // The access bits (same values as hca::AccessBits and regcache.v1.Access; api/wire_values.cc
@@ -109,6 +114,13 @@ struct Key {
   uint32_t access = 0;
   bool hit = false;
   bool same_key = false;  // Reregister: the key and handle traded in were kept (same rkey)
+};
+
+// The session's PD in this process (Client::ImportPd; docs/client_memory.md).
+struct ImportedPd {
+  ibv_context* context = nullptr;  // the daemon's device context, imported (ibv_import_device)
+  ibv_pd* pd = nullptr;            // the session's PD in it (ibv_import_pd)
+  uint32_t pd_handle = 0;
 };
 
 // One register request of a RegisterBatch.
@@ -262,8 +274,34 @@ class Client {
   // and attaches it.
   virtual absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
                                           bool on_demand = false) = 0;
-  // Detaches (every key over it is invalidated) and unmaps it here.
+  // Detaches (every key over it is invalidated) and unmaps it here (memory of AttachRegion:
+  // only detaches; the region stays registered, the caller's to deregister).
   virtual absl::Status DetachMemory(const Memory& memory) = 0;
+
+  // --- This session's PD and memory this process registers itself (docs/client_memory.md) ---
+  // Imports the session's PD here: the daemon sends its device context's command fd and the
+  // PD's handle; ibv_import_device and ibv_import_pd make them this process's. Queue pairs,
+  // CQs and memory regions created in it are in the session's PD: the session's keys work as
+  // lkeys in their SGEs and as rkeys for their peers. Once per client: later calls return the
+  // same. The context and PD are valid until Close (which unimports them); destroy what you
+  // created in them first. Objects created in the context are the daemon's context's: they
+  // outlive this process unless destroyed. kUnimplemented when the daemon's device cannot
+  // export PDs (the message says why); kPermissionDenied when the daemon does not allow it
+  // (regcached --allow_pd_export); the import verbs' errno otherwise.
+  virtual absl::StatusOr<ImportedPd> ImportPd() = 0;
+  // Attaches [addr, +length) of `mr`, a region this process registered in the imported PD
+  // (ibv_reg_mr, ibv_reg_dmabuf_mr, ...; with IBV_ACCESS_MW_BIND where the daemon's keys are
+  // memory windows), as memory of the session: Register over it then returns keys as for any
+  // attached memory. addr nullptr: the whole region. The daemon never touches the memory;
+  // DetachMemory or the session's end only forgets it, and deregistering the region stays the
+  // caller's, after detaching. Errors as regcached's Daemon::AttachRegion: kOutOfRange for a
+  // range not within the region, kNotFound for a region the daemon's context does not have,
+  // kAlreadyExists for a region attached before, kInvalidArgument for mr nullptr.
+  virtual absl::StatusOr<Memory> AttachRegion(const ibv_mr* mr, const void* addr = nullptr,
+                                              uint64_t length = 0,
+                                              uint32_t access = kLocalRead | kLocalWrite |
+                                                                kRemoteRead | kRemoteWrite |
+                                                                kRemoteAtomic) = 0;
 
   // --- Keys ---
   // `prefetch` applies to on-demand memory only.

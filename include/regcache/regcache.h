@@ -210,6 +210,33 @@ REGCACHE_API regcache_code_t regcache_attach_fd(regcache_client_t* client, int f
 REGCACHE_API regcache_code_t regcache_detach(regcache_client_t* client,
                                              const regcache_memory_t* memory);
 
+/* This session's PD in this process, and memory this process registered in it
+ * (docs/client_memory.md; regcache::api::Client::ImportPd / AttachRegion). The libibverbs types
+ * are only declared here: include <infiniband/verbs.h> to use them. */
+struct ibv_context;
+struct ibv_pd;
+struct ibv_mr;
+
+/* Imports the session's PD: *context is the daemon's device context imported here
+ * (ibv_import_device), *pd the session's PD in it (ibv_import_pd). Queue pairs and memory
+ * regions created in it are in the session's PD. Once per client (later calls return the
+ * same); valid until regcache_close, which unimports them: destroy what you created in them
+ * first. REGCACHE_UNIMPLEMENTED when the daemon's device cannot export PDs;
+ * REGCACHE_PERMISSION_DENIED when the daemon does not allow it (--allow_pd_export). */
+REGCACHE_API regcache_code_t regcache_import_pd(regcache_client_t* client,
+                                                struct ibv_context** context, struct ibv_pd** pd);
+
+/* Attaches [addr, addr + length) of `mr` (a region registered in the imported PD; addr NULL:
+ * all of it) as memory of the session, with keys over it allowed at most `access`. The daemon
+ * never touches the memory; regcache_detach or the session's end only forgets it: deregister
+ * the region yourself afterwards. REGCACHE_OUT_OF_RANGE for a range outside the region,
+ * REGCACHE_NOT_FOUND for a region the daemon's context does not have, REGCACHE_ALREADY_EXISTS
+ * for one attached before. */
+REGCACHE_API regcache_code_t regcache_attach_region(regcache_client_t* client,
+                                                    const struct ibv_mr* mr, const void* addr,
+                                                    uint64_t length, uint32_t access,
+                                                    regcache_memory_t* out);
+
 /* A key for [addr, addr + length) of attached memory with at least `access` (REGCACHE_*_READ
  * | ...). `prefetch` applies to on-demand memory only. REGCACHE_INVALID_ARGUMENT for NULL
  * addr or length 0; REGCACHE_OUT_OF_RANGE when attached memory does not cover the range. */

@@ -47,6 +47,15 @@ struct Memory {
   cache::BackingId backing = 0;
 };
 
+// A region the client registered itself and attached (Daemon::AttachRegion): nothing mapped.
+struct ClientRegionRecord {
+  MemoryId id = 0;
+  uint32_t handle = 0;
+  uint64_t va = 0;
+  uint64_t length = 0;
+  cache::BackingId backing = 0;
+};
+
 struct Session {
   SessionId id = 0;
   std::string token;
@@ -63,6 +72,8 @@ struct Session {
   std::map<MemoryId, Memory> memories ABSL_GUARDED_BY(mu);
   MemoryId next_memory ABSL_GUARDED_BY(mu) = 1;
   uint64_t mapped_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Ids from next_memory too; the cache forgets them (unimports) when the tenant closes.
+  std::map<MemoryId, ClientRegionRecord> regions ABSL_GUARDED_BY(mu);
   std::unique_ptr<hca::Peer> peer_port ABSL_GUARDED_BY(mu);
   // Set when the session opens; emptied when it closes, before its PD goes.
   std::unique_ptr<SessionEndpoints> endpoints ABSL_GUARDED_BY(mu);
