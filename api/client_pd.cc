@@ -80,8 +80,8 @@ void ClientImpl::ReleasePd() {
   pd_ = ImportedPd{};
 }
 
-absl::StatusOr<Memory> ClientImpl::AttachRegion(const ibv_mr* mr, const void* addr,
-                                                uint64_t length, uint32_t access) {
+absl::StatusOr<Memory> ClientImpl::AttachRegion(const ibv_mr* mr, const void* addr, uint64_t length,
+                                                uint32_t access) {
   if (closed_.load()) return absl::FailedPreconditionError("client closed");
   if (mr == nullptr) return absl::InvalidArgumentError("AttachRegion: mr is null");
   AttachRegionMsg m = MakeControlMessage<AttachRegionMsg>(ControlType::kAttachRegion);

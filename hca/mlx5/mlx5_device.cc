@@ -61,8 +61,12 @@ bool DevxRefused(const absl::Status& s) {
 class Mlx5Device final : public Device {
  public:
   Mlx5Device(std::unique_ptr<verbs::Context> c, Capabilities caps, umr::HcaCaps hca,
-             const Mlx5Options& options, const OpenOptions& open)
-      : c_(std::move(c)), caps_(std::move(caps)), hca_(hca), options_(options) {
+             absl::Status pd_import, const Mlx5Options& options, const OpenOptions& open)
+      : c_(std::move(c)),
+        caps_(std::move(caps)),
+        hca_(hca),
+        pd_import_(std::move(pd_import)),
+        options_(options) {
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_mlx5" : open.stats_component,
@@ -275,6 +279,18 @@ class Mlx5Device final : public Device {
     return absl::OkStatus();
   }
 
+  // Clients' own PDs and memory (docs/client_memory.md): the mlx5 provider implements the
+  // import verbs, so a client imports the session's PD and registers its memory there; keys
+  // map over that region as over the daemon's own backings.
+  absl::StatusOr<PdExport> ExportPd(Pd pd) override {
+    if (!pd_import_.ok()) return pd_import_;
+    return c_->ExportPd(pd);
+  }
+  absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) override {
+    if (!pd_import_.ok()) return pd_import_;
+    return c_->ImportMr(pd, region);
+  }
+
  private:
   absl::StatusOr<PdRecord> FindPd(Pd pd) {
     base::MutexLock lock(&mu_);
@@ -346,6 +362,7 @@ class Mlx5Device final : public Device {
   std::unique_ptr<verbs::Context> c_;
   const Capabilities caps_;
   const umr::HcaCaps hca_;
+  const absl::Status pd_import_;  // why PDs cannot be exported (ProbePdImport), or OK
   const Mlx5Options options_;
   Mlx5Stats stats_;
   base::stats::Registration registration_;
@@ -442,12 +459,17 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   policy.max_queue_depth = options.max_queue_depth;
   policy.pointer_umr = options.pointer_umr;
   ASSIGN_OR_RETURN(Capabilities caps, CapabilitiesFrom(name, hca, limits, policy));
+  // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
+  absl::Status pd_import = c->ProbePdImport();
+  caps.pd_export = pd_import.ok();
+  if (!pd_import.ok()) RC_LOG(INFO) << "mlx5: no PD export: " << pd_import.message();
   RC_LOG(INFO) << "mlx5: opened " << name << " port " << int{options.port} << " (max_klm_entries "
                << caps.max_klm_entries << ", inline " << caps.max_inline_klm
                << (caps.umr_pointer_translation ? ", pointer-mode maps" : "")
                << ", max_indirection " << caps.max_indirection << ", umr_fence "
                << int{hca.umr_fence} << (caps.odp ? ", ODP" : "") << ")";
-  return std::unique_ptr<Device>(new Mlx5Device(std::move(c), std::move(caps), hca, options, open));
+  return std::unique_ptr<Device>(
+      new Mlx5Device(std::move(c), std::move(caps), hca, std::move(pd_import), options, open));
 }
 
 void RegisterBackend() {

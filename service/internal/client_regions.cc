@@ -52,8 +52,8 @@ absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, cache::R
   spec.va = region.va;
   spec.length = region.length;
   spec.access = region.access;
-  spec.region = hca::ImportedRegion{region.handle, region.region_addr, region.region_length,
-                                    region.access};
+  spec.region =
+      hca::ImportedRegion{region.handle, region.region_addr, region.region_length, region.access};
   base::MutexLock lock(&s.mu);
   for (const auto& [id, r] : s.regions) {
     if (r.handle == region.handle) {

@@ -23,8 +23,7 @@ absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, cache:
 // Daemon::AttachRegion for a pinned session.
 absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, cache::RegCache& cache,
                                             hca::Device& device, Session& s,
-                                            const ClientRegion& region)
-    ABSL_LOCKS_EXCLUDED(s.mu);
+                                            const ClientRegion& region) ABSL_LOCKS_EXCLUDED(s.mu);
 
 // DetachMemory of a client region: revokes the grants over it, invalidates every key over it
 // and forgets the region. kNotFound when `memory` is not a client region of the session.

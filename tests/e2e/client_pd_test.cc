@@ -46,8 +46,8 @@ class ExportingDevice final : public hca::Device {
 
   // The client's ibv_reg_mr in its imported PD: returns the region's handle.
   uint32_t ClientRegister(hca::Pd pd, void* addr, uint64_t length) {
-    auto b = sim_->RegisterBacking(pd, reinterpret_cast<uint64_t>(addr), length, hca::kAllAccess,
-                                   {});
+    auto b =
+        sim_->RegisterBacking(pd, reinterpret_cast<uint64_t>(addr), length, hca::kAllAccess, {});
     EXPECT_TRUE(b.ok()) << b.status();
     base::MutexLock l(&mu_);
     regions_[b->key] = *b;
@@ -324,9 +324,9 @@ TEST_F(ClientPdTest, EveryFieldIsCheckedAndAFailureLosesNothing) {
   EXPECT_EQ(code(FakeMr(h, p, 0), nullptr, 0, kRw), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(FakeMr(h, p, buf.size()), nullptr, 0, 1u << 9),
             absl::StatusCode::kInvalidArgument);  // unknown access bits
-  EXPECT_EQ(code(FakeMr(h, reinterpret_cast<void*>(~uint64_t{0} - kPage), buf.size()), nullptr,
-                 0, kRw),
-            absl::StatusCode::kInvalidArgument);  // wraps
+  EXPECT_EQ(
+      code(FakeMr(h, reinterpret_cast<void*>(~uint64_t{0} - kPage), buf.size()), nullptr, 0, kRw),
+      absl::StatusCode::kInvalidArgument);  // wraps
   // Another session's region is another PD's: refused.
   auto other = Client::Connect(dir_);
   ASSERT_TRUE(other.ok()) << other.status();
@@ -377,8 +377,7 @@ TEST_F(ClientPdTest, TheDaemonCallNamesTheRegionAndTheRange) {
   EXPECT_EQ(daemon_->AttachRegion(client_->session_id() + 100, r).status().code(),
             absl::StatusCode::kNotFound);  // no such session
   ASSERT_TRUE(daemon_->DetachMemory(client_->session_id(), *id).ok());
-  EXPECT_EQ(daemon_->DetachMemory(client_->session_id(), *id).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(daemon_->DetachMemory(client_->session_id(), *id).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(dev->unimports(), 1);
 }
 

@@ -22,6 +22,7 @@
 #include "api/grpc_service.h"
 #include "gtest/gtest.h"
 #include "hca/device.h"
+#include "hca/mlx5/mlx5_device.h"
 #include "hca/verbs/verbs_device.h"
 #include "regcache/client.h"
 #include "service/daemon.h"
@@ -172,6 +173,7 @@ TEST_F(ClientPdStack, AClientImportsThePdAndAttachesItsOwnMemory) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   regcache::hca::verbs::RegisterBackend();
+  regcache::hca::mlx5::RegisterBackend();
   const std::string spec = regcache::api::DeviceSpec();
   auto dev = regcache::hca::OpenDevice(spec);
   if (!dev.ok()) {
