@@ -1,6 +1,9 @@
 #include "hca/verbs/verbs_device.h"
 
+#include <endian.h>
+
 #include <cerrno>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -85,6 +88,9 @@ class VerbsDevice final : public Device {
     caps_.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
     caps_.peer = true;
     caps_.endpoints = true;
+    caps_.node_guid = be64toh(a.node_guid);
+    caps_.port = static_cast<uint8_t>(c_->options().port);
+    std::memcpy(caps_.gid.data(), c_->gid.raw, caps_.gid.size());  // queried while opening
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_verbs" : open.stats_component,
