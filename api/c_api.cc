@@ -2,6 +2,7 @@
 // conversion and the per-thread last error. No call lets a C++ exception out (a C or FFI caller
 // cannot catch one): anything thrown becomes REGCACHE_INTERNAL (REGCACHE_RESOURCE_EXHAUSTED for
 // std::bad_alloc).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -228,6 +229,11 @@ regcache_code_t regcache_set_last_error(regcache_code_t code, const char* messag
 
 regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_t* options,
                                  regcache_client_t** out) {
+  return regcache_connect_device(socket_dir, options, nullptr, out);
+}
+
+regcache_code_t regcache_connect_device(const char* socket_dir, const regcache_options_t* options,
+                                        const char* device, regcache_client_t** out) {
   return Guard([&] {
     if (socket_dir == nullptr) return Invalid("socket_dir");
     if (out == nullptr) return Invalid("out");
@@ -240,6 +246,7 @@ regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_
       opts.fast_path = options->no_fast_path == 0;
       opts.client_cache = options->no_client_cache == 0;
     }
+    if (device != nullptr) opts.device = device;
     absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(socket_dir, opts);
     if (!c.ok()) return FromStatus(c.status());
     *out = new regcache_client{std::move(*c)};
@@ -250,6 +257,21 @@ regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_
 void regcache_close(regcache_client_t* client) {
   Guard([&] {
     delete client;  // the client's destructor closes the session
+    return Ok();
+  });
+}
+
+regcache_code_t regcache_device(const regcache_client_t* client, regcache_device_t* out) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (out == nullptr) return Invalid("out");
+    const rc::DeviceInfo& d = client->impl->device();
+    *out = regcache_device_t{};
+    out->index = d.index;
+    out->port = d.port;
+    out->node_guid = d.node_guid;
+    std::memcpy(out->gid, d.gid.data(), sizeof(out->gid));
+    std::memcpy(out->name, d.name.data(), std::min(d.name.size(), sizeof(out->name) - 1));
     return Ok();
   });
 }

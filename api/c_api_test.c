@@ -118,6 +118,19 @@ static void TestConnectErrors(void) {
   CHECK(strcmp(regcache_code_name(REGCACHE_UNAUTHENTICATED), "UNAUTHENTICATED") == 0);
   CHECK(strcmp(regcache_code_name(99), "UNKNOWN_CODE") == 0);
   CHECK(strcmp(regcache_code_name(-1), "UNKNOWN_CODE") == 0);
+  /* The session's device: named, or the daemon's first; an unknown one lists the devices. */
+  CHECK_CODE(regcache_connect_device(dir, NULL, "sim9", &c), REGCACHE_NOT_FOUND, "sim0");
+  CHECK(c == NULL);
+  CHECK(regcache_connect_device(dir, NULL, "sim0", &c) == REGCACHE_OK);
+  regcache_device_t dev;
+  CHECK_CODE(regcache_device(NULL, &dev), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_device(c, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK(regcache_device(c, &dev) == REGCACHE_OK);
+  CHECK(dev.index == 0 && dev.port == 1 && dev.node_guid != 0);
+  CHECK(strcmp(dev.name, "sim0") == 0);
+  CHECK(dev.gid[0] == 0xfe && dev.gid[1] == 0x80);
+  regcache_close(c);
+  c = NULL;
 }
 
 /* Every call refuses a NULL client and a NULL output pointer. */

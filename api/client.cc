@@ -54,6 +54,16 @@ namespace {
 // How long AllocateMemory waits for its fd once the RPC returned (it was sent before).
 constexpr absl::Duration kFdWait = absl::Seconds(5);
 
+DeviceInfo DeviceOf(const WelcomeMsg& w) {
+  DeviceInfo d;
+  d.index = w.device_index;
+  d.name = DeviceNameOf(w.device).value_or("");
+  d.node_guid = w.node_guid;
+  d.port = w.port;
+  std::memcpy(d.gid.data(), w.gid, d.gid.size());
+  return d;
+}
+
 }  // namespace
 
 ClientImpl::ClientImpl(int control_fd, const WelcomeMsg& welcome,
@@ -63,6 +73,7 @@ ClientImpl::ClientImpl(int control_fd, const WelcomeMsg& welcome,
       control_fd_(control_fd),
       session_id_(welcome.session_id),
       admin_(welcome.admin != 0),
+      device_(DeviceOf(welcome)),
       token_(welcome.token, sizeof(welcome.token)),
       channel_(std::move(channel)),
       stub_(pb::RegCache::NewStub(channel_)),
@@ -279,7 +290,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::UnavailableError(
         absl::StrCat("connect ", path, ": ", base::ErrnoName(err), " (is regcached running?)"));
   }
-  // The daemon speaks first: Welcome, or Error when it refused this process.
+  // Open names the session's device; the daemon answers Welcome, or Error when it refused.
+  OpenMsg open = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+  absl::Status sent = SetDeviceName(options.device, open.device);
+  if (sent.ok()) sent = SendControlMessage(fd, &open, sizeof(open), -1);
+  if (!sent.ok()) {
+    close(fd);
+    return base::Annotate(sent, "regcached session");
+  }
   absl::StatusOr<ControlMessage> reply = ReceiveControlMessage(fd, options.call_timeout);
   if (!reply.ok() || reply->type != ControlType::kWelcome) {
     absl::Status s;

@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,8 +138,21 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
   pb::StatusRequest req;
   pb::StatusResponse resp;
   RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
-  return DaemonInfo{resp.device(),    resp.backend(), resp.sessions(),  resp.draining(),
-                    resp.uptime_ms(), resp.peer(),    resp.endpoints(), resp.device_selection()};
+  DaemonInfo info{resp.device(),    resp.backend(), resp.sessions(),  resp.draining(),
+                  resp.uptime_ms(), resp.peer(),    resp.endpoints(), resp.device_selection()};
+  for (const pb::DeviceInfo& d : resp.devices()) {
+    DaemonInfo::Device out;
+    out.info.index = d.index();
+    out.info.name = d.name();
+    out.info.node_guid = d.node_guid();
+    out.info.port = static_cast<uint8_t>(d.port());
+    std::memcpy(out.info.gid.data(), d.gid().data(), std::min(d.gid().size(), out.info.gid.size()));
+    out.backend = d.backend();
+    out.selection = d.selection();
+    out.sessions = d.sessions();
+    info.devices.push_back(std::move(out));
+  }
+  return info;
 }
 
 absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {
@@ -148,7 +162,7 @@ absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {
   std::vector<SessionRecord> out;
   for (const pb::SessionInfo& s : resp.sessions()) {
     out.push_back(SessionRecord{s.session_id(), s.pid(), s.uid(), s.gid(), s.admin(),
-                                FromProto(s.usage()), s.memories()});
+                                FromProto(s.usage()), s.memories(), s.device()});
   }
   return out;
 }

@@ -33,8 +33,32 @@ size_t ControlMessageSize(uint16_t type) {
       return sizeof(PdExportMsg);
     case ControlType::kAttachRegion:
       return sizeof(AttachRegionMsg);
+    case ControlType::kOpen:
+      return sizeof(OpenMsg);
   }
   return 0;
+}
+
+absl::StatusOr<std::string> DeviceNameOf(const char (&field)[kDeviceNameBytes]) {
+  size_t n = 0;
+  while (n < kDeviceNameBytes && field[n] != '\0') ++n;
+  for (size_t i = 0; i < n; ++i) {
+    if (field[i] < 0x21 || field[i] > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device name: byte ", i, " is not printable ASCII"));
+    }
+  }
+  return std::string(field, n);
+}
+
+absl::Status SetDeviceName(absl::string_view name, char (&field)[kDeviceNameBytes]) {
+  if (name.size() > kDeviceNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device name '", name, "' is longer than ", kDeviceNameBytes, " bytes"));
+  }
+  std::memset(field, 0, kDeviceNameBytes);
+  std::memcpy(field, name.data(), name.size());
+  return absl::OkStatus();
 }
 
 ErrorMsg MakeErrorMessage(const absl::Status& status, uint64_t nonce, uint16_t in_reply_to) {

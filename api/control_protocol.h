@@ -11,24 +11,29 @@
 //   0      4        6       8         12          16
 //   | magic | version | type | length | reserved=0 | body (length - 16 bytes) ...
 //
-// magic "RCCS" (0x52434353), version 2, length = header + body, exactly the size of the type's
+// magic "RCCS" (0x52434353), version 3, length = header + body, exactly the size of the type's
 // struct below. All fields are host byte order (the socket never leaves the host). The receiver
 // copies the datagram out first and validates every field of the copy; a datagram that is too
 // short, too long, of an unknown magic/version/type or with a length that does not match its
 // type gets an Error reply (never a crash), and any descriptors that came with it are closed.
 //
 // The conversation:
-//   daemon, on accept   SO_PEERCRED -> Daemon::OpenSession, then unprompted either
-//                       Welcome{session id, token, admin, ring_channels, grant_slots} with
-//                       TWO fds (SCM_RIGHTS: the fast path's channel file, then its state file;
+//   client -> Open      {device name; empty: the daemon's first device}, the first message,
+//                       right after connect: a daemon serves several devices and the session
+//                       lives on one of them.
+//   daemon -> Welcome   SO_PEERCRED and the device -> Daemon::OpenSession, then either
+//                       Welcome{session id, token, admin, ring_channels, grant_slots, the
+//                       device: index, name, node GUID, port, GID} with TWO fds (SCM_RIGHTS:
+//                       the fast path's channel file, then its state file;
 //                       service/shm_protocol.h) or, refused, Error{code, message} and the
 //                       daemon closes the connection. The client presents the token on
 //                       every gRPC call (metadata "x-regcache-session").
-//                       Why unprompted rather than Hello -> Welcome: a refused client's Hello
-//                       would sit unread in the daemon's socket when it closes, and a unix
-//                       socket closed with unread data makes the peer's next read fail with
-//                       ECONNRESET — the client would lose the Error that says why (seen under
-//                       ASAN timing). With the daemon speaking first nothing is ever unread.
+//                       The daemon answers only after it has READ the Open, and the client sends
+//                       nothing else before the answer: a unix socket closed with unread data
+//                       makes the peer's next read fail with ECONNRESET, and a refused client
+//                       would lose the Error that says why. A connection that sends anything
+//                       but Open first gets an Error and is closed; one that sends nothing is
+//                       closed after kOpenTimeout.
 //   client -> Hello     optional: the daemon answers with the Welcome again, without fds (the
 //                       files are sent once per session).
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
@@ -65,8 +70,13 @@
 namespace regcache::api {
 
 inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
-// 2: the Welcome carries the fast path's geometry and files.
-inline constexpr uint16_t kControlVersion = 2;
+// 2: the Welcome carries the fast path's geometry and files. 3: the client opens its session
+// with Open, naming its device, and the Welcome says which device the session lives on.
+inline constexpr uint16_t kControlVersion = 3;
+// How long a new connection may take to send its Open.
+inline constexpr absl::Duration kOpenTimeout = absl::Seconds(10);
+// Device names in Open and Welcome: NUL-padded, at most this many bytes.
+inline constexpr size_t kDeviceNameBytes = 64;
 inline constexpr char kControlSocketName[] = "control.sock";
 inline constexpr char kGrpcSocketName[] = "grpc.sock";
 inline constexpr char kSessionMetadataKey[] = "x-regcache-session";
@@ -81,6 +91,7 @@ enum class ControlType : uint16_t {
   kExportPd = 7,      // client -> daemon
   kPdExport = 8,      // daemon -> client, with an fd
   kAttachRegion = 9,  // client -> daemon
+  kOpen = 10,         // client -> daemon, first message: opens the session
 };
 
 struct ControlHeader {
@@ -95,6 +106,13 @@ static_assert(sizeof(ControlHeader) == 16);
 struct HelloMsg {
   ControlHeader header;
 };
+struct OpenMsg {
+  ControlHeader header;
+  // The device the session lives on, NUL-padded (a name of exactly kDeviceNameBytes bytes has
+  // no NUL); all zero: the daemon's first device.
+  char device[kDeviceNameBytes] = {};
+  uint64_t reserved = 0;  // must be 0
+};
 struct WelcomeMsg {
   ControlHeader header;
   uint64_t session_id = 0;
@@ -106,6 +124,13 @@ struct WelcomeMsg {
   uint32_t ring_channels = 0;
   uint32_t grant_slots = 0;
   uint32_t reserved = 0;
+  // The session's device (service::DeviceIdentity): every key of the session belongs to it.
+  uint32_t device_index = 0;
+  uint8_t port = 0;
+  uint8_t pad2[3] = {};
+  uint64_t node_guid = 0;
+  uint8_t gid[16] = {};
+  char device[kDeviceNameBytes] = {};  // NUL-padded
 };
 struct ErrorMsg {
   ControlHeader header;
@@ -158,6 +183,13 @@ struct AttachRegionMsg {
 // The largest message; receive buffers are one byte larger so that an oversized datagram is
 // seen as such (MSG_TRUNC) rather than accepted.
 inline constexpr size_t kMaxControlMessage = sizeof(ErrorMsg);
+static_assert(sizeof(WelcomeMsg) <= kMaxControlMessage && sizeof(OpenMsg) <= kMaxControlMessage);
+
+// The device name an Open or Welcome carries: up to the first NUL. kInvalidArgument for a name
+// with bytes other than printable ASCII.
+absl::StatusOr<std::string> DeviceNameOf(const char (&field)[kDeviceNameBytes]);
+// Copies `name` into such a field. kInvalidArgument for a name longer than kDeviceNameBytes.
+absl::Status SetDeviceName(absl::string_view name, char (&field)[kDeviceNameBytes]);
 
 // The size a message of `type` must have, or 0 for an unknown type.
 size_t ControlMessageSize(uint16_t type);

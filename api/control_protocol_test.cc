@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace regcache::api {
@@ -31,6 +33,29 @@ TEST_F(SocketPair, HelloRoundTrip) {
   EXPECT_TRUE(m->fds.empty());
 }
 
+TEST_F(SocketPair, OpenNamesTheDevice) {
+  OpenMsg o = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+  ASSERT_TRUE(SetDeviceName("sim1", o.device).ok());
+  ASSERT_TRUE(SendControlMessage(fds_[0], &o, sizeof(o), -1).ok());
+  auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->type, ControlType::kOpen);
+  EXPECT_EQ(DeviceNameOf(m->As<OpenMsg>().device).value_or("?"), "sim1");
+}
+
+TEST(DeviceName, EmptyFullAndBadNames) {
+  char field[kDeviceNameBytes];
+  ASSERT_TRUE(SetDeviceName("", field).ok());
+  EXPECT_EQ(DeviceNameOf(field).value_or("?"), "") << "all zero: the daemon's first device";
+  const std::string full(kDeviceNameBytes, 'x');
+  ASSERT_TRUE(SetDeviceName(full, field).ok());
+  EXPECT_EQ(DeviceNameOf(field).value_or("?"), full) << "a full field needs no NUL";
+  EXPECT_EQ(SetDeviceName(full + "x", field).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(SetDeviceName("ab", field).ok());
+  field[1] = '\n';
+  EXPECT_EQ(DeviceNameOf(field).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SocketPair, FdTravelsWithItsMessage) {
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
@@ -54,8 +79,12 @@ TEST_F(SocketPair, WelcomeCarriesTheGeometryAndBothFastPathFiles) {
   ASSERT_EQ(pipe(a), 0);
   ASSERT_EQ(pipe(b), 0);
   WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
-  EXPECT_EQ(w.header.version, 2) << "the Welcome with files is protocol version 2";
+  EXPECT_EQ(w.header.version, 3) << "the Welcome naming the session's device is version 3";
   w.session_id = 9;
+  w.device_index = 1;
+  w.node_guid = 0x0002c90300abcdefull;
+  w.gid[15] = 7;
+  ASSERT_TRUE(SetDeviceName("mlx5_1", w.device).ok());
   w.ring_channels = 16;
   w.grant_slots = 65536;
   const int send[2] = {a[1], b[1]};
@@ -68,6 +97,10 @@ TEST_F(SocketPair, WelcomeCarriesTheGeometryAndBothFastPathFiles) {
   EXPECT_EQ(got.session_id, 9u);
   EXPECT_EQ(got.ring_channels, 16u);
   EXPECT_EQ(got.grant_slots, 65536u);
+  EXPECT_EQ(got.device_index, 1u);
+  EXPECT_EQ(got.node_guid, 0x0002c90300abcdefull);
+  EXPECT_EQ(got.gid[15], 7);
+  EXPECT_EQ(DeviceNameOf(got.device).value_or("?"), "mlx5_1");
   // In order: the first fd is the first sent.
   ASSERT_EQ(write(m->fds[0], "a", 1), 1);
   ASSERT_EQ(write(m->fds[1], "b", 1), 1);

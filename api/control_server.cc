@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/control_protocol.h"
 #include "api/internal/control_client_memory.h"
 #include "base/errno_status.h"
@@ -26,10 +27,14 @@
 namespace regcache::api {
 namespace {
 
+// The most connections that have not sent their Open yet; more are closed at accept.
+constexpr size_t kMaxPendingOpens = 64;
+
 struct Connection {
   int fd = -1;
-  service::SessionGrant grant;
+  service::SessionGrant grant;  // id 0 until the session opens (the client's Open)
   service::PeerCredentials peer;
+  absl::Time accepted;
 };
 
 class ControlServerImpl final : public ControlServer {
@@ -91,6 +96,7 @@ class ControlServerImpl final : public ControlServer {
         RC_LOG(ERROR) << "control socket epoll_wait: " << base::ErrnoName(errno);
         return;
       }
+      DropLateOpens();
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         if (fd == wake_fd_) return;
@@ -119,46 +125,90 @@ class ControlServerImpl final : public ControlServer {
       return;
     }
     service::PeerCredentials peer{cred.pid, cred.uid, cred.gid};
-    absl::StatusOr<service::SessionGrant> grant = daemon_->OpenSession(peer);
+    // The session opens when the client's Open names its device (OpenSession below).
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd;
+    {
+      base::MutexLock l(&mu_);
+      if (pending_ >= kMaxPendingOpens) {
+        RC_LOG(WARNING) << "control: " << pending_ << " connections have not sent Open; closing"
+                        << " the one from pid " << peer.pid;
+        close(fd);
+        return;
+      }
+      ++pending_;
+      by_fd_[fd] = Connection{fd, {}, peer, absl::Now()};
+    }
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) Drop(fd, "epoll_ctl");
+  }
+
+  // The client's first message: opens its session on the device it names and answers with the
+  // Welcome and the fast path's files, or with an Error (and closes the connection).
+  void OpenSession(int fd, const service::PeerCredentials& peer, ControlMessage& msg) {
+    CloseFds(&msg.fds);
+    absl::StatusOr<service::SessionGrant> grant;
+    if (msg.type != ControlType::kOpen) {
+      grant = absl::InvalidArgumentError(
+          absl::StrCat("control message type ", static_cast<uint16_t>(msg.type),
+                       " before Open (the first "
+                       "message of a connection opens its session)"));
+    } else {
+      const OpenMsg open = msg.As<OpenMsg>();
+      absl::StatusOr<std::string> device = DeviceNameOf(open.device);
+      if (!device.ok()) {
+        grant = device.status();
+      } else if (open.reserved != 0) {
+        grant = absl::InvalidArgumentError("Open: reserved field is not 0");
+      } else {
+        grant = daemon_->OpenSession(peer, *device);
+      }
+    }
     if (!grant.ok()) {
       RC_LOG(INFO) << "control: refused pid=" << peer.pid << " uid=" << peer.uid
                    << " gid=" << peer.gid << ": " << grant.status();
-      ErrorMsg e = MakeErrorMessage(grant.status(), 0, 0);
+      ErrorMsg e = MakeErrorMessage(grant.status(), 0, static_cast<uint16_t>(msg.type));
       (void)SendControlMessage(fd, &e, sizeof(e), -1);
-      close(fd);
+      Drop(fd, "session refused");
       return;
     }
     // The fast path's files go out with the Welcome and are closed here either way; the
     // connection's copy of the grant owns none.
     const int files[2] = {grant->channel_fd, grant->state_fd};
     grant->channel_fd = grant->state_fd = -1;
-    auto close_files = [&files] {
-      for (int f : files) {
-        if (f >= 0) close(f);
-      }
-    };
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = fd;
     {
       base::MutexLock l(&mu_);
-      by_fd_[fd] = Connection{fd, *grant, peer};
+      auto it = by_fd_.find(fd);  // only this thread drops connections: it is there
+      it->second.grant = *grant;
       by_session_[grant->id] = fd;
-    }
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      close_files();
-      Drop(fd, "epoll_ctl");
-      return;
+      --pending_;
     }
     WelcomeMsg w = Welcome(*grant);
     absl::Status sent = SendControlMessage(fd, &w, sizeof(w), absl::MakeConstSpan(files));
-    close_files();
+    for (int f : files) {
+      if (f >= 0) close(f);
+    }
     if (!sent.ok()) {
       Drop(fd, sent.ToString());
       return;
     }
     RC_LOG(INFO) << "control: session " << grant->id << " opened for pid=" << peer.pid
-                 << " uid=" << peer.uid << (grant->admin ? " (admin)" : "");
+                 << " uid=" << peer.uid << " on " << grant->device.name
+                 << (grant->admin ? " (admin)" : "");
+  }
+
+  // Closes the connections that did not send their Open within kOpenTimeout.
+  void DropLateOpens() {
+    std::vector<int> late;
+    {
+      base::ReaderMutexLock l(&mu_);
+      if (pending_ == 0) return;
+      const absl::Time now = absl::Now();
+      for (const auto& [fd, conn] : by_fd_) {
+        if (conn.grant.id == 0 && now - conn.accepted > kOpenTimeout) late.push_back(fd);
+      }
+    }
+    for (int fd : late) Drop(fd, "no Open in time");
   }
 
   void Serve(int fd, uint32_t events) {
@@ -178,6 +228,7 @@ class ControlServerImpl final : public ControlServer {
       return;
     }
     service::SessionGrant grant;
+    service::PeerCredentials peer;
     {
       base::ReaderMutexLock l(&mu_);
       auto it = by_fd_.find(fd);
@@ -186,6 +237,11 @@ class ControlServerImpl final : public ControlServer {
         return;
       }
       grant = it->second.grant;
+      peer = it->second.peer;
+    }
+    if (grant.id == 0) {
+      OpenSession(fd, peer, *msg);
+      return;
     }
     absl::Status replied;
     switch (msg->type) {
@@ -195,32 +251,9 @@ class ControlServerImpl final : public ControlServer {
         replied = SendControlMessage(fd, &w, sizeof(w), -1);
         break;
       }
-      case ControlType::kImportFd: {
-        ImportFdMsg m = msg->As<ImportFdMsg>();
-        if (msg->fds.size() != 1) {
-          CloseFds(&msg->fds);
-          ErrorMsg e = MakeErrorMessage(
-              absl::InvalidArgumentError(absl::StrCat("ImportFd carries ", msg->fds.size(),
-                                                      " descriptors, want exactly 1")),
-              m.nonce, m.header.type);
-          replied = SendControlMessage(fd, &e, sizeof(e), -1);
-          break;
-        }
-        int memfd = msg->fds[0];
-        msg->fds.clear();
-        absl::StatusOr<service::MemoryId> id =
-            daemon_->ImportMemory(grant.id, memfd, m.offset, m.length);  // takes the fd
-        if (id.ok()) {
-          ImportedMsg r = MakeControlMessage<ImportedMsg>(ControlType::kImported);
-          r.nonce = m.nonce;
-          r.memory_id = *id;
-          replied = SendControlMessage(fd, &r, sizeof(r), -1);
-        } else {
-          ErrorMsg e = MakeErrorMessage(id.status(), m.nonce, m.header.type);
-          replied = SendControlMessage(fd, &e, sizeof(e), -1);
-        }
+      case ControlType::kImportFd:
+        replied = ServeImportFd(fd, grant.id, *msg);
         break;
-      }
       case ControlType::kExportPd:
       case ControlType::kAttachRegion:
         replied = internal::ServeClientMemory(daemon_, fd, grant.id, *msg);
@@ -240,6 +273,32 @@ class ControlServerImpl final : public ControlServer {
     if (!replied.ok()) Drop(fd, replied.ToString());
   }
 
+  // ImportFd: exactly one descriptor, which the daemon takes.
+  absl::Status ServeImportFd(int fd, service::SessionId session, ControlMessage& msg) {
+    ImportFdMsg m = msg.As<ImportFdMsg>();
+    if (msg.fds.size() != 1) {
+      const size_t count = msg.fds.size();  // before closing them
+      CloseFds(&msg.fds);
+      ErrorMsg e =
+          MakeErrorMessage(absl::InvalidArgumentError(absl::StrCat("ImportFd carries ", count,
+                                                                   " descriptors, want exactly 1")),
+                           m.nonce, m.header.type);
+      return SendControlMessage(fd, &e, sizeof(e), -1);
+    }
+    int memfd = msg.fds[0];
+    msg.fds.clear();
+    absl::StatusOr<service::MemoryId> id =
+        daemon_->ImportMemory(session, memfd, m.offset, m.length);  // takes the fd
+    if (!id.ok()) {
+      ErrorMsg e = MakeErrorMessage(id.status(), m.nonce, m.header.type);
+      return SendControlMessage(fd, &e, sizeof(e), -1);
+    }
+    ImportedMsg r = MakeControlMessage<ImportedMsg>(ControlType::kImported);
+    r.nonce = m.nonce;
+    r.memory_id = *id;
+    return SendControlMessage(fd, &r, sizeof(r), -1);
+  }
+
   static WelcomeMsg Welcome(const service::SessionGrant& grant) {
     WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
     w.session_id = grant.id;
@@ -247,6 +306,11 @@ class ControlServerImpl final : public ControlServer {
     w.admin = grant.admin ? 1 : 0;
     w.ring_channels = grant.ring_channels;
     w.grant_slots = grant.grant_slots;
+    w.device_index = grant.device.index;
+    w.port = grant.device.port;
+    w.node_guid = grant.device.node_guid;
+    std::memcpy(w.gid, grant.device.gid.data(), sizeof(w.gid));
+    (void)SetDeviceName(grant.device.name, w.device);  // device names fit: 64 bytes in ibverbs
     return w;
   }
 
@@ -258,11 +322,19 @@ class ControlServerImpl final : public ControlServer {
       auto it = by_fd_.find(fd);
       if (it == by_fd_.end()) return;
       session = it->second.grant.id;
-      by_session_.erase(session);
+      if (session == 0) {
+        --pending_;
+      } else {
+        by_session_.erase(session);
+      }
       by_fd_.erase(it);
     }
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
+    if (session == 0) {
+      RC_LOG(INFO) << "control: connection closed before its session opened (" << why << ")";
+      return;
+    }
     absl::Status closed = daemon_->CloseSession(session);
     if (!closed.ok() && closed.code() != absl::StatusCode::kNotFound) {
       RC_LOG(WARNING) << "control: closing session " << session << ": " << closed;
@@ -279,6 +351,7 @@ class ControlServerImpl final : public ControlServer {
   mutable base::Mutex mu_;
   absl::flat_hash_map<int, Connection> by_fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<service::SessionId, int> by_session_ ABSL_GUARDED_BY(mu_);
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // connections without a session yet
 };
 
 }  // namespace

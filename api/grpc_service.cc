@@ -51,7 +51,8 @@ absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode) {
   return absl::InvalidArgumentError(absl::StrFormat("unknown prefetch mode %d", mode));
 }
 
-void ToProto(const cache::KeyGrant& g, pb::KeyGrant* out) {
+void ToProto(const cache::KeyGrant& g, uint32_t device_index, pb::KeyGrant* out) {
+  out->set_device_index(device_index);
   out->set_handle(g.handle);
   out->set_lkey(g.lkey);
   out->set_rkey(g.rkey);
@@ -60,6 +61,22 @@ void ToProto(const cache::KeyGrant& g, pb::KeyGrant* out) {
   out->set_access(g.access);
   out->set_hit(g.hit);
   out->set_same_key(g.same_key);
+}
+
+void ToProto(const service::DeviceStatus& d, pb::DeviceInfo* out) {
+  out->set_index(d.identity.index);
+  out->set_name(d.identity.name);
+  out->set_backend(d.identity.backend);
+  out->set_node_guid(d.identity.node_guid);
+  out->set_port(d.identity.port);
+  out->set_gid(std::string(d.identity.gid.begin(), d.identity.gid.end()));
+  out->set_spec(d.spec);
+  out->set_selection(d.selection);
+  out->set_sessions(d.sessions);
+  out->set_odp(d.capabilities.odp);
+  out->set_peer(d.capabilities.peer);
+  out->set_endpoints(d.capabilities.endpoints);
+  out->set_max_keys(d.capabilities.max_keys);
 }
 
 // One batch item's outcome, google.rpc.Status style (the codes are absl's, 1:1 with gRPC's).
@@ -219,7 +236,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                        PrefetchFromProto(req->prefetch()));
       ASSIGN_OR_RETURN(cache::KeyGrant g,
                        daemon_->Register(s, req->va(), req->length(), req->access(), prefetch));
-      ToProto(g, resp);
+      ToProto(g, DeviceIndex(s), resp);
       return absl::OkStatus();
     });
   }
@@ -237,7 +254,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->CreateWindow(s, req->parent(), req->offset(),
                                                                 req->length(), req->access()));
-      ToProto(g, resp);
+      ToProto(g, DeviceIndex(s), resp);
       return absl::OkStatus();
     });
   }
@@ -252,7 +269,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Reregister(s, req->handle(), req->va(),
                                                               req->length(), req->access()));
-      ToProto(g, resp);
+      ToProto(g, DeviceIndex(s), resp);
       return absl::OkStatus();
     });
   }
@@ -263,11 +280,12 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                              pb::RegisterBatchResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       RETURN_IF_ERROR(CheckBatchSize("RegisterBatch", req->items_size()));
+      const uint32_t device = DeviceIndex(s);
       for (const pb::RegisterRequest& item : req->items()) {
         pb::RegisterResult* out = resp->add_results();
         absl::StatusOr<cache::KeyGrant> g = RegisterItem(ctx, s, item);
         ToProto(g.status(), out->mutable_status());
-        if (g.ok()) ToProto(*g, out->mutable_grant());
+        if (g.ok()) ToProto(*g, device, out->mutable_grant());
       }
       return absl::OkStatus();
     });
@@ -358,6 +376,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     resp->set_max_keys(st.capabilities.max_keys);
     resp->set_endpoints(st.capabilities.endpoints);
     resp->set_device_selection(st.device_selection);
+    for (const service::DeviceStatus& d : st.devices) ToProto(d, resp->add_devices());
     return grpc::Status::OK;
   }
 
@@ -375,6 +394,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         o->set_opened_unix_ms(absl::ToUnixMillis(i.opened));
         ToProto(i.usage, o->mutable_usage());
         o->set_memories(i.memories);
+        o->set_device(i.device.name);
+        o->set_device_index(i.device.index);
       }
       return absl::OkStatus();
     });
@@ -463,6 +484,13 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
       return absl::UnauthenticatedError("more than one session token");
     }
     return daemon_->Authenticate(absl::string_view(it->second.data(), it->second.size()));
+  }
+
+  // The index of the session's device, which every grant of the session names (0 if the
+  // session closed meanwhile: its grants are gone anyway).
+  uint32_t DeviceIndex(SessionId s) {
+    absl::StatusOr<service::DeviceIdentity> d = daemon_->SessionDevice(s);
+    return d.ok() ? d->index : 0;
   }
 
   // One RegisterBatch item, checked as Register checks its request.

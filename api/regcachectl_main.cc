@@ -2,7 +2,9 @@
 // own over the control socket; admin commands need an admin uid: root or the daemon's uid by
 // default).
 //
-//   regcachectl [--socket_dir=/run/regcache] status
+//   regcachectl [--socket_dir=/run/regcache] [--device=NAME] status
+//                                                 the daemon, then one line per device it serves
+//                                                 (name, GUID, GID, sessions) and how it was chosen
 //   regcachectl sessions                          (admin) every session: peer, usage
 //   regcachectl keys [--session=N | --all]        this session's keys; another's or all (admin)
 //   regcachectl endpoints [--session=N]           this session's target endpoints; another's
@@ -18,6 +20,7 @@
 // through it (docs/endpoints.md).
 // `keys` alone lists regcachectl's own (new, empty) session — useful mainly with --session or
 // --all, which is what an operator wants: whose keys are live, over what, and in which state.
+// --device opens regcachectl's own session on that device (default: the daemon's first).
 // Exit status: 0 on success, 1 with the error's code and message on stderr, 2 for bad usage.
 #include <array>
 #include <cinttypes>
@@ -33,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "regcache/client.h"
 
 ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
@@ -43,6 +47,8 @@ ABSL_FLAG(std::string, addr, "", "peer: the address (decimal or 0x hex)");
 ABSL_FLAG(std::string, data, "", "peer write: the bytes to write (text)");
 ABSL_FLAG(uint64_t, length, 0, "peer read: bytes to read");
 ABSL_FLAG(uint64_t, endpoint, 0, "peer: through this target endpoint of the session (0: none)");
+ABSL_FLAG(std::string, device, "",
+          "the device regcachectl's own session lives on (empty: the daemon's first)");
 
 namespace {
 
@@ -92,6 +98,19 @@ int Status(regcache::api::Client& c, const std::vector<std::string>& args) {
               s->device.c_str(), s->backend.c_str(), s->sessions, s->draining ? 1 : 0, s->uptime_ms,
               s->peer ? 1 : 0, s->endpoints ? 1 : 0);
   std::printf("device_selection=%s\n", s->device_selection.c_str());
+  for (const regcache::api::DaemonInfo::Device& d : s->devices) {
+    std::string gid;
+    for (size_t i = 0; i < d.info.gid.size(); i += 2) {
+      absl::StrAppendFormat(&gid, "%s%02x%02x", i == 0 ? "" : ":", d.info.gid[i],
+                            d.info.gid[i + 1]);
+    }
+    std::printf("device[%u]=%s backend=%s node_guid=0x%016" PRIx64
+                " port=%u gid=%s sessions=%" PRIu64 "%s\n",
+                d.info.index, d.info.name.c_str(), d.backend.c_str(), d.info.node_guid, d.info.port,
+                gid.c_str(), d.sessions,
+                d.info.index == c.device().index ? " (this regcachectl)" : "");
+    std::printf("device[%u]_selection=%s\n", d.info.index, d.selection.c_str());
+  }
   return 0;
 }
 
@@ -101,10 +120,10 @@ int Sessions(regcache::api::Client& c, const std::vector<std::string>& args) {
   for (const regcache::api::SessionRecord& r : *s) {
     std::printf("session=%" PRIu64 " pid=%d uid=%u gid=%u admin=%d live=%" PRIu64
                 " revoked_held=%" PRIu64 " cached=%" PRIu64 " memories=%" PRIu64
-                " backed_bytes=%" PRIu64 "%s\n",
+                " backed_bytes=%" PRIu64 " device=%s%s\n",
                 r.id, r.pid, r.uid, r.gid, r.admin ? 1 : 0, r.usage.live_registrations,
                 r.usage.revoked_held, r.usage.cached_unreferenced, r.memories, r.usage.backed_bytes,
-                r.id == c.session_id() ? " (this regcachectl)" : "");
+                r.device.c_str(), r.id == c.session_id() ? " (this regcachectl)" : "");
   }
   return 0;
 }
@@ -202,6 +221,12 @@ int Peer(regcache::api::Client& c, const std::vector<std::string>& args) {
   return 0;
 }
 
+regcache::api::ClientOptions Options() {
+  regcache::api::ClientOptions o;
+  o.device = absl::GetFlag(FLAGS_device);
+  return o;
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
@@ -214,7 +239,7 @@ int Run(const std::vector<std::string>& args) {
   auto it = kCommands.find(args[0]);
   if (it == kCommands.end()) return Usage("unknown command '" + args[0] + "'");
   absl::StatusOr<std::unique_ptr<regcache::api::Client>> client =
-      regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir));
+      regcache::api::Client::Connect(absl::GetFlag(FLAGS_socket_dir), Options());
   if (!client.ok()) return Fail(client.status());
   return it->second(**client, args);
 }
@@ -223,7 +248,8 @@ int Run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "regcachectl [--socket_dir=DIR] status | sessions | keys [--session=N|--all] | "
+      "regcachectl [--socket_dir=DIR] [--device=NAME] status | sessions | keys [--session=N|--all] "
+      "| "
       "endpoints [--session=N] | stats | drain | "
       "peer write --rkey=K --addr=A --data=T [--session=N] [--endpoint=E] | "
       "peer read --rkey=K --addr=A --length=N [--session=N] [--endpoint=E]");

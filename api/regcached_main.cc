@@ -35,7 +35,11 @@
 
 ABSL_FLAG(std::string, device, "auto",
           "device: auto (mlx5, else verbs, else sim: the first that opens) | sim[:params] | "
-          "verbs[:name][,port=N,gid_index=N] (any libibverbs device)");
+          "verbs[:name][,port=N,gid_index=N] (any libibverbs device); several devices separated "
+          "by ';' (\"mlx5:mlx5_0;mlx5:mlx5_1\"), each with its own cache, the first the "
+          "sessions' default");
+ABSL_FLAG(uint32_t, max_sessions_per_device, 0,
+          "most sessions open at once on one device (0: only --max_sessions limits them)");
 ABSL_FLAG(std::string, socket_dir, "/run/regcache",
           "directory of control.sock and grpc.sock (created if missing)");
 ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");
@@ -97,6 +101,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
   config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  config->max_sessions_per_device = absl::GetFlag(FLAGS_max_sessions_per_device);
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
   config->allow_pd_export = absl::GetFlag(FLAGS_allow_pd_export);
   // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;

@@ -202,6 +202,21 @@ Registry::Id Registry::Add(std::string component, SnapshotFn fn) {
   return id;
 }
 
+Registry::Id Registry::Register(std::string labels, const Registry* child) {
+  return Add(std::move(labels), [child](absl::string_view labels) {
+    std::vector<Sample> samples = child->Snapshot();
+    for (Sample& s : samples) {
+      const size_t brace = s.component.find('{');
+      if (brace == std::string::npos) {
+        s.component = absl::StrCat(s.component, "{", labels, "}");
+      } else {
+        s.component.insert(brace + 1, absl::StrCat(labels, ","));
+      }
+    }
+    return samples;
+  });
+}
+
 void Registry::Unregister(Id id) {
   MutexLock lock(&mu_);
   std::erase_if(entries_, [id](const Entry& e) { return e.id == id; });

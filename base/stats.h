@@ -174,6 +174,12 @@ class Registry {
     return Add(std::move(component),
                [stats](absl::string_view c) { return SnapshotOf(c, *stats); });
   }
+  // Adds a child registry: every sample of its snapshot, with `labels` (`device="mlx5_1"`)
+  // added to its component's labels (`cache` -> `cache{device="mlx5_1"}`, `cache{tenant="7"}`
+  // -> `cache{device="mlx5_1",tenant="7"}`). A daemon with several devices gives each its own
+  // registry this way, so their components keep their names and differ by label. The child must
+  // stay alive until Unregister(id), and must never contain this registry.
+  Id Register(std::string labels, const Registry* child);
   void Unregister(Id id);
 
   std::vector<Sample> Snapshot() const;

@@ -36,6 +36,24 @@ TEST(StatsTest, DeclaredStatsAreMembersAndSnapshotInOrder) {
   EXPECT_EQ(snap[2].component, "umr");
 }
 
+TEST(StatsTest, ChildRegistryLabelsEveryComponent) {
+  TestStats a, b;
+  a.requests.Inc(4);
+  Registry child;
+  Registration plain(child, "cache", &a);
+  Registration labelled(child, "cache{tenant=\"7\"}", &b);
+  Registry parent;
+  {
+    Registration dev(parent, "device=\"sim1\"", &child);
+    std::vector<Sample> snap = parent.Snapshot();
+    ASSERT_EQ(snap.size(), 6u);
+    EXPECT_EQ(snap[0].component, "cache{device=\"sim1\"}");
+    EXPECT_EQ(snap[0].value, 4);
+    EXPECT_EQ(snap[3].component, "cache{device=\"sim1\",tenant=\"7\"}");
+  }
+  EXPECT_TRUE(parent.Snapshot().empty()) << "unregistered with its Registration";
+}
+
 TEST(StatsTest, HotCounterSumsAcrossThreads) {
   TestHotStats s;
   std::vector<std::thread> threads;

@@ -130,6 +130,14 @@ struct Capabilities {
   // provider implements ibv_import_device / ibv_import_pd / ibv_import_mr) and register its own
   // memory in it (docs/client_memory.md).
   bool pd_export = false;
+  // Which NIC this is, for clients that must pair keys with their own queue pairs on the same
+  // device (a daemon may serve several): the node GUID (host byte order; ibv_query_device's
+  // node_guid) and the port's GID at the index the backend uses (network order, as
+  // ibv_query_gid returns it; on RoCE it carries the port's IP address). The sim invents stable
+  // ones from its device name. Zero where a backend cannot tell.
+  uint64_t node_guid = 0;
+  uint8_t port = 0;  // the port the GID belongs to (1-based; 0: none)
+  std::array<uint8_t, 16> gid{};
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "service/internal/client_regions.h"
+#include "service/internal/device_set.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/ring_server.h"
@@ -54,17 +55,8 @@ bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
 
 class DaemonImpl final : public Daemon {
  public:
-  DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry,
-             std::unique_ptr<hca::Device> device, std::unique_ptr<odp::Servicer> servicer,
-             std::unique_ptr<cache::RegCache> cache, std::string selection)
-      : config_(config),
-        registry_(registry),
-        device_(std::move(device)),
-        servicer_(std::move(servicer)),
-        cache_(std::move(cache)),
-        keys_(cache_.get(), servicer_.get(), device_.get(), &draining_),
-        started_(absl::Now()),
-        selection_(std::move(selection)) {
+  DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry)
+      : config_(config), registry_(registry), started_(absl::Now()) {
     if (registry_ != nullptr) {
       stats_registration_ = {*registry_, "daemon", &stats_};
       ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
@@ -78,12 +70,21 @@ class DaemonImpl final : public Daemon {
     stats_registration_ = {};
     ring_stats_registration_ = {};
     endpoint_stats_registration_ = {};
-    cache_.reset();     // before the servicer that observes it
-    servicer_.reset();  // before the device it serves
-    device_.reset();
+    devices_.reset();  // each: its cache, then the servicer observing it, then the device
   }
 
-  absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer) override;
+  // Opens the devices (Create, before anyone can call in).
+  absl::Status OpenDevices() {
+    ASSIGN_OR_RETURN(devices_, internal::DeviceSet::Open(config_, registry_, &draining_));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
+                                           absl::string_view device) override;
+  absl::StatusOr<DeviceIdentity> SessionDevice(SessionId session) override {
+    ASSIGN_OR_RETURN(auto pin, Pin(session));
+    return (**pin).device->Identity();
+  }
   absl::StatusOr<SessionId> Authenticate(absl::string_view token) override;
   absl::Status CloseSession(SessionId session) override;
   absl::StatusOr<bool> IsAdmin(SessionId session) override;
@@ -98,11 +99,11 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
   absl::StatusOr<hca::PdExport> ExportPd(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return internal::ExportSessionPd(config_, *cache_, *device_, **pin);
+    return internal::ExportSessionPd(config_, **pin);
   }
   absl::StatusOr<MemoryId> AttachRegion(SessionId session, const ClientRegion& region) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return internal::AttachClientRegion(config_, *cache_, *device_, **pin, region);
+    return internal::AttachClientRegion(config_, **pin, region);
   }
 
   // The key calls: the session pinned, then the same code as the session's ring worker runs.
@@ -110,57 +111,57 @@ class DaemonImpl final : public Daemon {
                                            hca::AccessFlags access,
                                            std::optional<odp::PrefetchMode> prefetch) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingRegister(**pin, va, length, access, prefetch));
+    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingRegister(**pin, va, length, access, prefetch));
     return g.grant;
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return keys_.RingPrefetch(**pin, va, length, write, mode);
+    return Keys(**pin).RingPrefetch(**pin, va, length, write, mode);
   }
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingWindow(**pin, parent, offset, length, access));
+    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingWindow(**pin, parent, offset, length, access));
     return g.grant;
   }
   absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
                                              uint64_t length, hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, keys_.RingReregister(**pin, handle, va, length, access));
+    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingReregister(**pin, handle, va, length, access));
     return g.grant;
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return keys_.RingRelease(**pin, handle);
+    return Keys(**pin).RingRelease(**pin, handle);
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return keys_.RingInvalidate(**pin, handle);
+    return Keys(**pin).RingInvalidate(**pin, handle);
   }
   absl::StatusOr<cache::RegistrationInfo> Query(SessionId session, cache::Handle handle) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return keys_.RingQuery(**pin, handle);
+    return Keys(**pin).RingQuery(**pin, handle);
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    return cache_->List(s.tenant);
+    return s.device->cache->List(s.tenant);
   }
   absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    return cache_->Usage(s.tenant);
+    return s.device->cache->Usage(s.tenant);
   }
 
   absl::StatusOr<EndpointInfo> CreateEndpoint(SessionId session, const hca::EndpointAddress& remote,
                                               hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
-    ASSIGN_OR_RETURN(cache::TenantUsage u, cache_->Usage(s.tenant));
+    ASSIGN_OR_RETURN(cache::TenantUsage u, s.device->cache->Usage(s.tenant));
     base::MutexLock lock(&s.mu);
-    return s.endpoints->Create(device_.get(), u.pd, remote, access, config_.max_endpoints);
+    return s.endpoints->Create(s.device->device.get(), u.pd, remote, access, config_.max_endpoints);
   }
   absl::Status DestroyEndpoint(SessionId session, EndpointId endpoint) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
@@ -194,6 +195,8 @@ class DaemonImpl final : public Daemon {
   // The session, pinned against closing for the caller's scope. kNotFound if unknown or closed,
   // kUnavailable while draining.
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
+  // The key calls of the session's device.
+  static internal::SessionKeys& Keys(Session& s) { return *s.device->keys; }
   bool Allowed(const PeerCredentials& peer) const;
   bool AdminUid(uid_t uid) const;
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
@@ -209,12 +212,8 @@ class DaemonImpl final : public Daemon {
 
   const DaemonConfig config_;
   base::stats::Registry* const registry_;
-  std::unique_ptr<hca::Device> device_;
-  std::unique_ptr<odp::Servicer> servicer_;  // null on a device without ODP
-  std::unique_ptr<cache::RegCache> cache_;
-  internal::SessionKeys keys_;  // the ring workers' backend too
+  std::unique_ptr<internal::DeviceSet> devices_;  // set by OpenDevices, constant after
   const absl::Time started_;
-  const std::string selection_;  // how the device was chosen
   DaemonStats stats_;
   internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
@@ -240,7 +239,7 @@ bool DaemonImpl::AdminUid(uid_t uid) const {
 absl::Status DaemonImpl::StartFastPath(Session& s) {
   ASSIGN_OR_RETURN(s.shm, SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
   s.grants = std::make_unique<GrantTable>(s.shm.get());
-  ASSIGN_OR_RETURN(s.ring, RingServer::Start(&s, &keys_, &ring_stats_));
+  ASSIGN_OR_RETURN(s.ring, RingServer::Start(&s, &Keys(s), &ring_stats_));
   return absl::OkStatus();
 }
 
@@ -249,7 +248,8 @@ absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
   return sessions_.Pin(id);
 }
 
-absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer) {
+absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer,
+                                                     absl::string_view device) {
   if (draining()) {
     stats_.sessions_refused.Inc();
     return absl::UnavailableError("regcached is draining");
@@ -266,7 +266,18 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
     return absl::ResourceExhaustedError(
         absl::StrFormat("session limit %d reached", config_.max_sessions));
   }
+  absl::StatusOr<internal::DeviceSlot*> slot = devices_->Find(device);
+  if (slot.ok() && config_.max_sessions_per_device != 0 &&
+      (*slot)->sessions.load() >= config_.max_sessions_per_device) {
+    slot = absl::ResourceExhaustedError(absl::StrFormat(
+        "session limit %d of device %s reached", config_.max_sessions_per_device, (*slot)->name()));
+  }
+  if (!slot.ok()) {
+    stats_.sessions_refused.Inc();
+    return slot.status();
+  }
   auto s = std::make_shared<Session>();
+  s->device = *slot;
   s->peer = peer;
   s->admin = AdminUid(peer.uid);
   s->opened = absl::Now();
@@ -274,7 +285,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   cache::TenantOptions to;
   to.max_keys = config_.max_keys_per_session;
   to.max_backed_bytes = config_.max_bytes_per_session;
-  ASSIGN_OR_RETURN(s->tenant, cache_->OpenTenant(to));
+  ASSIGN_OR_RETURN(s->tenant, s->device->cache->OpenTenant(to));
   s->id = sessions_.NewId();
   {
     base::MutexLock lock(&s->mu);
@@ -286,7 +297,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   if (!state_fd.ok()) {
     if (channel_fd.ok()) ::close(*channel_fd);
     s->ring.reset();
-    (void)cache_->CloseTenant(s->tenant);
+    (void)s->device->cache->CloseTenant(s->tenant);
     stats_.sessions_refused.Inc();
     return state_fd.status();
   }
@@ -295,10 +306,12 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   grant.state_fd = *state_fd;
   grant.ring_channels = s->shm->channels();
   grant.grant_slots = s->shm->slots();
+  grant.device = s->device->Identity();
+  s->device->sessions.fetch_add(1);
   stats_.sessions_opened.Inc();
   stats_.sessions_open.Add();
   RC_LOG(INFO) << "session " << grant.id << " opened: pid " << peer.pid << " uid " << peer.uid
-               << (grant.admin ? " (admin)" : "");
+               << (grant.admin ? " (admin)" : "") << " on " << grant.device.name;
   return grant;
 }
 
@@ -326,7 +339,8 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
     s.endpoints->Clear();
   }
   // Every key through the lifecycle, every backing deregistered, the PD freed.
-  absl::Status closed = cache_->CloseTenant(s.tenant);
+  absl::Status closed = s.device->cache->CloseTenant(s.tenant);
+  s.device->sessions.fetch_sub(1);
   if (!closed.ok()) first = closed;
   // Only now — after the device confirmed every invalidation — is the memory unmapped.
   {
@@ -441,7 +455,7 @@ absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64
   spec.local_addr = m.mem->data();
   spec.length = m.mem->length();
   spec.on_demand = on_demand;
-  ASSIGN_OR_RETURN(m.backing, cache_->AddBacking(s.tenant, spec));
+  ASSIGN_OR_RETURN(m.backing, s.device->cache->AddBacking(s.tenant, spec));
   m.attached = true;
   m.client_va = client_va;
   m.on_demand = on_demand;
@@ -453,12 +467,12 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
   auto it = s.memories.find(memory);
-  if (it == s.memories.end()) return internal::DetachClientRegion(*cache_, s, memory);
+  if (it == s.memories.end()) return internal::DetachClientRegion(s, memory);
   if (it->second.attached) {
     // The state words say it first; then every key over it is invalidated and the memory
     // deregistered; only then is it unmapped (erase).
     s.grants->RevokeRange(it->second.client_va, it->second.mem->length());
-    RETURN_IF_ERROR(cache_->RemoveBacking(s.tenant, it->second.backing));
+    RETURN_IF_ERROR(s.device->cache->RemoveBacking(s.tenant, it->second.backing));
   }
   s.mapped_bytes -= it->second.mem->length();
   stats_.memory_mapped_bytes.Sub(it->second.mem->length());
@@ -481,18 +495,18 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
 
 absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s, std::optional<EndpointId> endpoint,
                                                 std::unique_ptr<hca::Peer>* through) {
-  if (device_->capabilities().backend != "sim" || !device_->capabilities().peer) {
+  hca::Device* device = s.device->device.get();
+  if (device->capabilities().backend != "sim" || !device->capabilities().peer) {
     return absl::UnimplementedError(
         "the peer data path is only exposed with --device=sim (a real peer is a remote node)");
   }
   if (endpoint.has_value()) {
-    ASSIGN_OR_RETURN(*through,
-                     s.endpoints->RemotePeer(*endpoint, device_.get(), config_.remote_node));
+    ASSIGN_OR_RETURN(*through, s.endpoints->RemotePeer(*endpoint, device, config_.remote_node));
     return through->get();
   }
   if (s.peer_port == nullptr) {
-    ASSIGN_OR_RETURN(cache::TenantUsage u, cache_->Usage(s.tenant));
-    ASSIGN_OR_RETURN(s.peer_port, device_->CreatePeer(u.pd));
+    ASSIGN_OR_RETURN(cache::TenantUsage u, s.device->cache->Usage(s.tenant));
+    ASSIGN_OR_RETURN(s.peer_port, device->CreatePeer(u.pd));
   }
   return s.peer_port.get();
 }
@@ -526,11 +540,15 @@ absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca
 
 DaemonStatus DaemonImpl::Status() {
   DaemonStatus st;
-  st.capabilities = device_->capabilities();
+  for (size_t i = 0; i < devices_->size(); ++i) {
+    const internal::DeviceSlot& d = devices_->at(i);
+    st.devices.push_back({d.Identity(), d.spec, d.selection, d.caps(), d.sessions.load()});
+  }
+  st.capabilities = devices_->first().caps();
   st.device = absl::StrFormat("%s:%s", st.capabilities.backend, st.capabilities.device_name);
   st.draining = draining();
   st.started = started_;
-  st.device_selection = selection_;
+  st.device_selection = devices_->first().selection;
   st.sessions = sessions_.size();
   return st;
 }
@@ -545,7 +563,8 @@ absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) 
     info.peer = s->peer;
     info.admin = s->admin;
     info.opened = s->opened;
-    auto u = cache_->Usage(s->tenant);
+    info.device = s->device->Identity();
+    auto u = s->device->cache->Usage(s->tenant);
     if (u.ok()) info.usage = *u;
     {
       base::MutexLock lock(&s->mu);
@@ -573,28 +592,9 @@ absl::Status DaemonImpl::Drain() {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const DaemonConfig& config,
                                                        base::stats::Registry* registry) {
-  hca::OpenOptions open;
-  open.stats_registry = registry;
-  std::string selection;
-  open.selection = &selection;
-  ASSIGN_OR_RETURN(std::unique_ptr<hca::Device> device, hca::OpenDevice(config.device, open));
-  // The fault servicer observes the cache's backings, so it comes first and goes last.
-  std::unique_ptr<odp::Servicer> servicer;
-  cache::CacheOptions cache_options = config.cache;
-  cache_options.pool.capacity_classes =
-      cache::RegCache::FitClasses(cache_options.pool.capacity_classes, device->capabilities());
-  if (device->capabilities().odp) {
-    ASSIGN_OR_RETURN(servicer, odp::Servicer::Create(device.get(), {}, registry));
-    cache_options.backing_observer = servicer.get();
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<cache::RegCache> cache,
-                   cache::RegCache::Create(device.get(), cache_options, registry));
-  RC_LOG(INFO) << "regcached on " << device->capabilities().backend << ":"
-               << device->capabilities().device_name
-               << (servicer != nullptr ? " (on-demand paging served)" : "") << "; " << selection;
-  return std::unique_ptr<Daemon>(new DaemonImpl(config, registry, std::move(device),
-                                                std::move(servicer), std::move(cache),
-                                                std::move(selection)));
+  auto daemon = std::make_unique<DaemonImpl>(config, registry);
+  RETURN_IF_ERROR(daemon->OpenDevices());
+  return std::unique_ptr<Daemon>(std::move(daemon));
 }
 
 }  // namespace regcache::service

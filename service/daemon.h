@@ -5,6 +5,14 @@
 // socket that carries peer credentials and file descriptors, the gRPC service, the metrics
 // endpoint) call into it; nothing here knows gRPC, protobuf or sockets.
 //
+// Devices. One daemon serves every NIC of its host: DaemonConfig::device lists device specs,
+// and each device gets its own registration cache (PDs, key pools, UMR queues), fault servicer
+// and stats (labelled device="<name>" when there are several). A session lives on exactly one
+// device, chosen when it opens (by name; default the first): its PD, keys and quotas are that
+// device's, and every grant it gets belongs to it (DeviceIdentity says which NIC that is: name,
+// node GUID, port GID). A key of one device means nothing on another: the other device's PD
+// refuses it (docs/architecture.md, "Several devices").
+//
 // Sessions. A client process gets one session (one cache tenant: its own PD, quotas, pool and
 // queues) when it connects to the control socket. The transport passes the peer's credentials
 // (SO_PEERCRED); OpenSession refuses uids/gids that are not on the allow-list. The session has
@@ -56,6 +64,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -84,9 +93,15 @@ using RemoteNode = std::function<absl::StatusOr<std::unique_ptr<hca::Peer>>(
     hca::Device* device, const hca::EndpointAddress& peer, const hca::EndpointAddress& endpoint)>;
 
 struct DaemonConfig {
-  // Device spec for hca::OpenDevice: "sim", "sim:mode=thread", "verbs[:name]", "mlx5[:name]".
-  // The binary must have registered the backend. Default "sim".
+  // The devices: one spec for hca::OpenDevice ("sim", "sim:mode=thread", "verbs[:name]",
+  // "mlx5[:name]", "auto"), or several separated by ';' ("mlx5:mlx5_0;mlx5:mlx5_1";
+  // "sim;sim:sim1"), since a spec's own arguments are separated by commas. Each device must
+  // have a distinct name (hca::Capabilities::device_name); "auto" opens one device and must
+  // stand alone. The first is the sessions' default. The binary must have registered the
+  // backends. Default "sim".
   std::string device = "sim";
+  // Most sessions at once on one device (0 = only max_sessions limits them). Default 0.
+  uint32_t max_sessions_per_device = 0;
   // Peer credentials allowed to open a session. A client is accepted when its uid is in
   // allow_uids or its gid in allow_gids. Both empty (the default): the daemon's own uid and root.
   std::vector<uint32_t> allow_uids;
@@ -131,6 +146,17 @@ struct PeerCredentials {
   gid_t gid = 0;
 };
 
+// Which NIC a session's keys belong to: the device's place in DaemonConfig::device, its name
+// and the identity its backend reports (hca::Capabilities: node GUID, port and port GID).
+struct DeviceIdentity {
+  uint32_t index = 0;
+  std::string name;     // hca::Capabilities::device_name, e.g. "mlx5_1"
+  std::string backend;  // "sim", "verbs", "mlx5"
+  uint64_t node_guid = 0;
+  uint8_t port = 0;
+  std::array<uint8_t, 16> gid{};
+};
+
 struct SessionGrant {
   SessionId id = 0;
   std::string token;  // 32 hex digits; the client presents it on every call
@@ -142,6 +168,7 @@ struct SessionGrant {
   int state_fd = -1;
   uint32_t ring_channels = 0;
   uint32_t grant_slots = 0;
+  DeviceIdentity device;  // the session's device
 };
 
 struct SessionInfo {
@@ -151,6 +178,7 @@ struct SessionInfo {
   absl::Time opened;
   cache::TenantUsage usage;
   uint64_t memories = 0;
+  DeviceIdentity device;
 };
 
 // An fd the transport passes to the client (SCM_RIGHTS) and then closes.
@@ -192,10 +220,21 @@ struct EndpointInfo {
   absl::Time created;
 };
 
+// One device of the daemon.
+struct DeviceStatus {
+  DeviceIdentity identity;
+  std::string spec;       // as given in DaemonConfig::device
+  std::string selection;  // how it was chosen (hca::OpenOptions::selection)
+  hca::Capabilities capabilities;
+  uint64_t sessions = 0;  // open on it now
+};
+
 struct DaemonStatus {
+  // The first device (the sessions' default), as before several devices were served:
   std::string device;            // backend name and device name
   std::string device_selection;  // how it was chosen (hca::OpenOptions::selection)
   hca::Capabilities capabilities;
+  std::vector<DeviceStatus> devices;  // every device, in DaemonConfig::device order
   uint64_t sessions = 0;
   bool draining = false;
   absl::Time started;
@@ -203,7 +242,9 @@ struct DaemonStatus {
 
 class Daemon {
  public:
-  // Opens the device and builds the cache. `registry` (may be null) receives every stat.
+  // Opens the devices and builds a cache on each. `registry` (may be null) receives every stat.
+  // kInvalidArgument for an empty item in the device list, "auto" with other devices, or two
+  // devices with the same name; otherwise hca::OpenDevice's error for the device that failed.
   static absl::StatusOr<std::unique_ptr<Daemon>> Create(const DaemonConfig& config,
                                                         base::stats::Registry* registry);
   virtual ~Daemon() = default;
@@ -213,8 +254,14 @@ class Daemon {
   // the caller) and the worker thread that serves its rings.
   // kPermissionDenied when the peer is not on the allow-list; kUnavailable while draining;
   // kResourceExhausted past max_sessions; errno-based errors creating the shared files or the
-  // worker.
-  virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer) = 0;
+  // worker. The session lives on the device named `device` (empty: the first device).
+  // kNotFound for a device the daemon does not serve (the message lists those it does);
+  // kResourceExhausted past max_sessions_per_device on that device too.
+  virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
+                                                   absl::string_view device = {}) = 0;
+  // The device the session lives on (every grant of the session belongs to it). kNotFound for
+  // an unknown or closed session.
+  virtual absl::StatusOr<DeviceIdentity> SessionDevice(SessionId session) = 0;
   // The session whose token this is. kUnauthenticated for an unknown or malformed token.
   virtual absl::StatusOr<SessionId> Authenticate(absl::string_view token) = 0;
   // Marks the session closing in its state file, stops its ring worker (the request it was

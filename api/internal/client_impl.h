@@ -72,6 +72,7 @@ class ClientImpl final : public Client {
 
   uint64_t session_id() const override { return session_id_; }
   bool admin() const override { return admin_; }
+  const DeviceInfo& device() const override { return device_; }
 
   // api/client.cc
   absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb, bool on_demand) override;
@@ -179,6 +180,7 @@ class ClientImpl final : public Client {
   int control_fd_;
   const uint64_t session_id_;
   const bool admin_;
+  const DeviceInfo device_;
   base::Mutex token_mu_;
   std::string token_ ABSL_GUARDED_BY(token_mu_);
   bool send_token_ ABSL_GUARDED_BY(token_mu_) = true;

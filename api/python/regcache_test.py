@@ -86,6 +86,16 @@ class ClientTest(unittest.TestCase):
         e = self.assertCode(regcache.UNAVAILABLE, regcache.Client, "/nonexistent-regcache-dir")
         self.assertEqual(e.code_name, "UNAVAILABLE")
 
+    def test_the_session_names_its_device(self):
+        d = self.client.device
+        self.assertEqual((d.index, d.name, d.port), (0, "sim0", 1))
+        self.assertNotEqual(d.node_guid, 0)
+        self.assertEqual(len(d.gid), 16)
+        with regcache.Client(self.daemon.dir, device="sim0") as named:
+            self.assertEqual(named.device, d)
+        e = self.assertCode(regcache.NOT_FOUND, regcache.Client, self.daemon.dir, device="sim9")
+        self.assertIn("sim0", e.message, "the refusal lists the daemon's devices")
+
     def test_memory_is_mapped_here(self):
         self.assertGreater(self.client.session_id, 0)
         self.assertEqual(self.mem.length, 4 << 20)

@@ -1,9 +1,11 @@
 #include "hca/mlx5/mlx5_device.h"
 
+#include <endian.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <cstring>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -459,6 +461,9 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   policy.max_queue_depth = options.max_queue_depth;
   policy.pointer_umr = options.pointer_umr;
   ASSIGN_OR_RETURN(Capabilities caps, CapabilitiesFrom(name, hca, limits, policy));
+  caps.node_guid = be64toh(c->attr.orig_attr.node_guid);
+  caps.port = options.port;
+  std::memcpy(caps.gid.data(), c->gid.raw, caps.gid.size());  // queried while opening
   // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
   absl::Status pd_import = c->ProbePdImport();
   caps.pd_export = pd_import.ok();

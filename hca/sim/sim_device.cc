@@ -78,6 +78,15 @@ class SimDeviceImpl final : public SimDevice {
     caps_.umr_pointer_translation = true;
     caps_.umr_modify_atomic = !o.umr_modify_atomic_disabled;
     caps_.umr_modify_entity_size = !o.umr_modify_entity_size_disabled;
+    // A stable identity per device name, so that two sims in one daemon differ: FNV-1a of the
+    // name with the locally-administered bit set, and the link-local GID made from it.
+    uint64_t guid = 0xcbf29ce484222325ull;
+    for (unsigned char c : o.device_name) guid = (guid ^ c) * 0x100000001b3ull;
+    caps_.node_guid = guid | (uint64_t{0x02} << 56);
+    caps_.port = 1;
+    caps_.gid = {0xfe, 0x80};
+    for (int i = 0; i < 8; ++i)
+      caps_.gid[8 + i] = static_cast<uint8_t>(caps_.node_guid >> (56 - 8 * i));
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_sim" : open.stats_component,

@@ -1,6 +1,9 @@
 #include "hca/verbs/verbs_device.h"
 
+#include <endian.h>
+
 #include <cerrno>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -49,6 +52,9 @@ class VerbsDevice final : public Device {
     caps_.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
     caps_.peer = true;
     caps_.endpoints = true;
+    caps_.node_guid = be64toh(a.node_guid);
+    caps_.port = static_cast<uint8_t>(c_->options().port);
+    std::memcpy(caps_.gid.data(), c_->gid.raw, caps_.gid.size());  // queried while opening
     // rdma-core implements the import verbs for mlx5 only, whose provider has no type-1
     // windows; a provider with both would export here (docs/client_memory.md).
     pd_import_ = c_->ProbePdImport();

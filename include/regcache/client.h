@@ -81,6 +81,20 @@ struct ClientOptions {
   bool client_cache = true;
   // Dial 127.0.0.1:<port> instead of the unix socket (the daemon's --grpc_tcp_port).
   uint16_t tcp_port = 0;
+  // The device the session lives on, by name (hca device name: "mlx5_1", "rxe0", "sim1"), for a
+  // daemon that serves several NICs (its --device list). Empty (default): the daemon's first
+  // device. A name the daemon does not serve fails Connect with kNotFound listing those it does.
+  std::string device;
+};
+
+// The NIC a session lives on (Client::device()): every key of the session belongs to it, so a
+// process pairs the keys with queue pairs it opened on the same device (same node GUID / GID).
+struct DeviceInfo {
+  uint32_t index = 0;             // its place in the daemon's --device list
+  std::string name;               // e.g. "mlx5_1"
+  uint64_t node_guid = 0;         // host byte order, as ibv_query_device's node_guid (be64toh)
+  uint8_t port = 0;               // the port the GID belongs to (1-based)
+  std::array<uint8_t, 16> gid{};  // the port's GID, raw bytes in network order
 };
 
 // Why a key this process held stopped working (Client::SetRevocationCallback).
@@ -180,6 +194,15 @@ struct DaemonInfo {
   // How the device was chosen: "named <spec>", or for --device=auto which backend and why the
   // ones tried before it were not.
   std::string device_selection;
+  // Every device the daemon serves (the fields above are the first's), with how it was chosen
+  // and the sessions open on it.
+  struct Device {
+    DeviceInfo info;
+    std::string backend;
+    std::string selection;
+    uint64_t sessions = 0;
+  };
+  std::vector<Device> devices;
 };
 
 // One side of an RC connection (docs/endpoints.md): what the other side connects its queue pair
@@ -210,6 +233,7 @@ struct SessionRecord {
   bool admin = false;
   SessionUsage usage;
   uint64_t memories = 0;
+  std::string device;  // the device it lives on
 };
 
 // Most items one RegisterBatch or ReleaseBatch may carry.
@@ -265,6 +289,9 @@ class Client {
 
   virtual uint64_t session_id() const = 0;
   virtual bool admin() const = 0;
+  // The device this session lives on (ClientOptions::device), as the daemon said when it opened
+  // the session: every Key of this client belongs to it.
+  virtual const DeviceInfo& device() const = 0;
 
   // --- Memory ---
   // Daemon-allocated memfd, mapped here MAP_SHARED and attached at that address.

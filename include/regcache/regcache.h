@@ -92,6 +92,17 @@ typedef struct regcache_options {
                                daemon); see ClientOptions::client_cache in regcache/client.h */
 } regcache_options_t;
 
+/* The NIC a session lives on (regcache_device): every key of the session belongs to it, so a
+ * process pairs the keys with queue pairs it opened on the same device (same GUID / GID). */
+typedef struct regcache_device {
+  uint32_t index; /* its place in the daemon's --device list */
+  uint8_t port;   /* the port the GID belongs to (1-based) */
+  uint8_t reserved[3];
+  uint64_t node_guid; /* host byte order, as be64toh(ibv_device_attr.node_guid) */
+  uint8_t gid[16];    /* the port's GID, network order */
+  char name[65];      /* NUL-terminated, e.g. "mlx5_1" */
+} regcache_device_t;
+
 /* Memory attached to the session and mapped in this process. */
 typedef struct regcache_memory {
   uint64_t id;
@@ -185,6 +196,17 @@ REGCACHE_API regcache_code_t regcache_set_last_error(regcache_code_t code, const
 REGCACHE_API regcache_code_t regcache_connect(const char* socket_dir,
                                               const regcache_options_t* options,
                                               regcache_client_t** out);
+
+/* regcache_connect with the session on the daemon's device named `device` (a daemon may serve
+ * several NICs; NULL or "": its first device). REGCACHE_NOT_FOUND for a device the daemon does not
+ * serve (the last error lists those it does). */
+REGCACHE_API regcache_code_t regcache_connect_device(const char* socket_dir,
+                                                     const regcache_options_t* options,
+                                                     const char* device, regcache_client_t** out);
+
+/* The device this client's session lives on. REGCACHE_INVALID_ARGUMENT for NULL arguments. */
+REGCACHE_API regcache_code_t regcache_device(const regcache_client_t* client,
+                                             regcache_device_t* out);
 
 /* Closes the session (the daemon invalidates every key of it), unmaps the client's memory and
  * frees `client`. NULL is a no-op. */

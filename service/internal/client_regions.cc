@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "service/internal/device_set.h"
 
 namespace regcache::service::internal {
 namespace {
@@ -27,8 +28,9 @@ absl::Status ExportAllowed(const DaemonConfig& config, hca::Device& device) {
 
 }  // namespace
 
-absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, cache::RegCache& cache,
-                                              hca::Device& device, Session& s) {
+absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, Session& s) {
+  cache::RegCache& cache = *s.device->cache;
+  hca::Device& device = *s.device->device;
   ASSIGN_OR_RETURN(cache::TenantUsage u, cache.Usage(s.tenant));
   // Without pd_export the device's own kUnimplemented says why (e.g. the provider's EOPNOTSUPP).
   if (device.capabilities().pd_export) RETURN_IF_ERROR(ExportAllowed(config, device));
@@ -37,9 +39,10 @@ absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, cache:
   return e;
 }
 
-absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, cache::RegCache& cache,
-                                            hca::Device& device, Session& s,
+absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, Session& s,
                                             const ClientRegion& region) {
+  cache::RegCache& cache = *s.device->cache;
+  hca::Device& device = *s.device->device;
   RETURN_IF_ERROR(ExportAllowed(config, device));
   if (region.length == 0) return absl::InvalidArgumentError("attached range of length 0");
   if (region.region_length == 0) return absl::InvalidArgumentError("memory region of length 0");
@@ -67,7 +70,8 @@ absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, cache::R
   return r.id;
 }
 
-absl::Status DetachClientRegion(cache::RegCache& cache, Session& s, MemoryId memory) {
+absl::Status DetachClientRegion(Session& s, MemoryId memory) {
+  cache::RegCache& cache = *s.device->cache;
   auto it = s.regions.find(memory);
   if (it == s.regions.end()) {
     return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));

@@ -16,19 +16,16 @@
 
 namespace regcache::service::internal {
 
-// Daemon::ExportPd for a pinned session.
-absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, cache::RegCache& cache,
-                                              hca::Device& device, Session& s);
+// Daemon::ExportPd for a pinned session (on the session's device).
+absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, Session& s);
 
 // Daemon::AttachRegion for a pinned session.
-absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, cache::RegCache& cache,
-                                            hca::Device& device, Session& s,
+absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, Session& s,
                                             const ClientRegion& region) ABSL_LOCKS_EXCLUDED(s.mu);
 
 // DetachMemory of a client region: revokes the grants over it, invalidates every key over it
 // and forgets the region. kNotFound when `memory` is not a client region of the session.
-absl::Status DetachClientRegion(cache::RegCache& cache, Session& s, MemoryId memory)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+absl::Status DetachClientRegion(Session& s, MemoryId memory) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
 
 // Appends the session's client regions to a ListMemory answer.
 void ListClientRegions(const Session& s, std::vector<MemoryInfo>* out)

@@ -56,8 +56,13 @@ struct ClientRegionRecord {
   cache::BackingId backing = 0;
 };
 
+struct DeviceSlot;  // service/internal/device_set.h
+
 struct Session {
   SessionId id = 0;
+  // The device it lives on, set before the session is added to the table; the daemon's devices
+  // outlive every session.
+  DeviceSlot* device = nullptr;
   std::string token;
   PeerCredentials peer;
   bool admin = false;

@@ -104,6 +104,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(srv.control->connections() == 0, "a closed connection's session never closed");
 
   int sock = Connect(srv.dir);
+  rc::OpenMsg open = rc::MakeControlMessage<rc::OpenMsg>(rc::ControlType::kOpen);
+  Check(rc::SendControlMessage(sock, &open, sizeof(open), -1).ok(), "Open not sent");
   absl::StatusOr<rc::ControlMessage> welcome = rc::ReceiveControlMessage(sock, absl::Seconds(5));
   Check(welcome.ok() && welcome->type == rc::ControlType::kWelcome, "no Welcome");
   rc::CloseFds(&welcome->fds);

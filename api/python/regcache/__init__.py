@@ -71,6 +71,22 @@ class _Options(ctypes.Structure):
                 ("no_fast_path", ctypes.c_uint8), ("no_client_cache", ctypes.c_uint8)]
 
 
+class _Device(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("port", ctypes.c_uint8),
+                ("reserved", ctypes.c_uint8 * 3), ("node_guid", ctypes.c_uint64),
+                ("gid", ctypes.c_uint8 * 16), ("name", ctypes.c_char * 65)]
+
+
+@dataclass(frozen=True)
+class Device:
+    """The NIC a session lives on: every key of the session belongs to it."""
+    index: int
+    name: str
+    node_guid: int
+    port: int
+    gid: bytes
+
+
 class _Memory(ctypes.Structure):
     _fields_ = [("id", ctypes.c_uint64), ("data", ctypes.c_void_p), ("length", ctypes.c_uint64)]
 
@@ -192,6 +208,9 @@ def _declare(lib):
         "regcache_last_error": (ctypes.c_char_p, []),
         "regcache_code_name": (ctypes.c_char_p, [cint]),
         "regcache_connect": (cint, [ctypes.c_char_p, P(_Options), P(c_client)]),
+        "regcache_connect_device": (cint, [ctypes.c_char_p, P(_Options), ctypes.c_char_p,
+                                           P(c_client)]),
+        "regcache_device": (cint, [c_client, P(_Device)]),
         "regcache_close": (None, [c_client]),
         "regcache_session_id": (u64, [c_client]),
         "regcache_allocate": (cint, [c_client, u64, cint, cint, P(_Memory)]),
@@ -255,14 +274,16 @@ class Client:
     """One session with regcached (a connection). Use it as a context manager, or close()."""
 
     def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0, fast_path=True,
-                 client_cache=True):
+                 client_cache=True, device=None):
         """fast_path: key calls over the shared-memory rings; client_cache: a register that a
-        grant this process holds covers is answered here, without IPC (both default on)."""
+        grant this process holds covers is answered here, without IPC (both default on);
+        device: the daemon's device the session lives on, by name (None: its first)."""
         options = _Options(call_timeout_ms, tcp_port, 0 if fast_path else 1,
                            0 if client_cache else 1)
         handle = ctypes.c_void_p()
-        _check(_lib.regcache_connect(os.fsencode(socket_dir), ctypes.byref(options),
-                                     ctypes.byref(handle)))
+        _check(_lib.regcache_connect_device(os.fsencode(socket_dir), ctypes.byref(options),
+                                            None if device is None else device.encode(),
+                                            ctypes.byref(handle)))
         self._handle = handle
         self._close_lock = threading.Lock()
 
@@ -298,6 +319,13 @@ class Client:
     @property
     def session_id(self):
         return _lib.regcache_session_id(self._h())
+
+    @property
+    def device(self):
+        """The device this session lives on (a Device)."""
+        d = _Device()
+        _check(_lib.regcache_device(self._h(), ctypes.byref(d)))
+        return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid))
 
     # --- Memory ---
     def allocate(self, length, hugetlb=False, on_demand=False):
