@@ -195,25 +195,6 @@ absl::StatusOr<int> ClientImpl::TakeMemoryFd(uint64_t id) {
   return fd;
 }
 
-absl::StatusOr<uint64_t> ClientImpl::TakeImported(uint64_t nonce) {
-  absl::StatusOr<uint64_t> out = absl::UnknownError("unset");
-  RETURN_IF_ERROR(ReceiveUntil([&] {
-    base::MutexLock l(&maps_mu_);
-    if (auto it = imported_.find(nonce); it != imported_.end()) {
-      out = it->second;
-      imported_.erase(it);
-      return true;
-    }
-    if (auto it = import_errors_.find(nonce); it != import_errors_.end()) {
-      out = it->second;
-      import_errors_.erase(it);
-      return true;
-    }
-    return false;
-  }));
-  return out;
-}
-
 absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t offset,
                                                 uint64_t length, bool on_demand) {
   void* p =

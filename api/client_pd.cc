@@ -26,25 +26,6 @@ absl::Status VerbsError(int err, absl::string_view call) {
 
 }  // namespace
 
-absl::StatusOr<PdExportReply> ClientImpl::TakePdExport(uint64_t nonce) {
-  absl::StatusOr<PdExportReply> out = absl::UnknownError("unset");
-  RETURN_IF_ERROR(ReceiveUntil([&] {
-    base::MutexLock l(&maps_mu_);
-    if (auto it = pd_exports_.find(nonce); it != pd_exports_.end()) {
-      out = it->second;
-      pd_exports_.erase(it);
-      return true;
-    }
-    if (auto it = import_errors_.find(nonce); it != import_errors_.end()) {
-      out = it->second;
-      import_errors_.erase(it);
-      return true;
-    }
-    return false;
-  }));
-  return out;
-}
-
 absl::StatusOr<ImportedPd> ClientImpl::ImportPd() {
   if (closed_.load()) return absl::FailedPreconditionError("client closed");
   base::MutexLock pl(&pd_mu_);

@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -144,10 +145,38 @@ class ClientImpl final : public Client {
   absl::Status ReceiveUntil(const std::function<bool()>& ready)
       ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
   absl::StatusOr<int> TakeMemoryFd(uint64_t id) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
-  absl::StatusOr<uint64_t> TakeImported(uint64_t nonce) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
+  // The reply to request `nonce`, stashed in the map `replies` names (imported_, pd_exports_),
+  // or the Error that answered it instead.
+  template <typename T>
+  absl::StatusOr<T> TakeReply(absl::flat_hash_map<uint64_t, T> ClientImpl::*replies, uint64_t nonce)
+      ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
+    absl::StatusOr<T> out = absl::UnknownError("unset");
+    absl::Status s = ReceiveUntil([&] {
+      base::MutexLock l(&maps_mu_);
+      auto& stash = this->*replies;
+      if (auto it = stash.find(nonce); it != stash.end()) {
+        out = std::move(it->second);
+        stash.erase(it);
+        return true;
+      }
+      if (auto it = import_errors_.find(nonce); it != import_errors_.end()) {
+        out = it->second;
+        import_errors_.erase(it);
+        return true;
+      }
+      return false;
+    });
+    if (!s.ok()) return s;
+    return out;
+  }
+  absl::StatusOr<uint64_t> TakeImported(uint64_t nonce) ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
+    return TakeReply(&ClientImpl::imported_, nonce);
+  }
   // The PdExport (or Error) answering ExportPd `nonce`; the fd is the caller's.
   absl::StatusOr<PdExportReply> TakePdExport(uint64_t nonce)
-      ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_);
+      ABSL_LOCKS_EXCLUDED(recv_mu_, maps_mu_) {
+    return TakeReply(&ClientImpl::pd_exports_, nonce);
+  }
   // Unimports the PD and closes the imported context (Close).
   void ReleasePd() ABSL_LOCKS_EXCLUDED(pd_mu_);
   // Maps `fd` here (then closes it) and attaches the memory at that address.

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
@@ -375,15 +374,6 @@ class Mlx5Device final : public Device {
   absl::flat_hash_map<uint32_t, bool> odp_backings_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::Status ParseNumber(const std::string& key, const std::string& value, uint32_t max,
-                         uint32_t* out) {
-  if (!absl::SimpleAtoi(value, out) || *out > max) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("mlx5: %s='%s' is not a number up to %d", key, value, max));
-  }
-  return absl::OkStatus();
-}
-
 ibv_context* OpenWithDevx(ibv_device* dev) {
   if (!mlx5dv_is_supported(dev)) {
     errno = EPROTONOSUPPORT;  // not a ConnectX: the message says "protocol not supported"
@@ -398,21 +388,11 @@ ibv_context* OpenWithDevx(ibv_device* dev) {
 
 absl::StatusOr<Mlx5Options> Mlx5OptionsFromSpec(const BackendSpec& spec) {
   Mlx5Options o;
-  o.device_name = spec.device;
+  o.context.device_name = spec.device;
   for (const auto& [k, v] : spec.params) {
-    uint32_t n = 0;
-    if (k == "port") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
-      if (n == 0) return absl::InvalidArgumentError("mlx5: port numbers start at 1");
-      o.port = static_cast<uint8_t>(n);
-    } else if (k == "gid_index") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
-      o.gid_index = static_cast<int>(n);
-    } else if (k == "max_queue_depth") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 1u << 20, &n));
-      if (n < 4) return absl::InvalidArgumentError("mlx5: max_queue_depth must be >= 4");
-      o.max_queue_depth = n;
-    } else if (k == "mkey_api") {
+    ASSIGN_OR_RETURN(const bool applied, verbs::ApplyContextParam("mlx5", k, v, &o.context));
+    if (applied) continue;
+    if (k == "mkey_api") {
       if (v == "auto") {
         o.mkey_api = MkeyApi::kAuto;
       } else if (v == "devx") {
@@ -423,13 +403,12 @@ absl::StatusOr<Mlx5Options> Mlx5OptionsFromSpec(const BackendSpec& spec) {
         return absl::InvalidArgumentError(
             absl::StrCat("mlx5: mkey_api='", v, "' (auto, devx or mlx5dv)"));
       }
-    } else if (k == "pointer_umr") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 1, &n));
-      o.pointer_umr = n == 1;
+    } else if (k == "pointer_umr" && (v == "0" || v == "1")) {
+      o.pointer_umr = v == "1";
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mlx5: unknown parameter '", k,
-                       "' (port, gid_index, max_queue_depth, mkey_api, pointer_umr)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mlx5: unknown parameter or value '", k, "=", v,
+          "' (port, gid_index, max_queue_depth, mkey_api=auto|devx|mlx5dv, pointer_umr=0|1)"));
     }
   }
   return o;
@@ -438,17 +417,12 @@ absl::StatusOr<Mlx5Options> Mlx5OptionsFromSpec(const BackendSpec& spec) {
 absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options,
                                                       const OpenOptions& open) {
   RETURN_IF_ERROR(CheckPrmCompat());
-  verbs::VerbsOptions vo;
-  vo.device_name = options.device_name;
-  vo.port = options.port;
-  vo.gid_index = options.gid_index;
-  vo.max_queue_depth = options.max_queue_depth;
   verbs::ContextOpener opener;
   opener.backend = "mlx5";
   opener.open = OpenWithDevx;
   opener.open_call = "mlx5dv_open_device(DEVX)";
   opener.require_memory_windows = false;
-  ASSIGN_OR_RETURN(std::unique_ptr<verbs::Context> c, verbs::OpenContext(vo, opener));
+  ASSIGN_OR_RETURN(std::unique_ptr<verbs::Context> c, verbs::OpenContext(options.context, opener));
   const std::string name = ibv_get_device_name(c->ctx()->device);
   ASSIGN_OR_RETURN(const umr::HcaCaps hca, QueryGeneralCaps(c->ctx()));
   VerbsLimits limits;
@@ -458,18 +432,18 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   limits.odp_rc_read_write =
       (odp.general_caps & IBV_ODP_SUPPORT) != 0 && (odp.per_transport_caps.rc_odp_caps & rw) == rw;
   CapsPolicy policy;
-  policy.max_queue_depth = options.max_queue_depth;
+  policy.max_queue_depth = options.context.max_queue_depth;
   policy.pointer_umr = options.pointer_umr;
   ASSIGN_OR_RETURN(Capabilities caps, CapabilitiesFrom(name, hca, limits, policy));
   caps.node_guid = be64toh(c->attr.orig_attr.node_guid);
-  caps.port = options.port;
+  caps.port = options.context.port;
   std::memcpy(caps.gid.data(), c->gid.raw, caps.gid.size());  // queried while opening
   // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
   absl::Status pd_import = c->ProbePdImport();
   caps.pd_export = pd_import.ok();
   if (!pd_import.ok()) RC_LOG(INFO) << "mlx5: no PD export: " << pd_import.message();
-  RC_LOG(INFO) << "mlx5: opened " << name << " port " << int{options.port} << " (max_klm_entries "
-               << caps.max_klm_entries << ", inline " << caps.max_inline_klm
+  RC_LOG(INFO) << "mlx5: opened " << name << " port " << int{options.context.port}
+               << " (max_klm_entries " << caps.max_klm_entries << ", inline " << caps.max_inline_klm
                << (caps.umr_pointer_translation ? ", pointer-mode maps" : "")
                << ", max_indirection " << caps.max_indirection << ", umr_fence "
                << int{hca.umr_fence} << (caps.odp ? ", ODP" : "") << ")";

@@ -29,6 +29,7 @@
 #include "base/stats.h"
 #include "hca/backend.h"
 #include "hca/device.h"
+#include "hca/verbs/verbs_device.h"
 
 namespace regcache::hca::mlx5 {
 
@@ -52,10 +53,10 @@ enum class MkeyApi : uint8_t {
 };
 
 struct Mlx5Options {
-  std::string device_name;            // "mlx5_0"; empty: the first ConnectX that opens with DevX
-  uint8_t port = 1;                   // spec "port="
-  int gid_index = 0;                  // spec "gid_index=": RoCE GID entry for connections
-  uint32_t max_queue_depth = 4096;    // spec "max_queue_depth="
+  // The device ("mlx5_0"; empty: the first ConnectX that opens with DevX), port, GID index and
+  // queue depth cap, as the verbs context takes them (spec "port=", "gid_index=",
+  // "max_queue_depth=").
+  verbs::VerbsOptions context;
   MkeyApi mkey_api = MkeyApi::kAuto;  // spec "mkey_api=auto|devx|mlx5dv"
   bool pointer_umr = true;            // spec "pointer_umr=0|1"
 };

@@ -131,8 +131,8 @@ TEST(Mlx5Caps, UmrFenceFollowsTheCapability) {
 }
 
 std::vector<uint8_t> Outbox(uint8_t status, uint32_t syndrome) {
-  return std::vector<uint8_t>(umr::EncodeCmdStatusOut({status, syndrome}).begin(),
-                              umr::EncodeCmdStatusOut({status, syndrome}).end());
+  const umr::Mailbox16 out = umr::EncodeCmdStatusOut({status, syndrome});
+  return std::vector<uint8_t>(out.begin(), out.end());
 }
 
 TEST(Mlx5Commands, FirmwareStatusesBecomeCodesWithNameAndSyndrome) {
@@ -243,11 +243,11 @@ TEST(Mlx5Spec, ParsesAndRefusesWithTheKnownKeys) {
       {"port", "2"}, {"mkey_api", "mlx5dv"}, {"pointer_umr", "0"}, {"max_queue_depth", "1024"}};
   absl::StatusOr<Mlx5Options> o = Mlx5OptionsFromSpec(spec);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->device_name, "mlx5_1");
-  EXPECT_EQ(o->port, 2);
+  EXPECT_EQ(o->context.device_name, "mlx5_1");
+  EXPECT_EQ(o->context.port, 2);
   EXPECT_EQ(o->mkey_api, MkeyApi::kMlx5dv);
   EXPECT_FALSE(o->pointer_umr);
-  EXPECT_EQ(o->max_queue_depth, 1024u);
+  EXPECT_EQ(o->context.max_queue_depth, 1024u);
   spec.params = {{"mkey_api", "fast"}};
   EXPECT_THAT(Mlx5OptionsFromSpec(spec).status().message(), HasSubstr("auto, devx or mlx5dv"));
   spec.params = {{"colour", "red"}};

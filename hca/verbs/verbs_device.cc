@@ -21,11 +21,11 @@
 namespace regcache::hca::verbs {
 namespace {
 
-absl::Status ParseNumber(const std::string& key, const std::string& value, uint32_t max,
-                         uint32_t* out) {
+absl::Status ParseNumber(absl::string_view backend, const std::string& key,
+                         const std::string& value, uint32_t max, uint32_t* out) {
   if (!absl::SimpleAtoi(value, out) || *out > max) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("verbs: %s='%s' is not a number up to %d", key, value, max));
+        absl::StrFormat("%s: %s='%s' is not a number up to %d", backend, key, value, max));
   }
   return absl::OkStatus();
 }
@@ -206,23 +206,34 @@ class VerbsDevice final : public Device {
 
 }  // namespace
 
+absl::StatusOr<bool> ApplyContextParam(absl::string_view backend, const std::string& k,
+                                       const std::string& v, VerbsOptions* o) {
+  uint32_t n = 0;
+  if (k == "port") {
+    RETURN_IF_ERROR(ParseNumber(backend, k, v, 255, &n));
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat(backend, ": ports start at 1"));
+    o->port = static_cast<uint8_t>(n);
+  } else if (k == "gid_index") {
+    RETURN_IF_ERROR(ParseNumber(backend, k, v, 255, &n));
+    o->gid_index = static_cast<int>(n);
+  } else if (k == "max_queue_depth") {
+    RETURN_IF_ERROR(ParseNumber(backend, k, v, 1u << 20, &n));
+    if (n < 4) {
+      return absl::InvalidArgumentError(absl::StrCat(backend, ": max_queue_depth must be >= 4"));
+    }
+    o->max_queue_depth = n;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
   VerbsOptions o;
   o.device_name = spec.device;
   for (const auto& [k, v] : spec.params) {
-    uint32_t n = 0;
-    if (k == "port") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
-      if (n == 0) return absl::InvalidArgumentError("verbs: port numbers start at 1");
-      o.port = static_cast<uint8_t>(n);
-    } else if (k == "gid_index") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 255, &n));
-      o.gid_index = static_cast<int>(n);
-    } else if (k == "max_queue_depth") {
-      RETURN_IF_ERROR(ParseNumber(k, v, 1u << 20, &n));
-      if (n == 0) return absl::InvalidArgumentError("verbs: max_queue_depth must be positive");
-      o.max_queue_depth = n;
-    } else {
+    ASSIGN_OR_RETURN(const bool applied, ApplyContextParam("verbs", k, v, &o));
+    if (!applied) {
       return absl::InvalidArgumentError(
           absl::StrCat("verbs: unknown parameter '", k, "' (port, gid_index, max_queue_depth)"));
     }

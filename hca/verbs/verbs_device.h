@@ -32,6 +32,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "base/stats.h"
 #include "hca/backend.h"
 #include "hca/device.h"
@@ -56,6 +57,12 @@ struct VerbsOptions {
   int gid_index = 0;        // spec "gid_index=": RoCE GID table entry used for connections
   uint32_t max_queue_depth = 4096;  // spec "max_queue_depth=": bind queue pair size cap
 };
+
+// Applies `key`=`value` if it is one of the verbs context's own parameters (port, gid_index,
+// max_queue_depth), which every backend built on hca/verbs' Context takes. Returns whether it
+// was one; kInvalidArgument, naming `backend`, for a bad value.
+absl::StatusOr<bool> ApplyContextParam(absl::string_view backend, const std::string& key,
+                                       const std::string& value, VerbsOptions* o);
 
 // Parses a "verbs[:name,port=N,gid_index=N,max_queue_depth=N]" spec. kInvalidArgument for
 // unknown keys or bad numbers.
