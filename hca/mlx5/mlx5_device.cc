@@ -36,6 +36,7 @@ using verbs::ErrnoStatus;
 struct MkeyRecord {
   std::variant<DevxMkey, mlx5dv_mkey*> made;
   Pd pd;
+  uint32_t capacity = 0;  // translation entries, as created (QUERY_MKEY reads that many)
 };
 
 // What the device keeps per PD next to verbs::Context's table: the PRM pdn that mailboxes carry.
@@ -192,9 +193,11 @@ class Mlx5Device final : public Device {
         mkeys_.erase(it);
         return absl::OkStatus();
       }
-      odp_backings_.erase(KeyIndex(key));
     }
-    return c_->DestroyKey(key);
+    RETURN_IF_ERROR(c_->DestroyKey(key));
+    base::MutexLock lock(&mu_);
+    odp_backings_.erase(KeyIndex(key));
+    return absl::OkStatus();
   }
 
   absl::StatusOr<KeyInfo> QueryKey(Key key) override {
@@ -210,7 +213,7 @@ class Mlx5Device final : public Device {
       return absl::UnimplementedError(absl::StrFormat(
           "mlx5: key 0x%08x was made by mlx5dv_create_mkey, which QUERY_MKEY cannot see", key));
     }
-    ASSIGN_OR_RETURN(std::vector<uint8_t> out, QueryMkey(*m, caps_.max_klm_entries, 16));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> out, QueryMkey(*m, r.capacity, 16));
     ASSIGN_OR_RETURN(const umr::QueryMkeyOut o, umr::DecodeQueryMkeyOut(out));
     ASSIGN_OR_RETURN(KeyInfo info, KeyInfoFromQuery(m->index, o));
     info.pd = r.pd;  // the device's pdn, said as the caller's PD
@@ -303,7 +306,7 @@ class Mlx5Device final : public Device {
   // One pooled key by the configured API. Records it.
   absl::StatusOr<Key> CreateOne(Pd pd, const PdRecord& rec, const umr::FreeMkeyParams& p,
                                 absl::Span<const uint8_t> mailbox) {
-    MkeyRecord r{DevxMkey{}, pd};
+    MkeyRecord r{DevxMkey{}, pd, (p.capacity_entries + 3) / 4 * 4};  // as the mailbox rounds
     Key key = 0;
     absl::Status devx = absl::OkStatus();
     if (options_.mkey_api != MkeyApi::kMlx5dv) {
