@@ -328,6 +328,8 @@ void SetToken(Client& client, bool send, const std::string& token) {
   static_cast<internal::ClientImpl&>(client).SetToken(send, token);
 }
 
+std::string Token(Client& client) { return static_cast<internal::ClientImpl&>(client).token(); }
+
 int ControlFd(const Client& client) {
   return static_cast<const internal::ClientImpl&>(client).control_fd();
 }

@@ -27,13 +27,19 @@ namespace {
 namespace pb = ::regcache::v1;
 using service::SessionId;
 
+// A call with less than this left counts as past its deadline. gRPC carries a deadline as a
+// whole number of milliseconds, rounded up, so a call sent with no time left arrives with up to
+// a millisecond "left"; work done then would be answered after the client gave up on it.
+constexpr std::chrono::milliseconds kDeadlineMargin{2};
+
 // OK while the call still has time; the status to return otherwise. Deliberately not
 // ServerContext::IsCancelled(): on the sync server it plucks the call's completion queue, which
 // measured at ~80 us per call here — more than the whole empty RPC. A cancelled client gets
 // no reply anyway; the deadline is what bounds the work.
 absl::Status CheckDeadline(grpc::ServerContext* ctx) {
-  if (ctx->deadline() <= std::chrono::system_clock::now()) {
-    return absl::DeadlineExceededError("deadline passed before the work was done");
+  if (ctx->deadline() - std::chrono::system_clock::now() < kDeadlineMargin) {
+    return absl::DeadlineExceededError(
+        "the deadline passed (or less than 2 ms was left) before the work was done");
   }
   return absl::OkStatus();
 }
@@ -236,8 +242,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                        PrefetchFromProto(req->prefetch()));
       ASSIGN_OR_RETURN(cache::KeyGrant g,
                        daemon_->Register(s, req->va(), req->length(), req->access(), prefetch));
-      ToProto(g, DeviceIndex(s), resp);
-      return absl::OkStatus();
+      return Deliver(ctx, s, g, resp);
     });
   }
 
@@ -254,8 +259,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->CreateWindow(s, req->parent(), req->offset(),
                                                                 req->length(), req->access()));
-      ToProto(g, DeviceIndex(s), resp);
-      return absl::OkStatus();
+      return Deliver(ctx, s, g, resp);
     });
   }
 
@@ -406,6 +410,8 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(s));
       if (!admin) return absl::PermissionDeniedError("Drain needs an admin session");
+      // Run checked the deadline (with its margin) first: a Drain that starts is answered OK
+      // however long it takes, never DEADLINE_EXCEEDED for an action that was carried out.
       absl::Status drained = daemon_->Drain();
       if (on_drain_) on_drain_();
       return drained;
@@ -498,7 +504,27 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                                                const pb::RegisterRequest& item) {
     RETURN_IF_ERROR(CheckDeadline(ctx));
     ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch, PrefetchFromProto(item.prefetch()));
-    return daemon_->Register(s, item.va(), item.length(), item.access(), prefetch);
+    ASSIGN_OR_RETURN(cache::KeyGrant g,
+                     daemon_->Register(s, item.va(), item.length(), item.access(), prefetch));
+    RETURN_IF_ERROR(Kept(ctx, s, g));
+    return g;
+  }
+
+  // OK when the reply carrying `g` can still reach the client. Otherwise the grant is released
+  // again, so a call that ran out of time leaves no hold behind: DEADLINE_EXCEEDED.
+  absl::Status Kept(grpc::ServerContext* ctx, SessionId s, const cache::KeyGrant& g) {
+    absl::Status late = CheckDeadline(ctx);
+    if (late.ok()) return late;
+    (void)daemon_->Release(s, g.handle);
+    return base::Annotate(late, "the key made for it was released again");
+  }
+
+  // Register's and Window's reply: the grant, if it can still be delivered (Kept).
+  absl::Status Deliver(grpc::ServerContext* ctx, SessionId s, const cache::KeyGrant& g,
+                       pb::KeyGrant* out) {
+    RETURN_IF_ERROR(Kept(ctx, s, g));
+    ToProto(g, DeviceIndex(s), out);
+    return absl::OkStatus();
   }
 
   // The session a call acts on: the caller's, or (admin only) the one it names.

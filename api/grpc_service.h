@@ -23,9 +23,12 @@
 // (a bad item fails alone). More than 1024 items: INVALID_ARGUMENT, nothing done. Reregister
 // is Daemon::Reregister (cache/reg_cache.h: in place, narrowed or replaced).
 //
-// Deadlines: a call whose deadline has already passed (or that was cancelled) returns
-// DEADLINE_EXCEEDED / CANCELLED without doing anything; the check is repeated before each
-// slow step (creating memory, sending its fd, mapping a key, each item of a batch).
+// Deadlines: a call whose deadline has already passed, or has less than 2 ms left (gRPC rounds
+// deadlines up to whole milliseconds), returns DEADLINE_EXCEEDED without doing anything; the
+// check is repeated before each slow step (creating memory, sending its fd, mapping a key, each
+// item of a batch) and after a key was made: a Register, Window or batch item whose deadline
+// passed meanwhile releases its key again, so no hold outlives a call the client gave up on.
+// Drain, once started, is carried out and answered OK.
 //
 // AllocateMemory: the daemon creates the memfd; the service hands it to the FdSender (the
 // control server) for the caller's session, which sends it tagged with the memory id BEFORE

@@ -122,6 +122,10 @@ class ClientImpl final : public Client {
   // api/internal/client_testing.h.
   absl::Status RawCall(const std::string& method, const std::string& bytes);
   void SetToken(bool send, const std::string& token) ABSL_LOCKS_EXCLUDED(token_mu_);
+  std::string token() ABSL_LOCKS_EXCLUDED(token_mu_) {
+    base::MutexLock l(&token_mu_);
+    return token_;
+  }
   int control_fd() const { return control_fd_; }
   RingClient* ring() const { return ring_.get(); }
   GrantCache* grants() const { return grants_.get(); }

@@ -24,6 +24,9 @@ absl::Status RawCall(Client& client, const std::string& method, const std::strin
 // The session token the client sends from now on; `send` false sends none.
 void SetToken(Client& client, bool send, const std::string& token);
 
+// The session token the client sends (for raw gRPC calls on its session).
+std::string Token(Client& client);
+
 // The client's control socket (still owned by the client).
 int ControlFd(const Client& client);
 

@@ -459,7 +459,7 @@ class SimDeviceImpl final : public SimDevice {
   uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
 
   std::atomic<uint8_t> fail_next_umr_{0};
-  std::atomic<int64_t> completion_delay_ns_{0};
+  std::atomic<int64_t> completion_delay_ns_{absl::ToInt64Nanoseconds(options_.completion_delay)};
   std::atomic<bool> fail_next_resume_{false};
 };
 

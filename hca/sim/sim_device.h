@@ -109,6 +109,9 @@ struct SimOptions {
   // "umr_modify_atomic_disabled=1", "umr_modify_entity_size_disabled=1".
   bool umr_modify_atomic_disabled = false;
   bool umr_modify_entity_size_disabled = false;
+  // Every UMR completion becomes visible this long after its WQE executed: a slow device, for
+  // tests of what happens while a key is being made. Spec "completion_delay_ms=".
+  absl::Duration completion_delay = absl::ZeroDuration();
 };
 
 // Parses the parameters of a "sim:..." spec (those named above). kInvalidArgument for unknown

@@ -1,0 +1,165 @@
+// Deadlines against a real regcached process: calls sent with no time left (gRPC rounds their
+// deadline up to a whole millisecond, so they arrive with a little "left") make no key that
+// outlives them, and an admin Drain with no time left is not carried out behind the admin's
+// back. Unix sockets in a temp dir; every loop is bounded by its count.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "api/control_protocol.h"
+#include "api/internal/client_testing.h"
+#include "api/regcache.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "regcache/client.h"
+#include "tests/e2e/regcached_process.h"
+
+namespace {
+
+namespace rc = regcache::api;
+namespace pb = regcache::v1;
+
+constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
+
+class DeadlineE2e : public ::testing::Test {
+ protected:
+  virtual std::vector<std::string> Flags() { return {}; }
+
+  void SetUp() override {
+    daemon_ = std::make_unique<regcache::testing::Regcached>(Flags());
+    rc::ClientOptions o;
+    o.fast_path = false;  // everything over gRPC, as the raw calls below
+    o.client_cache = false;
+    auto c = rc::Client::Connect(daemon_->dir(), o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+    stub_ = pb::RegCache::NewStub(
+        grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
+                            grpc::InsecureChannelCredentials()));
+  }
+
+  // A call on the client's session whose deadline is `left` from now.
+  template <typename Method, typename Req, typename Resp>
+  grpc::Status Call(Method method, const Req& req, Resp* resp, std::chrono::microseconds left) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + left);
+    ctx.AddMetadata(rc::kSessionMetadataKey, rc::testing::Token(*client_));
+    return ((*stub_).*method)(&ctx, req, resp);
+  }
+
+  std::unique_ptr<regcache::testing::Regcached> daemon_;
+  std::unique_ptr<rc::Client> client_;
+  std::unique_ptr<pb::RegCache::Stub> stub_;
+};
+
+TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
+  auto mem = client_->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const uint64_t base = reinterpret_cast<uint64_t>(mem->data);
+  int made = 0;
+  int refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    pb::RegisterRequest reg;
+    reg.set_va(base + (i % 16) * 65536);
+    reg.set_length(4096 * (1 + i % 4));
+    reg.set_access(kRw);
+    pb::KeyGrant grant;
+    // No time at all, and less than the daemon's 2 ms margin.
+    const auto left = std::chrono::microseconds(i % 2 == 0 ? 0 : 500);
+    grpc::Status s = Call(&pb::RegCache::Stub::Register, reg, &grant, left);
+    if (s.ok()) {
+      ++made;  // the reply arrived in time: the caller holds it and releases it
+      EXPECT_TRUE(client_->Release(grant.handle()).ok());
+    } else {
+      ++refused;
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    }
+  }
+  EXPECT_EQ(made + refused, 100);
+  EXPECT_EQ(made, 0) << "a call with under 2 ms left does no work";
+  // Batches: the same, item by item.
+  pb::RegisterBatchRequest batch;
+  for (int i = 0; i < 8; ++i) {
+    pb::RegisterRequest* item = batch.add_items();
+    item->set_va(base + i * 4096);
+    item->set_length(4096);
+    item->set_access(kRw);
+  }
+  pb::RegisterBatchResponse results;
+  EXPECT_FALSE(
+      Call(&pb::RegCache::Stub::RegisterBatch, batch, &results, std::chrono::microseconds(0)).ok());
+  // Nothing of the session is held: every key that exists has no holder.
+  auto keys = client_->ListKeys();
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  for (const rc::KeyInfo& k : *keys) {
+    EXPECT_EQ(k.holders, 0u) << "key " << k.handle << " over 0x" << std::hex << k.va;
+  }
+  // With time, the same call works.
+  pb::RegisterRequest reg;
+  reg.set_va(base);
+  reg.set_length(4096);
+  reg.set_access(kRw);
+  pb::KeyGrant grant;
+  ASSERT_TRUE(Call(&pb::RegCache::Stub::Register, reg, &grant, std::chrono::seconds(10)).ok());
+  EXPECT_TRUE(client_->Release(grant.handle()).ok());
+}
+
+TEST_F(DeadlineE2e, DrainWithNoTimeLeftIsNotCarriedOut) {
+  pb::DrainResponse resp;
+  grpc::Status s =
+      Call(&pb::RegCache::Stub::Drain, pb::DrainRequest(), &resp, std::chrono::microseconds(0));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // The daemon still serves: the refusal was the truth.
+  pb::StatusResponse st;
+  EXPECT_TRUE(
+      Call(&pb::RegCache::Stub::Status, pb::StatusRequest(), &st, std::chrono::seconds(10)).ok());
+  EXPECT_FALSE(st.draining());
+}
+
+// A device whose completions take 30 ms: the call starts with time left (10 ms, over the
+// margin), the key is made, and by then the deadline has passed. The daemon notices before it
+// answers and releases the key again.
+class SlowDeviceDeadlineE2e : public DeadlineE2e {
+ protected:
+  std::vector<std::string> Flags() override { return {"--device=sim:completion_delay_ms=30"}; }
+};
+
+TEST_F(SlowDeviceDeadlineE2e, AKeyMadeTooLateIsReleasedAgain) {
+  if (regcache::testing::TestDevice() != "sim") GTEST_SKIP() << "the slow device is the sim's";
+  auto mem = client_->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  pb::RegisterRequest reg;
+  reg.set_va(reinterpret_cast<uint64_t>(mem->data));
+  reg.set_length(8192);
+  reg.set_access(kRw);
+  pb::KeyGrant grant;
+  grpc::Status s = Call(&pb::RegCache::Stub::Register, reg, &grant, std::chrono::milliseconds(10));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // The client gave up at 10 ms; the daemon finishes the map at about 30 ms, finds the deadline
+  // gone and releases the key. Wait (bounded) until the miss was served, then nobody may hold
+  // anything.
+  auto served = [&] {
+    auto stats = client_->Stats();
+    return stats.ok() && stats->Get("cache", "register_misses").value_or(0) == 1;
+  };
+  auto unheld = [&] {
+    auto keys = client_->ListKeys();
+    if (!keys.ok()) return false;
+    for (const rc::KeyInfo& k : *keys) {
+      if (k.holders != 0) return false;
+    }
+    return true;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!(served() && unheld()) && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(served()) << "the daemon made the key (a miss) before noticing the deadline";
+  EXPECT_TRUE(unheld()) << "the key made for the expired call is still held";
+}
+
+}  // namespace
