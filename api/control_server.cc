@@ -20,12 +20,16 @@
 #include "absl/time/clock.h"
 #include "api/control_protocol.h"
 #include "api/internal/control_client_memory.h"
+#include "api/internal/session_closer.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/mutex.h"
 
 namespace regcache::api {
 namespace {
+
+// Sessions closed at once, off the accepting thread (a close waits for the session's calls).
+constexpr int kCloseWorkers = 4;
 
 // The most connections that have not sent their Open yet; more are closed at accept.
 constexpr size_t kMaxPendingOpens = 64;
@@ -56,6 +60,7 @@ class ControlServerImpl final : public ControlServer {
       for (auto& [fd, conn] : by_fd_) fds.push_back(fd);
     }
     for (int fd : fds) Drop(fd, "server stopping");
+    closer_.Drain();
     close(listen_fd_);
     close(epoll_fd_);
     close(wake_fd_);
@@ -335,14 +340,12 @@ class ControlServerImpl final : public ControlServer {
       RC_LOG(INFO) << "control: connection closed before its session opened (" << why << ")";
       return;
     }
-    absl::Status closed = daemon_->CloseSession(session);
-    if (!closed.ok() && closed.code() != absl::StatusCode::kNotFound) {
-      RC_LOG(WARNING) << "control: closing session " << session << ": " << closed;
-    }
-    RC_LOG(INFO) << "control: session " << session << " closed (" << why << ")";
+    // Off this thread: the close waits for the session's calls in flight.
+    closer_.Close(session, std::string(why));
   }
 
   service::Daemon* const daemon_;
+  internal::SessionCloser closer_{daemon_, kCloseWorkers};
   const int listen_fd_;
   const int epoll_fd_;
   const int wake_fd_;

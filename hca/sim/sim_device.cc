@@ -116,6 +116,11 @@ class SimDeviceImpl final : public SimDevice {
                                           const BackingOptions& options) override {
     RETURN_IF_ERROR(CheckPd(pd));
     if (length == 0) return absl::InvalidArgumentError("backing of length 0");
+    if (options_.backing_delay > absl::ZeroDuration()) {
+      stats_.backings_delayed.Add();
+      absl::SleepFor(options_.backing_delay);
+      stats_.backings_delayed.Sub();
+    }
     if (options.log_page_size < umr::kMinLogEntitySize ||
         options.log_page_size > umr::kMaxLogEntitySize) {
       return absl::InvalidArgumentError(

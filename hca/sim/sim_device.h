@@ -64,33 +64,34 @@
 
 namespace regcache::hca::sim {
 
-#define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
-  COUNTER(translations, "accesses translated successfully")                 \
-  COUNTER(translation_errors, "accesses refused by a key check")            \
-  COUNTER(bytes_moved, "bytes moved by the peer data path")                 \
-  COUNTER(peer_reads, "peer RDMA READs")                                    \
-  COUNTER(peer_writes, "peer RDMA WRITEs")                                  \
-  COUNTER(peer_atomics, "peer atomics")                                     \
-  COUNTER(local_accesses, "local SGE accesses by lkey")                     \
-  COUNTER(remote_invalidations, "keys invalidated by SEND with invalidate") \
-  COUNTER(remote_invalidations_refused, "SEND with invalidate refused")     \
-  COUNTER(wqes_executed, "WQEs executed")                                   \
-  COUNTER(umrs_executed, "UMR WQEs executed successfully")                  \
-  COUNTER(umrs_failed, "WQEs completed with an error")                      \
-  COUNTER(local_invalidations, "local invalidate UMRs executed")            \
-  COUNTER(cqes_written, "CQEs written")                                     \
-  COUNTER(doorbells, "doorbells rung")                                      \
-  COUNTER(commands, "firmware commands executed")                           \
-  COUNTER(command_errors, "firmware commands failed")                       \
-  COUNTER(page_faults, "ODP page-fault events raised")                      \
-  COUNTER(faults_resumed_ok, "faults resumed with success")                 \
-  COUNTER(faults_resumed_error, "faults resumed with error")                \
-  COUNTER(fault_timeouts, "parked accesses that timed out")                 \
-  COUNTER(prefetches, "prefetch calls")                                     \
-  COUNTER(injected_failures, "failures injected by test hooks")             \
-  COUNTER(endpoint_refusals, "remote-node accesses an endpoint refused")    \
-  GAUGE(live_keys, "keys in the key table")                                 \
-  GAUGE(live_endpoints, "target endpoints (responder QPs) alive")           \
+#define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                              \
+  COUNTER(translations, "accesses translated successfully")                   \
+  COUNTER(translation_errors, "accesses refused by a key check")              \
+  COUNTER(bytes_moved, "bytes moved by the peer data path")                   \
+  COUNTER(peer_reads, "peer RDMA READs")                                      \
+  COUNTER(peer_writes, "peer RDMA WRITEs")                                    \
+  COUNTER(peer_atomics, "peer atomics")                                       \
+  COUNTER(local_accesses, "local SGE accesses by lkey")                       \
+  COUNTER(remote_invalidations, "keys invalidated by SEND with invalidate")   \
+  COUNTER(remote_invalidations_refused, "SEND with invalidate refused")       \
+  COUNTER(wqes_executed, "WQEs executed")                                     \
+  COUNTER(umrs_executed, "UMR WQEs executed successfully")                    \
+  COUNTER(umrs_failed, "WQEs completed with an error")                        \
+  COUNTER(local_invalidations, "local invalidate UMRs executed")              \
+  COUNTER(cqes_written, "CQEs written")                                       \
+  COUNTER(doorbells, "doorbells rung")                                        \
+  COUNTER(commands, "firmware commands executed")                             \
+  COUNTER(command_errors, "firmware commands failed")                         \
+  COUNTER(page_faults, "ODP page-fault events raised")                        \
+  COUNTER(faults_resumed_ok, "faults resumed with success")                   \
+  COUNTER(faults_resumed_error, "faults resumed with error")                  \
+  COUNTER(fault_timeouts, "parked accesses that timed out")                   \
+  COUNTER(prefetches, "prefetch calls")                                       \
+  GAUGE(backings_delayed, "RegisterBacking calls in their backing_delay now") \
+  COUNTER(injected_failures, "failures injected by test hooks")               \
+  COUNTER(endpoint_refusals, "remote-node accesses an endpoint refused")      \
+  GAUGE(live_keys, "keys in the key table")                                   \
+  GAUGE(live_endpoints, "target endpoints (responder QPs) alive")             \
   GAUGE(parked_accesses, "accesses waiting for a fault resume")
 RC_DEFINE_STATS(SimStats, HCA_SIM_STATS);
 
@@ -112,6 +113,10 @@ struct SimOptions {
   // Every UMR completion becomes visible this long after its WQE executed: a slow device, for
   // tests of what happens while a key is being made. Spec "completion_delay_ms=".
   absl::Duration completion_delay = absl::ZeroDuration();
+  // Every RegisterBacking takes at least this long, as pinning and registering a large region
+  // does on hardware: a slow attach, for tests of what must not wait on one. Spec
+  // "backing_delay_ms=".
+  absl::Duration backing_delay = absl::ZeroDuration();
 };
 
 // Parses the parameters of a "sim:..." spec (those named above). kInvalidArgument for unknown

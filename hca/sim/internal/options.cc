@@ -47,11 +47,11 @@ absl::StatusOr<SimOptions> SimOptionsFromSpec(const BackendSpec& spec) {
       }
       (k == "umr_modify_atomic_disabled" ? o.umr_modify_atomic_disabled
                                          : o.umr_modify_entity_size_disabled) = v == "1";
-    } else if (k == "completion_delay_ms") {
+    } else if (k == "completion_delay_ms" || k == "backing_delay_ms") {
       uint32_t ms;
       RETURN_IF_ERROR(ParseU32(k, v, &ms));
-      if (ms > 60000) return absl::InvalidArgumentError("sim: completion_delay_ms over 60000");
-      o.completion_delay = absl::Milliseconds(ms);
+      if (ms > 60000) return absl::InvalidArgumentError(absl::StrCat("sim: ", k, " over 60000"));
+      (k == "completion_delay_ms" ? o.completion_delay : o.backing_delay) = absl::Milliseconds(ms);
     } else if (k == "fault_timeout_ms") {
       uint32_t ms;
       RETURN_IF_ERROR(ParseU32(k, v, &ms));
