@@ -192,8 +192,15 @@ absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration ti
     CloseFds(&out.fds);
     return absl::UnavailableError("control socket: end of file");
   }
-  bool truncated =
-      (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(n) > kMaxControlMessage;
+  const bool truncated =
+      (mh.msg_flags & MSG_TRUNC) != 0 || static_cast<size_t>(n) > kMaxControlMessage;
+  if (!truncated && (mh.msg_flags & MSG_CTRUNC) != 0) {
+    // More descriptors than `control` has room for: the kernel installed the first ones (in
+    // out.fds) and closed the rest. The datagram itself fit, so its size is not the problem.
+    CloseFds(&out.fds);
+    return absl::InvalidArgumentError(
+        absl::StrCat("control message carries more than ", kMaxControlFds, " descriptors"));
+  }
   ControlType type;
   absl::Status valid = ValidateControlDatagram(buf, static_cast<size_t>(n), truncated, &type);
   if (!valid.ok()) {

@@ -245,7 +245,8 @@ inline absl::Status SendControlMessage(int sock, const void* msg, size_t size, i
 
 // Receives one message, waiting up to `timeout` (absl::InfiniteDuration(): forever;
 // absl::ZeroDuration(): do not wait). kDeadlineExceeded on timeout, kUnavailable on EOF,
-// kInvalidArgument for a datagram that fails validation (its fds already closed).
+// kInvalidArgument for a datagram that fails validation or carries more than kMaxControlFds
+// descriptors (every descriptor that arrived already closed).
 // Received fds are close-on-exec.
 absl::StatusOr<ControlMessage> ReceiveControlMessage(int sock, absl::Duration timeout);
 

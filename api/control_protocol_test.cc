@@ -2,10 +2,13 @@
 // never accepted, and descriptors travel with their message.
 #include "api/control_protocol.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -118,6 +121,67 @@ TEST_F(SocketPair, TooManyFdsAreRefusedBeforeSending) {
   const int many[kMaxControlFds + 1] = {0, 0, 0, 0, 0};
   EXPECT_EQ(SendControlMessage(fds_[0], &h, sizeof(h), absl::MakeConstSpan(many)).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Descriptors open in this process.
+size_t OpenFdCount() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Sends `msg` with `fds` however many there are (SendControlMessage refuses more than
+// kMaxControlFds, as a hostile client would not).
+void SendWithFds(int sock, const ImportFdMsg& msg, const std::vector<int>& fds) {
+  iovec iov{const_cast<ImportFdMsg*>(&msg), sizeof(msg)};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control.data();
+  mh.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  ASSERT_EQ(sendmsg(sock, &mh, 0), static_cast<ssize_t>(sizeof(msg)));
+}
+
+// Up to kMaxControlFds descriptors arrive with their message; more are refused as such (not as
+// an oversized datagram), and every descriptor that arrived is closed.
+TEST_F(SocketPair, TooManyReceivedFdsAreRefusedAndClosed) {
+  static_assert(kMaxControlFds == 4 && kMaxControlMessage == 264, "the messages below");
+  const size_t before = OpenFdCount();
+  for (size_t count : {2u, 4u, 5u, 8u}) {
+    std::vector<int> fds;
+    for (size_t i = 0; i < count; ++i) fds.push_back(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    ImportFdMsg msg = MakeControlMessage<ImportFdMsg>(ControlType::kImportFd);
+    msg.nonce = count;
+    SendWithFds(fds_[0], msg, fds);
+    CloseFds(&fds);
+    auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+    if (count <= kMaxControlFds) {
+      ASSERT_TRUE(m.ok()) << count << ": " << m.status();
+      EXPECT_EQ(m->fds.size(), count);
+      EXPECT_EQ(m->As<ImportFdMsg>().nonce, count);
+      CloseFds(&m->fds);
+    } else {
+      EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << count;
+      EXPECT_EQ(std::string(m.status().message()),
+                "control message carries more than 4 descriptors")
+          << count;
+    }
+  }
+  EXPECT_EQ(OpenFdCount(), before) << "a descriptor leaked";
+  // A datagram that really is too large keeps its own message.
+  std::vector<uint8_t> big(kMaxControlMessage + 1);
+  ASSERT_EQ(send(fds_[0], big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
+  auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
+  EXPECT_EQ(std::string(m.status().message()), "control message larger than 264 bytes");
 }
 
 TEST_F(SocketPair, GarbageIsRefused) {

@@ -1,0 +1,145 @@
+// The control socket as a hostile client sees it: raw datagrams to a daemon in this process (on
+// the sim). An ImportFd with the wrong number of descriptors is refused with a message that
+// says how many, every descriptor that came with it is closed, and the session goes on.
+#include "api/control_server.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "api/control_protocol.h"
+#include "gtest/gtest.h"
+#include "hca/sim/sim_device.h"
+#include "service/daemon.h"
+
+namespace regcache::api {
+namespace {
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+class ControlServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    hca::sim::RegisterBackend();
+    service::DaemonConfig config;
+    config.device = "sim";
+    auto d = service::Daemon::Create(config, nullptr);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    char tmpl[] = "/tmp/regcache-control-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto control = ControlServer::Start(daemon_.get(), dir_);
+    ASSERT_TRUE(control.ok()) << control.status();
+    control_ = std::move(*control);
+  }
+  void TearDown() override {
+    if (sock_ >= 0) close(sock_);
+    control_.reset();
+    daemon_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Connects, opens a session on the first device and closes the Welcome's files.
+  void Open() {
+    sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ASSERT_GE(sock_, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::string path = dir_ + "/" + kControlSocketName;
+    ASSERT_LT(path.size(), sizeof(sa.sun_path));
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(connect(sock_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    OpenMsg open = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+    ASSERT_TRUE(SendControlMessage(sock_, &open, sizeof(open), -1).ok());
+    auto welcome = ReceiveControlMessage(sock_, absl::Seconds(10));
+    ASSERT_TRUE(welcome.ok()) << welcome.status();
+    ASSERT_EQ(welcome->type, ControlType::kWelcome);
+    CloseFds(&welcome->fds);
+  }
+
+  // Sends an ImportFd with `count` descriptors (of /dev/null, closed here once sent).
+  void SendImportFd(uint64_t nonce, size_t count) {
+    std::vector<int> fds;
+    for (size_t i = 0; i < count; ++i) fds.push_back(open("/dev/null", O_RDWR | O_CLOEXEC));
+    ImportFdMsg msg = MakeControlMessage<ImportFdMsg>(ControlType::kImportFd);
+    msg.nonce = nonce;
+    msg.length = 4096;
+    iovec iov{&msg, sizeof(msg)};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * count));
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control.data();
+    mh.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * count);
+    ASSERT_EQ(sendmsg(sock_, &mh, 0), static_cast<ssize_t>(sizeof(msg)));
+    CloseFds(&fds);
+  }
+
+  std::unique_ptr<service::Daemon> daemon_;
+  std::string dir_;
+  std::unique_ptr<ControlServer> control_;
+  int sock_ = -1;
+};
+
+TEST_F(ControlServerTest, ImportFdWithTheWrongDescriptorCountSaysHowMany) {
+  static_assert(kMaxControlFds == 4, "the messages below");
+  Open();
+  // The daemon is in this process: its copies of the descriptors count too.
+  const size_t before = OpenFdCount();
+  struct Case {
+    size_t fds;
+    uint64_t nonce;  // the Error answers this nonce (0: the datagram was refused unread)
+    const char* message;
+  };
+  const Case cases[] = {
+      {2, 2, "ImportFd carries 2 descriptors, want exactly 1"},
+      {4, 4, "ImportFd carries 4 descriptors, want exactly 1"},
+      {5, 0, "control message carries more than 4 descriptors"},
+      {8, 0, "control message carries more than 4 descriptors"},
+  };
+  for (const Case& c : cases) {
+    SendImportFd(c.fds, c.fds);
+    auto reply = ReceiveControlMessage(sock_, absl::Seconds(10));
+    ASSERT_TRUE(reply.ok()) << c.fds << ": " << reply.status();
+    ASSERT_EQ(reply->type, ControlType::kError) << c.fds;
+    EXPECT_TRUE(reply->fds.empty());
+    ErrorMsg e = reply->As<ErrorMsg>();
+    EXPECT_EQ(e.nonce, c.nonce) << c.fds;
+    absl::Status s = StatusFromErrorMessage(e);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.fds;
+    EXPECT_EQ(std::string(s.message()), c.message) << c.fds;
+  }
+  // The replies come after the daemon closed the descriptors, so nothing is in flight.
+  EXPECT_EQ(OpenFdCount(), before) << "a descriptor leaked";
+  // The session survived the garbage.
+  HelloMsg hello = MakeControlMessage<HelloMsg>(ControlType::kHello);
+  ASSERT_TRUE(SendControlMessage(sock_, &hello, sizeof(hello), -1).ok());
+  auto welcome = ReceiveControlMessage(sock_, absl::Seconds(10));
+  ASSERT_TRUE(welcome.ok()) << welcome.status();
+  EXPECT_EQ(welcome->type, ControlType::kWelcome);
+  EXPECT_EQ(control_->connections(), 1u);
+}
+
+}  // namespace
+}  // namespace regcache::api
