@@ -61,6 +61,8 @@ class RegCacheImpl final : public RegCache {
     ctx_.device = device;
     ctx_.options = options;
     ctx_.stats = &stats_;
+    // A map chooses the variant only where the device does not (memory windows pick their own).
+    if (!device->capabilities().memory_windows) ctx_.ledger = &ledger_;
     for (uint32_t i = 0; i < kMaxTenantSlots; ++i) tenants_[i].store(nullptr);
     for (uint32_t i = kMaxTenantSlots - 1; i >= 1; --i) free_slots_.push_back(i);
     if (registry != nullptr) registration_ = base::stats::Registration(*registry, "cache", &stats_);
@@ -130,6 +132,7 @@ class RegCacheImpl final : public RegCache {
 
   internal::CacheContext ctx_;
   CacheStats stats_;
+  KeyLedger ledger_;  // device-wide: every tenant's keys continue each index's variants
   base::stats::Registration registration_;
 
   std::unique_ptr<std::atomic<Tenant*>[]> tenants_;  // by slot; written under tenants_mu_
@@ -178,7 +181,8 @@ absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) 
   t->engine = std::move(*engine);
   {
     base::MutexLock lock(&t->mu);
-    t->pool = std::make_unique<KeyPool>(ctx_.device, t->pd, ctx_.options.pool, &stats_);
+    t->pool =
+        std::make_unique<KeyPool>(ctx_.device, t->pd, ctx_.options.pool, &stats_, ctx_.ledger);
   }
   base::MutexLock lock(&tenants_mu_);
   if (free_slots_.empty()) {

@@ -8,8 +8,9 @@
 
 namespace regcache::cache {
 
-KeyPool::KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats)
-    : device_(device), pd_(pd), options_(options), stats_(stats) {
+KeyPool::KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats,
+                 KeyLedger* ledger)
+    : device_(device), pd_(pd), options_(options), stats_(stats), ledger_(ledger) {
   RC_CHECK(!options_.capacity_classes.empty());
   for (uint32_t c : options_.capacity_classes) {
     RC_CHECK(classes_.empty() || c > classes_.back().capacity) << "classes must ascend";
@@ -130,7 +131,9 @@ void KeyPool::AddCreated(const Refill& refill, const std::vector<hca::Key>& keys
   Class& c = classes_[refill.cls];
   const uint32_t made = static_cast<uint32_t>(std::min<size_t>(keys.size(), refill.count));
   c.total -= refill.count - made;
-  for (uint32_t i = 0; i < made; ++i) c.free.push_back(keys[i]);
+  for (uint32_t i = 0; i < made; ++i) {
+    c.free.push_back(ledger_ != nullptr ? ledger_->Resume(keys[i]) : keys[i]);
+  }
   stats_->keys_created.Inc(made);
   stats_->keys_free.Add(static_cast<int64_t>(made));
 }
@@ -149,6 +152,7 @@ absl::Status KeyPool::Maintain(absl::Time now) {
 absl::Status KeyPool::DestroyAll() {
   absl::Status first;
   auto destroy = [&](hca::Key k, int cls) {
+    if (ledger_ != nullptr) ledger_->Destroyed(k);
     absl::Status s = device_->DestroyKey(k);
     if (!s.ok() && first.ok()) first = s;
     classes_[cls].total--;

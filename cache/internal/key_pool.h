@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cache/internal/key_ledger.h"
 #include "cache/options.h"
 #include "cache/stats.h"
 #include "hca/device.h"
@@ -39,8 +40,10 @@ struct TakenKey {
 class KeyPool {
  public:
   // REQUIRES: options.capacity_classes non-empty, ascending, each <= device max_klm_entries;
-  // `device` and `stats` outlive the pool.
-  KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats);
+  // `device`, `stats` and `ledger` outlive the pool. With a ledger (key_ledger.h), keys the
+  // device creates continue their index's variants, and keys the pool destroys are recorded.
+  KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats,
+          KeyLedger* ledger = nullptr);
   ~KeyPool();  // destroys free and quarantined keys (DestroyAll)
   KeyPool(const KeyPool&) = delete;
   KeyPool& operator=(const KeyPool&) = delete;
@@ -118,6 +121,7 @@ class KeyPool {
   const hca::Pd pd_;
   const PoolOptions options_;
   CacheStats* const stats_;
+  KeyLedger* const ledger_;  // may be null
   std::vector<Class> classes_;
   std::deque<Quarantined> quarantine_;  // FIFO by entry
   uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine

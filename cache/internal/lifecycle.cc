@@ -140,7 +140,9 @@ void Recover(Tenant& t, Registration* r, hca::Key previous_key) {
     }
     if (k == previous_key) break;
   }
-  absl::Status s = t.device()->DestroyKey(r->hot->key.load(std::memory_order_relaxed));
+  const hca::Key gone = r->hot->key.load(std::memory_order_relaxed);
+  if (t.ctx->ledger != nullptr) t.ctx->ledger->Destroyed(gone);
+  absl::Status s = t.device()->DestroyKey(gone);
   if (!s.ok()) RC_LOG(ERROR) << "recovery could not destroy key: " << s;
   t.stats().keys_destroyed_in_recovery.Inc();
   t.stats().keys_destroyed.Inc();

@@ -28,6 +28,7 @@
 #include "base/mutex.h"
 #include "cache/backing_set.h"
 #include "cache/internal/index.h"
+#include "cache/internal/key_ledger.h"
 #include "cache/internal/key_pool.h"
 #include "cache/options.h"
 #include "cache/reg_cache.h"
@@ -42,6 +43,7 @@ struct CacheContext {
   hca::Device* device = nullptr;
   CacheOptions options;
   CacheStats* stats = nullptr;
+  KeyLedger* ledger = nullptr;  // null on memory-window devices (key_ledger.h)
 };
 
 struct Tenant {
