@@ -216,18 +216,43 @@ TEST_F(KeyPoolTest, MaintainRefillsBelowTheLowWatermarkToTheHigh) {
   Init(NoQuarantine());  // low 2, high 4
   const int64_t before = LiveKeys();
   ASSERT_TRUE(pool_->Maintain(kT0).ok());
-  ExpectCounts(12, 0, 0);
-  EXPECT_EQ(LiveKeys() - before, 12);
+  ExpectCounts(0, 0, 0);  // no class used yet: an idle tenant holds no keys
+  EXPECT_EQ(LiveKeys() - before, 0);
 
-  MustTake(0);
+  MustTake(0);  // the first use makes a batch of 4
   MustTake(0);
   ASSERT_TRUE(pool_->Maintain(kT0).ok());  // 2 free: at the low watermark, nothing to do
-  ExpectCounts(10, 0, 2);
+  ExpectCounts(2, 0, 2);
   MustTake(0);
-  ASSERT_TRUE(pool_->Maintain(kT0).ok());  // 1 free: topped up to 4
-  ExpectCounts(12, 0, 3);
-  EXPECT_EQ(stats_.keys_created.value(), 15u);
-  EXPECT_EQ(LiveKeys() - before, 15);
+  ASSERT_TRUE(pool_->Maintain(kT0).ok());  // 1 free: topped up to 4; classes 1, 2 unused
+  ExpectCounts(4, 0, 3);
+  EXPECT_EQ(stats_.keys_created.value(), 7u);
+  EXPECT_EQ(LiveKeys() - before, 7);
+}
+
+TEST_F(KeyPoolTest, IdleClassesGiveTheirFreeKeysBack) {
+  PoolOptions o = NoQuarantine();  // low 2, high 4
+  o.idle_release = absl::Seconds(5);
+  Init(o);
+  const int64_t before = LiveKeys();
+  TakenKey t = MustTake(0, kT0);
+  EXPECT_TRUE(pool_->Shrink(kT0 + absl::Seconds(4), UINT64_MAX).empty()) << "not idle yet";
+  std::vector<hca::Key> idle = pool_->Shrink(kT0 + absl::Seconds(5), UINT64_MAX);
+  EXPECT_EQ(idle.size(), 3u);  // the free ones; the one taken stays its user's
+  pool_->DestroyKeys(idle);
+  ExpectCounts(0, 0, 1);
+  EXPECT_EQ(LiveKeys() - before, 1);
+  ASSERT_TRUE(pool_->Maintain(kT0 + absl::Seconds(6)).ok());
+  ExpectCounts(0, 0, 1);  // an emptied class is not refilled until used again
+  Return(t);
+  // Over a limit (budget pressure), quarantined keys go back too.
+  std::vector<hca::Key> over = pool_->Shrink(kT0 + absl::Seconds(6), 0);
+  EXPECT_EQ(over.size(), 1u);
+  pool_->DestroyKeys(over);
+  ExpectCounts(0, 0, 0);
+  EXPECT_EQ(LiveKeys() - before, 0);
+  MustTake(0);  // used again: a new batch
+  ExpectCounts(3, 0, 1);
 }
 
 TEST_F(KeyPoolTest, MaintainReleasesEligibleQuarantinedKeys) {
@@ -249,9 +274,7 @@ TEST_F(KeyPoolTest, IdleOnlyWithNothingToRefill) {
   PoolOptions o = NoQuarantine();  // low 2, high 4
   o.quarantine_time = absl::Milliseconds(10);
   Init(o);
-  EXPECT_FALSE(pool_->Idle()) << "empty classes want a refill";
-  ASSERT_TRUE(pool_->Maintain(kT0).ok());
-  EXPECT_TRUE(pool_->Idle());
+  EXPECT_TRUE(pool_->Idle()) << "classes never used want nothing";
   TakenKey t = MustTake(0);
   EXPECT_TRUE(pool_->Idle()) << "3 free: still above the low watermark";
   Return(t, kT0);
@@ -267,11 +290,10 @@ TEST_F(KeyPoolTest, MaintainReportsAClassAtItsLimitAndStaysUsable) {
   PoolOptions o = NoQuarantine();
   o.max_keys_per_class = 4;
   Init(o);
-  ASSERT_TRUE(pool_->Maintain(kT0).ok());
   for (int i = 0; i < 3; ++i) MustTake(0);
   absl::Status s = pool_->Maintain(kT0);  // class 0 wants 3 more, may have none
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-  ExpectCounts(9, 0, 3);
+  ExpectCounts(1, 0, 3);
   MustTake(0);  // the free one is still there
   EXPECT_EQ(pool_->Take(0, kT0).status().code(), absl::StatusCode::kResourceExhausted);
   MustTake(1);  // other classes unaffected

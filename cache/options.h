@@ -35,6 +35,9 @@ struct PoolOptions {
   // index, even after the 8-bit variant wraps. Defaults: 10 ms, 16 keys.
   absl::Duration quarantine_time = absl::Milliseconds(10);
   uint32_t quarantine_count = 16;
+  // A class is filled only once a registration used it, and gives its free keys back to the
+  // device when none was taken for this long: an idle tenant holds no pooled keys. Default 5 s.
+  absl::Duration idle_release = absl::Seconds(5);
 };
 
 struct EngineOptions {
@@ -64,6 +67,12 @@ struct CacheOptions {
   // (cache/backing_observer.h); odp/'s fault servicer is the one. Not owned; must outlive the
   // cache. Default none.
   BackingObserver* backing_observer = nullptr;
+  // Pooled keys every tenant together may hold: the device's key table (Capabilities::max_keys)
+  // minus this share left to other users of the NIC (and to the backings' own keys). Each
+  // tenant's fair share is the rest divided by the tenants open; a tenant may use more while
+  // the device has room, and gives back what is over its share when another needs it
+  // (docs/architecture.md, Device budget). Default: 1/16 of the table.
+  uint32_t device_key_reserve_divisor = 16;
 };
 
 // Per-tenant limits. 0 means "no limit" for each.

@@ -63,6 +63,10 @@ class RegCacheImpl final : public RegCache {
     ctx_.stats = &stats_;
     // A map chooses the variant only where the device does not (memory windows pick their own).
     if (!device->capabilities().memory_windows) ctx_.ledger = &ledger_;
+    const uint64_t table = device->capabilities().max_keys;
+    const uint32_t divisor = std::max<uint32_t>(1, options.device_key_reserve_divisor);
+    budget_ = std::make_unique<KeyBudget>(table - table / divisor);
+    ctx_.budget = budget_.get();
     for (uint32_t i = 0; i < kMaxTenantSlots; ++i) tenants_[i].store(nullptr);
     for (uint32_t i = kMaxTenantSlots - 1; i >= 1; --i) free_slots_.push_back(i);
     if (registry != nullptr) registration_ = base::stats::Registration(*registry, "cache", &stats_);
@@ -129,10 +133,15 @@ class RegCacheImpl final : public RegCache {
   void MaintenanceLoop();
   // One maintenance pass; true when every tenant's pool was idle after it.
   bool MaintainPass();
+  // Under budget pressure: evicts `t`'s unreferenced registrations while it holds more than
+  // `share` keys outside its pool's free list and quarantine.
+  void ReclaimOverShare(Tenant& t, uint64_t share);
+  static constexpr int kReclaimPerPass = 256;
 
   internal::CacheContext ctx_;
   CacheStats stats_;
   KeyLedger ledger_;  // device-wide: every tenant's keys continue each index's variants
+  std::unique_ptr<KeyBudget> budget_;  // device-wide: the pooled keys every tenant shares
   base::stats::Registration registration_;
 
   std::unique_ptr<std::atomic<Tenant*>[]> tenants_;  // by slot; written under tenants_mu_
@@ -172,6 +181,10 @@ absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) 
   auto t = std::make_shared<Tenant>();
   t->ctx = &ctx_;
   t->options = options;
+  // No tenant's key limit is above what the device can hold for all of them.
+  if (t->options.max_keys == 0 || t->options.max_keys > budget_->total()) {
+    t->options.max_keys = budget_->total();
+  }
   ASSIGN_OR_RETURN(t->pd, ctx_.device->AllocPd());
   auto engine = UmrEngine::Create(ctx_.device, t->pd, ctx_.options.engine, &stats_);
   if (!engine.ok()) {
@@ -181,8 +194,8 @@ absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) 
   t->engine = std::move(*engine);
   {
     base::MutexLock lock(&t->mu);
-    t->pool =
-        std::make_unique<KeyPool>(ctx_.device, t->pd, ctx_.options.pool, &stats_, ctx_.ledger);
+    t->pool = std::make_unique<KeyPool>(ctx_.device, t->pd, ctx_.options.pool, &stats_, ctx_.ledger,
+                                        ctx_.budget);
   }
   base::MutexLock lock(&tenants_mu_);
   if (free_slots_.empty()) {
@@ -196,6 +209,7 @@ absl::StatusOr<TenantId> RegCacheImpl::OpenTenant(const TenantOptions& options) 
   tenants_[t->slot].store(t.get(), std::memory_order_release);
   live_tenants_[t->id] = t;
   stats_.tenants.Add();
+  budget_->TenantOpened();
   return t->id;
 }
 
@@ -217,6 +231,7 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
     free_slots_.push_back(t->slot);
   }
   stats_.tenants.Sub();
+  budget_->TenantClosed();
   return s;
 }
 
@@ -348,17 +363,26 @@ bool RegCacheImpl::MaintainPass() {
     for (auto& [id, t] : live_tenants_) tenants.push_back(t);
   }
   const absl::Time now = base::MonotonicNow();
+  const bool pressed = budget_->pressed();
+  const uint64_t share = budget_->FairShare();
   for (auto& t : tenants) {
     base::MutexLock refill(&t->refill_mu);
+    if (pressed) ReclaimOverShare(*t, share);
     std::vector<KeyPool::Refill> plan;
+    std::vector<hca::Key> surplus;
+    KeyPool* pool = nullptr;  // stays while refill_mu is held (closing waits for it)
     {
       base::MutexLock lock(&t->mu);
       if (t->closing || t->pool == nullptr) continue;
+      pool = t->pool.get();
+      surplus = t->pool->Shrink(now, pressed ? share : UINT64_MAX);
       plan = t->pool->PlanRefill(now);
       idle = idle && t->pool->Idle();
     }
+    // The device work without the tenant's lock, so that its registrations go on meanwhile
+    // (the pool stays: closing waits for refill_mu).
+    pool->DestroyKeys(surplus);
     if (plan.empty()) continue;
-    // The device work without the tenant's lock, so that its registrations go on meanwhile.
     std::vector<std::vector<hca::Key>> made(plan.size());
     for (size_t i = 0; i < plan.size(); ++i) {
       absl::StatusOr<std::vector<hca::Key>> keys =
@@ -369,10 +393,29 @@ bool RegCacheImpl::MaintainPass() {
         RC_LOG(DEBUG) << "pool refill for tenant " << t->id << ": " << keys.status();
       }
     }
-    base::MutexLock lock(&t->mu);  // the pool is still there: closing waits for refill_mu
+    base::MutexLock lock(&t->mu);
     for (size_t i = 0; i < plan.size(); ++i) t->pool->AddCreated(plan[i], made[i]);
   }
-  return idle;
+  if (pressed && budget_->used() < budget_->total()) budget_->Relieve();
+  return idle && !budget_->pressed();
+}
+
+void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share) {
+  // Unreferenced cached registrations of a tenant over its fair share go through the lifecycle
+  // (their keys to its quarantine, which Shrink then gives back), a bounded number per pass.
+  for (int i = 0; i < kReclaimPerPass; ++i) {
+    {
+      base::MutexLock lock(&t.mu);
+      if (t.closing || t.pool == nullptr ||
+          t.pool->total_keys() - t.pool->free_keys() - t.pool->quarantined_keys() <= share) {
+        return;
+      }
+    }
+    Registration* victim = internal::PickVictim(t);
+    if (victim == nullptr) return;
+    t.stats().evictions.Inc();
+    internal::Retire(t, victim);
+  }
 }
 
 void RegCacheImpl::MaintenanceLoop() {

@@ -9,8 +9,8 @@
 namespace regcache::cache {
 
 KeyPool::KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats,
-                 KeyLedger* ledger)
-    : device_(device), pd_(pd), options_(options), stats_(stats), ledger_(ledger) {
+                 KeyLedger* ledger, KeyBudget* budget)
+    : device_(device), pd_(pd), options_(options), stats_(stats), ledger_(ledger), budget_(budget) {
   RC_CHECK(!options_.capacity_classes.empty());
   for (uint32_t c : options_.capacity_classes) {
     RC_CHECK(classes_.empty() || c > classes_.back().capacity) << "classes must ascend";
@@ -37,12 +37,18 @@ absl::StatusOr<int> KeyPool::ClassFor(uint32_t entries) const {
 uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
   const uint64_t room =
       options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
-  const auto count = static_cast<uint32_t>(std::min(want, room));
+  uint64_t count = std::min(want, room);
+  budget_refused_ = false;
+  if (budget_ != nullptr && count != 0) {
+    count = budget_->Take(count);
+    budget_refused_ = count == 0;
+  }
   c.total += count;  // reserved until AddCreated
-  return count;
+  return static_cast<uint32_t>(count);
 }
 
 absl::Status KeyPool::AtLimit(int cls) const {
+  if (budget_refused_) return absl::ResourceExhaustedError(budget_->Describe(total_keys()));
   return absl::ResourceExhaustedError(
       absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls,
                       classes_[cls].capacity, options_.max_keys_per_class));
@@ -89,6 +95,8 @@ absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
           c.capacity, s.ok() ? "no key created" : s.message(), quarantine_.size()));
     }
   }
+  c.used = true;
+  c.last_take = now;
   TakenKey t;
   t.pooled.key = c.free.front();
   t.pooled.cls = cls;
@@ -108,6 +116,7 @@ void KeyPool::Quarantine(PooledKey key, absl::Time now) {
 
 void KeyPool::Forget(PooledKey key) {
   classes_[key.cls].total--;
+  if (budget_ != nullptr) budget_->Give(1);
   stats_->keys_in_use.Sub();
 }
 
@@ -116,7 +125,9 @@ std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* a
   std::vector<Refill> plan;
   for (int i = 0; i < num_classes(); ++i) {
     Class& c = classes_[i];
-    if (c.free.size() >= options_.low_watermark || c.capacity > kEagerClassMaxEntries) continue;
+    if (!c.used || c.free.size() >= options_.low_watermark || c.capacity > kEagerClassMaxEntries) {
+      continue;
+    }
     const uint32_t count = Reserve(c, options_.high_watermark - c.free.size());
     if (count == 0) {
       if (at_limit != nullptr && at_limit->ok()) *at_limit = AtLimit(i);
@@ -131,6 +142,7 @@ void KeyPool::AddCreated(const Refill& refill, const std::vector<hca::Key>& keys
   Class& c = classes_[refill.cls];
   const uint32_t made = static_cast<uint32_t>(std::min<size_t>(keys.size(), refill.count));
   c.total -= refill.count - made;
+  if (budget_ != nullptr) budget_->Give(refill.count - made);
   for (uint32_t i = 0; i < made; ++i) {
     c.free.push_back(ledger_ != nullptr ? ledger_->Resume(keys[i]) : keys[i]);
   }
@@ -153,6 +165,7 @@ absl::Status KeyPool::DestroyAll() {
   absl::Status first;
   auto destroy = [&](hca::Key k, int cls) {
     if (ledger_ != nullptr) ledger_->Destroyed(k);
+    if (budget_ != nullptr) budget_->Give(1);
     absl::Status s = device_->DestroyKey(k);
     if (!s.ok() && first.ok()) first = s;
     classes_[cls].total--;
@@ -176,7 +189,7 @@ absl::Status KeyPool::DestroyAll() {
 
 bool KeyPool::Idle() const {
   for (const Class& c : classes_) {
-    if (c.capacity > kEagerClassMaxEntries) continue;  // made on demand only
+    if (c.capacity > kEagerClassMaxEntries || !c.used) continue;  // made on demand only
     if (c.free.size() < options_.low_watermark) return false;
   }
   return true;
@@ -196,6 +209,47 @@ uint64_t KeyPool::total_keys() const {
 
 uint64_t KeyPool::outstanding_keys() const {
   return total_keys() - free_keys() - quarantined_keys();
+}
+
+std::vector<hca::Key> KeyPool::Shrink(absl::Time now, uint64_t keep) {
+  std::vector<hca::Key> out;
+  auto take_free = [&](Class& c, size_t n) {
+    for (size_t i = 0; i < n && !c.free.empty(); ++i) {
+      out.push_back(c.free.front());
+      c.free.pop_front();
+      c.total--;
+      stats_->keys_free.Sub();
+    }
+  };
+  for (Class& c : classes_) {
+    if (c.used && !c.free.empty() && now - c.last_take >= options_.idle_release) {
+      take_free(c, c.free.size());
+      c.used = false;  // filled again on its next use
+    }
+  }
+  for (Class& c : classes_) {
+    const uint64_t total = total_keys();
+    if (total > keep) take_free(c, total - keep);
+  }
+  while (total_keys() > keep && !quarantine_.empty()) {
+    const Quarantined& q = quarantine_.front();
+    out.push_back(q.key.key);
+    classes_[q.key.cls].total--;
+    quarantine_.pop_front();
+    stats_->keys_quarantined_now.Sub();
+    stats_->keys_in_use.Sub();
+  }
+  return out;
+}
+
+void KeyPool::DestroyKeys(const std::vector<hca::Key>& keys) {
+  for (hca::Key k : keys) {
+    if (ledger_ != nullptr) ledger_->Destroyed(k);
+    absl::Status s = device_->DestroyKey(k);
+    if (!s.ok()) RC_LOG(WARNING) << "key pool shrink: " << s;
+    if (budget_ != nullptr) budget_->Give(1);
+    stats_->keys_destroyed.Inc();
+  }
 }
 
 }  // namespace regcache::cache

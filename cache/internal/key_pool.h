@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cache/internal/key_budget.h"
 #include "cache/internal/key_ledger.h"
 #include "cache/options.h"
 #include "cache/stats.h"
@@ -42,8 +43,10 @@ class KeyPool {
   // REQUIRES: options.capacity_classes non-empty, ascending, each <= device max_klm_entries;
   // `device`, `stats` and `ledger` outlive the pool. With a ledger (key_ledger.h), keys the
   // device creates continue their index's variants, and keys the pool destroys are recorded.
+  // With a budget (key_budget.h), every key created is taken from it and every key destroyed
+  // given back; a class fills only once used and empties again when idle (PoolOptions).
   KeyPool(hca::Device* device, hca::Pd pd, const PoolOptions& options, CacheStats* stats,
-          KeyLedger* ledger = nullptr);
+          KeyLedger* ledger = nullptr, KeyBudget* budget = nullptr);
   ~KeyPool();  // destroys free and quarantined keys (DestroyAll)
   KeyPool(const KeyPool&) = delete;
   KeyPool& operator=(const KeyPool&) = delete;
@@ -89,6 +92,16 @@ class KeyPool {
   // caller's. Returns the first error.
   absl::Status DestroyAll();
 
+  // Takes out of the pool what it should give back to the device: the free keys of classes
+  // idle for PoolOptions::idle_release, and, while the pool holds more than `keep` keys, free
+  // then quarantined keys of any class. The caller destroys them (DestroyKeys), without the
+  // tenant's lock.
+  std::vector<hca::Key> Shrink(absl::Time now, uint64_t keep);
+  // Destroys keys Shrink took out (ledger, device, budget). Thread-safe: touches no pool state.
+  void DestroyKeys(const std::vector<hca::Key>& keys);
+  // The last key creation was refused by the device budget (not by max_keys_per_class).
+  bool budget_refused() const { return budget_refused_; }
+
   uint64_t free_keys() const;
   // Nothing for Maintain to do soon: every class at or above its low watermark. Quarantined
   // keys do not count: the last few of a burst wait for later invalidations (quarantine_count)
@@ -104,6 +117,8 @@ class KeyPool {
     uint32_t capacity = 0;
     std::deque<hca::Key> free;  // FIFO
     uint64_t total = 0;         // keys of this class that exist on the device
+    bool used = false;          // taken from since it was last emptied for idleness
+    absl::Time last_take;
   };
   struct Quarantined {
     PooledKey key;
@@ -122,6 +137,8 @@ class KeyPool {
   const PoolOptions options_;
   CacheStats* const stats_;
   KeyLedger* const ledger_;  // may be null
+  KeyBudget* const budget_;  // may be null
+  bool budget_refused_ = false;
   std::vector<Class> classes_;
   std::deque<Quarantined> quarantine_;  // FIFO by entry
   uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine

@@ -18,6 +18,9 @@ namespace regcache::cache::internal {
 namespace {
 
 constexpr int kEvictionAttempts = 8;
+// How long a tenant under its fair share waits for others to give back keys when the device's
+// budget is spent (their ring workers and the maintenance thread are not held meanwhile).
+constexpr absl::Duration kBudgetWait = absl::Seconds(1);
 
 // What a miss or a window plans before it reserves a key (step 1).
 struct Mapping {
@@ -97,12 +100,26 @@ void Unbind(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   t.live--;
 }
 
+// Presses the budget and waits, without any lock, until it has room again: true, or false
+// after kBudgetWait.
+bool AwaitBudget(KeyBudget& budget) {
+  budget.Press();
+  const absl::Time give_up = base::MonotonicNow() + kBudgetWait;
+  while (budget.used() >= budget.total()) {
+    if (base::MonotonicNow() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
 // Steps 2 and 3: reserve (evicting unheld registrations while the quota or the pool is
 // exhausted) and bind. On success the record is in kMapping and `taken` says what to map.
 absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
   absl::Status last;
   bool quota_refused = false;
+  bool waited = false;
   for (int attempt = 0;; ++attempt) {
+    bool over_budget = false;
     {
       base::MutexLock lock(&t.mu);
       absl::StatusOr<TakenKey> reserved = TryReserve(t, m.cls, quota_refused);
@@ -111,11 +128,20 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
         return Bind(t, m, taken);
       }
       last = reserved.status();
+      over_budget = t.ctx->budget != nullptr && t.pool != nullptr && t.pool->budget_refused() &&
+                    t.pool->total_keys() < t.ctx->budget->FairShare();
     }
     Registration* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
-    if (victim == nullptr) break;
-    t.stats().evictions.Inc();
-    Retire(t, victim);
+    if (victim != nullptr) {
+      t.stats().evictions.Inc();
+      Retire(t, victim);
+      continue;
+    }
+    // The device's budget is spent and this tenant is under its fair share: the others give
+    // back what is over theirs (the maintenance thread); wait for that, once and bounded.
+    if (!over_budget || waited || !AwaitBudget(*t.ctx->budget)) break;
+    waited = true;
+    attempt = 0;
   }
   if (quota_refused) t.stats().quota_refusals.Inc();
   return last;

@@ -28,6 +28,7 @@
 #include "base/mutex.h"
 #include "cache/backing_set.h"
 #include "cache/internal/index.h"
+#include "cache/internal/key_budget.h"
 #include "cache/internal/key_ledger.h"
 #include "cache/internal/key_pool.h"
 #include "cache/options.h"
@@ -44,6 +45,7 @@ struct CacheContext {
   CacheOptions options;
   CacheStats* stats = nullptr;
   KeyLedger* ledger = nullptr;  // null on memory-window devices (key_ledger.h)
+  KeyBudget* budget = nullptr;  // the device's pooled keys, shared by every tenant
 };
 
 struct Tenant {

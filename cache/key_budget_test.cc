@@ -1,0 +1,147 @@
+// The device's key budget shared by every tenant (cache/internal/key_budget.h): idle tenants
+// hold no pooled keys, so a thousand of them leave the table to the one that works; a tenant
+// that filled the device with cached keys gives back what is over its fair share when another
+// needs keys; a budget that is really spent says so with its numbers.
+#include "cache/internal/key_budget.h"
+
+#include <vector>
+
+#include "cache/reg_cache.h"
+#include "cache/test_util.h"
+#include "gtest/gtest.h"
+
+namespace regcache::cache {
+namespace {
+
+using ::regcache::cache::testing::CacheTest;
+using ::regcache::cache::testing::Memory;
+
+constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
+
+TEST(KeyBudget, TakesWhatIsLeftAndSharesFairly) {
+  KeyBudget b(100);
+  EXPECT_EQ(b.Take(60), 60u);
+  EXPECT_EQ(b.Take(60), 40u);
+  EXPECT_EQ(b.Take(1), 0u);
+  b.Give(10);
+  EXPECT_EQ(b.used(), 90u);
+  EXPECT_EQ(b.FairShare(), 100u);  // no tenant: all of it
+  b.TenantOpened();
+  b.TenantOpened();
+  b.TenantOpened();
+  EXPECT_EQ(b.FairShare(), 33u);
+  EXPECT_EQ(b.Describe(7),
+            "device key budget: 90 of 100 keys in use by 3 tenants (fair share 33); this tenant "
+            "holds 7");
+}
+
+class KeyBudgetCacheTest : public CacheTest {
+ protected:
+  // A tenant of its own with `mem` attached.
+  TenantId OpenWith(Memory& mem) {
+    auto t = cache_->OpenTenant(TenantOptions{});
+    EXPECT_TRUE(t.ok()) << t.status();
+    BackingSpec spec;
+    spec.va = mem.va();
+    spec.local_addr = mem.data();
+    spec.length = mem.size();
+    spec.access = hca::kAllAccess;
+    EXPECT_TRUE(cache_->AddBacking(*t, spec).ok());
+    return *t;
+  }
+};
+
+TEST_F(KeyBudgetCacheTest, AThousandIdleTenantsHoldNoKeysAndANewcomerRegisters) {
+  hca::sim::SimOptions sim;
+  sim.max_keys = 4096;  // eager pools (12 keys each here) would need 12,000
+  ASSERT_NO_FATAL_FAILURE(Init(testing::TestCacheOptions(), sim));
+  const int64_t keys_before = device_->stats().live_keys.value();
+  std::vector<TenantId> idle;
+  for (int i = 0; i < 1000; ++i) {
+    auto t = cache_->OpenTenant(TenantOptions{});
+    ASSERT_TRUE(t.ok()) << "tenant " << i << ": " << t.status();
+    idle.push_back(*t);
+  }
+  cache_->Maintain();
+  EXPECT_EQ(device_->stats().live_keys.value(), keys_before) << "idle tenants made keys";
+  Memory mem(1 << 20);
+  Attach(mem);
+  auto g = cache_->Register(tenant_, mem.va(), 8192, kRw);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(PeerWrite(g->rkey, mem.va(), "newcomer").ok());
+  ASSERT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  for (TenantId t : idle) ASSERT_TRUE(cache_->CloseTenant(t).ok());
+}
+
+TEST_F(KeyBudgetCacheTest, AHogGivesBackWhatIsOverItsShareWhenANeighbourNeedsKeys) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.background_maintenance = true;  // the reclaim runs there
+  o.pool.capacity_classes = {4};
+  hca::sim::SimOptions sim;
+  sim.max_keys = 1024;  // budget 960 (1/16 left to other users), fair share 480 with two
+  ASSERT_NO_FATAL_FAILURE(Init(o, sim));
+  Memory hog_mem(8 << 20);
+  Attach(hog_mem);
+  // The hog caches 900 registrations it no longer holds: nearly the whole budget.
+  for (int i = 0; i < 900; ++i) {
+    auto g = cache_->Register(tenant_, hog_mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << "hog " << i << ": " << g.status();
+    ASSERT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  }
+  Memory mem(1 << 20);
+  const TenantId neighbour = OpenWith(mem);
+  std::vector<KeyGrant> held;
+  for (int i = 0; i < 200; ++i) {
+    auto g = cache_->Register(neighbour, mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << "neighbour " << i << ": " << g.status();
+    held.push_back(*g);
+  }
+  EXPECT_GT(cache_->stats().evictions.value(), 0u) << "the hog's cached keys were reclaimed";
+  // The hog still works (within what is left to it).
+  auto g = cache_->Register(tenant_, hog_mem.va(), 4096, kRw);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(neighbour, k.handle).ok());
+  ASSERT_TRUE(cache_->CloseTenant(neighbour).ok());
+}
+
+TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.pool.capacity_classes = {4};
+  hca::sim::SimOptions sim;
+  sim.max_keys = 64;  // budget 60
+  ASSERT_NO_FATAL_FAILURE(Init(o, sim));
+  Memory mem(1 << 20);
+  Attach(mem);
+  // Held keys cannot be given back: the first tenant holds 40, the second gets the rest.
+  std::vector<KeyGrant> held;
+  for (int i = 0; i < 40; ++i) {
+    auto g = cache_->Register(tenant_, mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << g.status();
+    held.push_back(*g);
+  }
+  Memory mem2(1 << 20);
+  const TenantId second = OpenWith(mem2);
+  std::vector<KeyGrant> held2;
+  absl::Status refused;
+  for (int i = 0; i < 40 && refused.ok(); ++i) {
+    auto g = cache_->Register(second, mem2.va() + uint64_t{4096} * i, 4096, kRw);
+    if (g.ok()) {
+      held2.push_back(*g);
+    } else {
+      refused = g.status();
+    }
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("device key budget: 60 of 60 keys in use by 2 tenants (fair "
+                                   "share 30); this tenant holds 20"),
+            absl::string_view::npos)
+      << refused;
+  EXPECT_EQ(held2.size(), 20u);
+  for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(tenant_, k.handle).ok());
+  for (const KeyGrant& k : held2) ASSERT_TRUE(cache_->Release(second, k.handle).ok());
+  ASSERT_TRUE(cache_->CloseTenant(second).ok());
+}
+
+}  // namespace
+}  // namespace regcache::cache
