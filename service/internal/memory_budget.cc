@@ -8,10 +8,10 @@ absl::StatusOr<MemoryCharge> MemoryBudget::Charge(uint64_t length) {
   uint64_t now = charged_.load(std::memory_order_relaxed);
   do {
     if (limit_ != 0 && (length > limit_ || now > limit_ - length)) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "daemon memory budget: %d bytes mapped for all sessions + %d > limit %d "
-          "(--max_bytes_total)",
-          now, length, limit_));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("daemon memory budget: %d bytes mapped for all sessions + %d > limit %d "
+                          "(--max_bytes_total)",
+                          now, length, limit_));
     }
   } while (!charged_.compare_exchange_weak(now, now + length, std::memory_order_relaxed));
   return MemoryCharge(this, length);
@@ -38,8 +38,7 @@ absl::StatusOr<MemoryCharge> AdmitMemory(const DaemonConfig& config, MemoryBudge
     return absl::InvalidArgumentError(
         absl::StrFormat("memory length %d is outside (0, %d]", length, config.max_memory_length));
   }
-  if (config.max_bytes_per_session != 0 &&
-      session_mapped + length > config.max_bytes_per_session) {
+  if (config.max_bytes_per_session != 0 && session_mapped + length > config.max_bytes_per_session) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("memory quota: %d bytes mapped + %d > limit %d", session_mapped, length,
                         config.max_bytes_per_session));
