@@ -142,24 +142,26 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   Collector c;
   benchmark::RunSpecifiedBenchmarks(&c);
-  std::printf("\n== attach_bench summary (sim device; anchor: 4 KiB pages, same size, same run) ==\n");
+  std::printf(
+      "\n== attach_bench summary (sim device; anchor: 4 KiB pages, same size, same run) ==\n");
   for (int gib : {1, 16, 64}) {
     const std::string base = "BM_Attach/GiB:" + std::to_string(gib) + "/max_page_log:";
     const auto* before = c.Find(base + "12/");
     const auto* after = c.Find(base + "30/");
     if (before == nullptr || after == nullptr || after->ms <= 0) continue;
     auto line = [gib](const char* what, const Collector::Result* r) {
-      std::printf("%2d GiB %-13s page 2^%-2.0f attach %9.2f ms  peak RSS +%8.2f MiB (%7.3f MiB/GiB)"
-                  "  kept +%7.2f MiB  heap +%7.2f MiB\n",
-                  gib, what, r->counters.at("page_log"), r->ms, r->counters.at("peak_rss_MiB"),
-                  r->counters.at("peak_rss_MiB") / gib, r->counters.at("kept_rss_MiB"),
-                  r->counters.at("heap_MiB"));
+      std::printf(
+          "%2d GiB %-13s page 2^%-2.0f attach %9.2f ms  peak RSS +%8.2f MiB (%7.3f MiB/GiB)"
+          "  kept +%7.2f MiB  heap +%7.2f MiB\n",
+          gib, what, r->counters.at("page_log"), r->ms, r->counters.at("peak_rss_MiB"),
+          r->counters.at("peak_rss_MiB") / gib, r->counters.at("kept_rss_MiB"),
+          r->counters.at("heap_MiB"));
     };
     line("anchor 4 KiB", before);
     line("largest page", after);
-    std::printf("%2d GiB ratio anchor/largest: time %.1fx, peak RSS %.1fx\n", gib,
-                before->ms / after->ms,
-                before->counters.at("peak_rss_MiB") / std::max(after->counters.at("peak_rss_MiB"), 0.001));
+    std::printf(
+        "%2d GiB ratio anchor/largest: time %.1fx, peak RSS %.1fx\n", gib, before->ms / after->ms,
+        before->counters.at("peak_rss_MiB") / std::max(after->counters.at("peak_rss_MiB"), 0.001));
   }
   return 0;
 }
