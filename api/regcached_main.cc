@@ -52,6 +52,11 @@ ABSL_FLAG(std::vector<std::string>, admin_uids, {},
 ABSL_FLAG(uint64_t, max_keys_per_session, 1u << 20, "keys per session (0: unlimited)");
 ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
           "bytes of attached memory per session (0: unlimited)");
+ABSL_FLAG(uint64_t, max_bytes_total, uint64_t{1} << 40,
+          "bytes of memory mapped for all sessions together (0: unlimited); bounds the daemon's "
+          "translation memory (docs/architecture.md, Large memory)");
+ABSL_FLAG(uint32_t, max_backing_page_log, 30,
+          "largest translation page (2^n bytes) of attached memory; 12 keeps 4 KiB pages");
 ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
 ABSL_FLAG(uint32_t, max_endpoints, 16,
           "target endpoints (RC queue pairs, docs/endpoints.md) per session (0: unlimited)");
@@ -100,6 +105,8 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   }
   config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
+  config->max_bytes_total = absl::GetFlag(FLAGS_max_bytes_total);
+  config->max_backing_page_log = absl::GetFlag(FLAGS_max_backing_page_log);
   config->max_sessions = absl::GetFlag(FLAGS_max_sessions);
   config->max_sessions_per_device = absl::GetFlag(FLAGS_max_sessions_per_device);
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);

@@ -114,6 +114,11 @@ struct BackingSpec {
   uint64_t length = 0;
   hca::AccessFlags access = hca::kAllAccess;  // rights registrations over it may have
   bool on_demand = false;                     // ODP (needs Capabilities::odp)
+  // The MTT page size of the backing's key (hca::BackingOptions::log_page_size): 2^n bytes.
+  // Above 12 only when the memory at local_addr is physically contiguous and aligned in blocks
+  // of that size (huge pages) and local_addr and length are multiples of it; REQUIRES: in the
+  // device's Capabilities::page_size_mask. Ignored for `region`.
+  uint32_t log_page_size = 12;
   // A region the tenant's process registered itself in the tenant's PD (Capabilities::
   // pd_export; docs/client_memory.md): the memory is not mapped here (local_addr unused), it is
   // imported (hca::Device::ImportBacking) rather than registered, and [va, +length) must lie

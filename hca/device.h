@@ -101,7 +101,8 @@ struct Capabilities {
   // max_klm_entries; without it a map carries at most max_inline_klm entries.
   bool umr_pointer_translation = false;
   uint32_t max_indirection = 0;  // nesting depth of keys through KLM/KSM entries
-  uint64_t page_size_mask = 0;   // bit n set: 2^n bytes is a supported MTT/KSM page size
+  // Bit n set: 2^n bytes is a supported MTT/KSM page size (BackingOptions::log_page_size).
+  uint64_t page_size_mask = 0;
   uint64_t max_key_length = 0;   // largest length of one key (0 = 2^64 via length64)
   uint32_t max_queue_depth = 0;  // largest QueueOptions::depth
   uint32_t max_keys = 0;         // size of the key table
@@ -172,8 +173,18 @@ enum class Layout : uint8_t {
 // Backings and pooled keys.
 
 struct BackingOptions {
-  bool on_demand = false;       // ODP: translations absent until faulted/prefetched/rewritten
-  uint32_t log_page_size = 12;  // MTT page size; REQUIRES: supported (Capabilities)
+  bool on_demand = false;  // ODP: translations absent until faulted/prefetched/rewritten
+  // MTT page size (2^n bytes); REQUIRES: its bit in Capabilities::page_size_mask. A hint from
+  // the memory's virtual layout (addr and length multiples of the page, huge pages or a 2 MiB
+  // aligned shmem mapping), not a promise about physical memory: a page above the OS page is
+  // correct only where the memory behind each translation page is physically contiguous, so a
+  // backend that writes physical addresses into the table must check that and fall back to a
+  // smaller page, reporting the one it used in Backing::log_page_size. A backend whose
+  // registration picks its own pages (ibv_reg_mr: the kernel uses the largest the pinned pages
+  // allow) advertises 4 KiB only and reports 12 whatever the kernel used. The sim, whose DMA
+  // addresses are the daemon's virtual addresses, honours any size exactly; its key table
+  // holds one 8-byte entry per translation page, so a larger page shrinks it proportionally.
+  uint32_t log_page_size = 12;
   // The first address of the key's address space, when it is not `addr` (ibv_reg_mr_iova2):
   // memory-window backends need it, because a window's addresses are its backing's, so the
   // backing must already speak the tenant's addresses. Backends without memory_windows return

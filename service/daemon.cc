@@ -12,10 +12,12 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "service/internal/backing_page.h"
 #include "service/internal/client_regions.h"
 #include "service/internal/device_set.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
+#include "service/internal/memory_budget.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_keys.h"
 #include "service/internal/session_shm.h"
@@ -205,8 +207,9 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<hca::Peer*> PeerPort(Session& s, std::optional<EndpointId> endpoint,
                                       std::unique_ptr<hca::Peer>* through)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // Length limits and the session's memory quota for a new mapping of `length` bytes.
-  absl::Status AdmitMemory(const Session& s, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
+  // Length limits, the session's quota and the daemon's budget for a new mapping (its charge).
+  absl::StatusOr<internal::MemoryCharge> AdmitMemory(const Session& s, uint64_t length)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The session's shared files, grant table and ring worker.
   absl::Status StartFastPath(Session& s);
 
@@ -214,6 +217,7 @@ class DaemonImpl final : public Daemon {
   base::stats::Registry* const registry_;
   std::unique_ptr<internal::DeviceSet> devices_;  // set by OpenDevices, constant after
   const absl::Time started_;
+  internal::MemoryBudget budget_{config_.max_bytes_total};  // outlives every session's memory
   DaemonStats stats_;
   internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
@@ -366,20 +370,10 @@ absl::Status DaemonImpl::CloseSession(SessionId session) {
   return st;
 }
 
-absl::Status DaemonImpl::AdmitMemory(const Session& s, uint64_t length) {
-  if (length == 0 || length > config_.max_memory_length) {
-    stats_.memory_refused.Inc();
-    return absl::InvalidArgumentError(
-        absl::StrFormat("memory length %d is outside (0, %d]", length, config_.max_memory_length));
-  }
-  if (config_.max_bytes_per_session != 0 &&
-      s.mapped_bytes + length > config_.max_bytes_per_session) {
-    stats_.memory_refused.Inc();
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("memory quota: %d bytes mapped + %d > limit %d", s.mapped_bytes, length,
-                        config_.max_bytes_per_session));
-  }
-  return absl::OkStatus();
+absl::StatusOr<internal::MemoryCharge> DaemonImpl::AdmitMemory(const Session& s, uint64_t n) {
+  auto charge = internal::AdmitMemory(config_, budget_, s.mapped_bytes, n);
+  if (!charge.ok()) stats_.memory_refused.Inc();
+  return charge;
 }
 
 absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, uint64_t length,
@@ -387,7 +381,7 @@ absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, ui
   ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
-  RETURN_IF_ERROR(AdmitMemory(s, length));
+  ASSIGN_OR_RETURN(internal::MemoryCharge charge, AdmitMemory(s, length));
   auto mem = SharedMemory::Create(length, hugetlb,
                                   absl::StrFormat("regcache-s%d-m%d", s.id, s.next_memory));
   if (!mem.ok()) {
@@ -399,6 +393,7 @@ absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, ui
   m.id = s.next_memory++;
   m.daemon_allocated = true;
   m.mem = std::move(*mem);
+  m.charge = std::move(charge);
   s.mapped_bytes += length;
   stats_.memory_mapped_bytes.Add(length);
   stats_.memory_allocated.Inc();
@@ -416,9 +411,10 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
   }
   Session& s = ***pinned;
   base::MutexLock lock(&s.mu);
-  if (absl::Status admitted = AdmitMemory(s, length); !admitted.ok()) {
+  absl::StatusOr<internal::MemoryCharge> charge = AdmitMemory(s, length);
+  if (!charge.ok()) {
     ::close(fd);
-    return admitted;
+    return charge.status();
   }
   auto mem = SharedMemory::Import(fd, offset, length);  // owns fd now
   if (!mem.ok()) {
@@ -428,6 +424,7 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
   Memory m;
   m.id = s.next_memory++;
   m.mem = std::move(*mem);
+  m.charge = std::move(*charge);
   s.mapped_bytes += length;
   stats_.memory_mapped_bytes.Add(length);
   stats_.memory_imported.Inc();
@@ -455,7 +452,10 @@ absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64
   spec.local_addr = m.mem->data();
   spec.length = m.mem->length();
   spec.on_demand = on_demand;
+  spec.log_page_size = internal::BackingLogPageSize(*m.mem, s.device->device->capabilities(),
+                                                    on_demand, config_.max_backing_page_log);
   ASSIGN_OR_RETURN(m.backing, s.device->cache->AddBacking(s.tenant, spec));
+  m.log_page_size = spec.log_page_size;
   m.attached = true;
   m.client_va = client_va;
   m.on_demand = on_demand;
@@ -487,7 +487,7 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
   std::vector<MemoryInfo> out;
   for (const auto& [id, m] : s.memories) {
     out.push_back({id, m.mem->length(), m.client_va, m.attached, m.on_demand, m.daemon_allocated,
-                   m.mem->hugetlb()});
+                   m.mem->hugetlb(), false, m.log_page_size});
   }
   internal::ListClientRegions(s, &out);
   return out;

@@ -112,6 +112,15 @@ struct DaemonConfig {
   // Per-session quotas (0 = unlimited). Defaults: 1M keys, 1 TiB of attached memory.
   uint64_t max_keys_per_session = 1u << 20;
   uint64_t max_bytes_per_session = uint64_t{1} << 40;
+  // Memory mapped for all sessions together (0 = unlimited), which bounds the daemon's own
+  // memory for translations (docs/architecture.md, "Large memory": at most 2 MiB per GiB with
+  // 4 KiB pages, 4 KiB per GiB with 2 MiB pages). A session's quota is further limited by what
+  // the others left of it. Default 1 TiB.
+  uint64_t max_bytes_total = uint64_t{1} << 40;
+  // Largest translation page (2^n bytes) a backing may use: the daemon asks the device for the
+  // largest page the memory allows up to this (service/internal/backing_page.h). 12 keeps every
+  // backing at 4 KiB pages. Default 30 (1 GiB huge pages).
+  uint32_t max_backing_page_log = 30;
   // Largest single AllocateMemory / ImportMemory. Default 1 TiB.
   uint64_t max_memory_length = uint64_t{1} << 40;
   // Most sessions at once. Default 1024.
@@ -209,6 +218,9 @@ struct MemoryInfo {
   bool daemon_allocated = false;
   bool hugetlb = false;
   bool client_region = false;  // AttachRegion: the client's own registration
+  // The translation page (2^n bytes) the device uses for the attachment; 0 until attached (and
+  // for client regions, whose pages the client's registration chose).
+  uint32_t log_page_size = 0;
 };
 
 // One target endpoint of a session.

@@ -89,6 +89,7 @@ absl::StatusOr<hca::Backing> DeviceBacking(Tenant& t, const BackingSpec& spec,
   }
   hca::BackingOptions bo;
   bo.on_demand = spec.on_demand;
+  bo.log_page_size = spec.log_page_size;
   const uint64_t local = rec->device_addr;
   if (t.device()->capabilities().memory_windows) {
     // A window's addresses are its backing's: the backing speaks the tenant's addresses, and

@@ -29,6 +29,7 @@
 #include "service/daemon.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
+#include "service/internal/memory_budget.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_shm.h"
 #include "service/internal/shared_memory.h"
@@ -45,6 +46,8 @@ struct Memory {
   bool daemon_allocated = false;
   uint64_t client_va = 0;
   cache::BackingId backing = 0;
+  uint32_t log_page_size = 0;  // the backing's translation page (2^n), set when attached
+  MemoryCharge charge;         // its bytes in the daemon-wide budget, until it is unmapped
 };
 
 // A region the client registered itself and attached (Daemon::AttachRegion): nothing mapped.

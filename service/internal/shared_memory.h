@@ -6,7 +6,12 @@
 // sealed against shrinking before it is mapped: the daemon's own memfds are sealed against
 // shrinking and growing (and further sealing) before their fd leaves the process; a client's
 // fd must already carry F_SEAL_SHRINK or accept it (a memfd created with MFD_ALLOW_SEALING).
-// Anything else (plain files, hugetlbfs files, which cannot be sealed) is refused.
+// Anything else (plain files, hugetlbfs files that cannot be sealed) is refused; a hugetlb memfd
+// (MFD_HUGETLB | MFD_ALLOW_SEALING) can be sealed and is taken, with its huge page size.
+//
+// Large pages: a mapping of 2 MiB or more is placed at a 2 MiB aligned address (hugetlb ones at
+// their huge page), so that shmem may back it with transparent huge pages and the device may
+// translate it in pages that large (log_page_hint, service/internal/backing_page.h).
 //
 // Thread safety: immutable after creation; safe to read from any thread.
 #ifndef REGCACHE_SERVICE_SHARED_MEMORY_H_
@@ -42,17 +47,22 @@ class SharedMemory {
   uint8_t* data() const { return data_; }
   uint64_t length() const { return length_; }
   bool hugetlb() const { return hugetlb_; }
+  // The largest page (2^n bytes) the mapping's layout allows a device translation to use: a
+  // hugetlb file's huge page; 21 (2 MiB) for other files when the mapping's address, its file
+  // offset and its length are all multiples of 2 MiB; else 12.
+  uint32_t log_page_hint() const { return log_page_hint_; }
   // A new descriptor of the same file, close-on-exec, for passing to a client.
   absl::StatusOr<int> DupFd() const;
 
  private:
-  SharedMemory(int fd, uint8_t* data, uint64_t length, bool hugetlb)
-      : fd_(fd), data_(data), length_(length), hugetlb_(hugetlb) {}
+  SharedMemory(int fd, uint8_t* data, uint64_t length, bool hugetlb, uint32_t log_page_hint)
+      : fd_(fd), data_(data), length_(length), hugetlb_(hugetlb), log_page_hint_(log_page_hint) {}
 
   int fd_;
   uint8_t* data_;
   uint64_t length_;
   bool hugetlb_;
+  uint32_t log_page_hint_;
 };
 
 }  // namespace regcache::service
