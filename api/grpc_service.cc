@@ -102,6 +102,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         o->set_client_va(m.client_va);
         o->set_attached(m.attached);
         o->set_on_demand(m.on_demand);
+        o->set_log_page_size(m.log_page_size);
         o->set_daemon_allocated(m.daemon_allocated);
         o->set_hugetlb(m.hugetlb);
       }
