@@ -32,6 +32,9 @@ using service::SessionId;
 // whole number of milliseconds, rounded up, so a call sent with no time left arrives with up to
 // a millisecond "left"; work done then would be answered after the client gave up on it.
 constexpr std::chrono::milliseconds kDeadlineMargin{2};
+// Calls with less than this left (or none set) ask, after making a key, whether the client
+// cancelled (Kept).
+constexpr std::chrono::milliseconds kCancelCheckWindow{50};
 
 // OK while the call still has time; the status to return otherwise. Deliberately not
 // ServerContext::IsCancelled(): on the sync server it plucks the call's completion queue, which
@@ -389,6 +392,17 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   // again, so a call that ran out of time leaves no hold behind: DEADLINE_EXCEEDED.
   absl::Status Kept(grpc::ServerContext* ctx, SessionId s, const cache::KeyGrant& g) {
     absl::Status late = CheckDeadline(ctx);
+    // A client whose own deadline passed has given up even where this side still sees time
+    // (the deadline travels relative, and the server's clock starts when the request arrives;
+    // an expired one may arrive as no deadline at all). Asking costs tens of microseconds, so
+    // only calls without a deadline or with little left ask whether the client cancelled.
+    const auto left = ctx->deadline() - std::chrono::system_clock::now();
+    if (late.ok() &&
+        (ctx->deadline() == std::chrono::system_clock::time_point::max() ||
+         left < kCancelCheckWindow) &&
+        ctx->IsCancelled()) {
+      late = absl::CancelledError("the client gave up on the call");
+    }
     if (late.ok()) return late;
     (void)daemon_->Release(s, g.handle);
     return base::Annotate(late, "the key made for it was released again");

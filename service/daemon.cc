@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "service/internal/attach_memory.h"
 #include "service/internal/backing_page.h"
 #include "service/internal/client_regions.h"
 #include "service/internal/device_set.h"
@@ -436,30 +437,7 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
 absl::Status DaemonImpl::AttachMemory(SessionId session, MemoryId memory, uint64_t client_va,
                                       bool on_demand) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
-  base::MutexLock lock(&s.mu);
-  auto it = s.memories.find(memory);
-  if (it == s.memories.end()) {
-    return absl::NotFoundError(absl::StrFormat("no memory %d in this session", memory));
-  }
-  Memory& m = it->second;
-  if (m.attached) {
-    return absl::AlreadyExistsError(absl::StrFormat("memory %d is already attached", memory));
-  }
-  if (client_va == 0) return absl::InvalidArgumentError("client address 0");
-  cache::BackingSpec spec;
-  spec.va = client_va;
-  spec.local_addr = m.mem->data();
-  spec.length = m.mem->length();
-  spec.on_demand = on_demand;
-  spec.log_page_size = internal::BackingLogPageSize(*m.mem, s.device->device->capabilities(),
-                                                    on_demand, config_.max_backing_page_log);
-  ASSIGN_OR_RETURN(m.backing, s.device->cache->AddBacking(s.tenant, spec));
-  m.log_page_size = spec.log_page_size;
-  m.attached = true;
-  m.client_va = client_va;
-  m.on_demand = on_demand;
-  return absl::OkStatus();
+  return internal::AttachSessionMemory(config_, **pin, memory, client_va, on_demand);
 }
 
 absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
@@ -468,6 +446,9 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
   base::MutexLock lock(&s.mu);
   auto it = s.memories.find(memory);
   if (it == s.memories.end()) return internal::DetachClientRegion(s, memory);
+  if (it->second.attaching) {
+    return absl::FailedPreconditionError(absl::StrFormat("memory %d is being attached", memory));
+  }
   if (it->second.attached) {
     // The state words say it first; then every key over it is invalidated and the memory
     // deregistered; only then is it unmapped (erase).

@@ -42,6 +42,7 @@ struct Memory {
   MemoryId id = 0;
   std::unique_ptr<SharedMemory> mem;
   bool attached = false;
+  bool attaching = false;  // AttachMemory is registering it, without the session's lock
   bool on_demand = false;
   bool daemon_allocated = false;
   uint64_t client_va = 0;
