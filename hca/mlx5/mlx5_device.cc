@@ -63,12 +63,8 @@ bool DevxRefused(const absl::Status& s) {
 class Mlx5Device final : public Device {
  public:
   Mlx5Device(std::unique_ptr<verbs::Context> c, Capabilities caps, umr::HcaCaps hca,
-             absl::Status pd_import, const Mlx5Options& options, const OpenOptions& open)
-      : c_(std::move(c)),
-        caps_(std::move(caps)),
-        hca_(hca),
-        pd_import_(std::move(pd_import)),
-        options_(options) {
+             const Mlx5Options& options, const OpenOptions& open)
+      : c_(std::move(c)), caps_(std::move(caps)), hca_(hca), options_(options) {
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_mlx5" : open.stats_component,
@@ -286,12 +282,8 @@ class Mlx5Device final : public Device {
   // Clients' own PDs and memory (docs/client_memory.md): the mlx5 provider implements the
   // import verbs, so a client imports the session's PD and registers its memory there; keys
   // map over that region as over the daemon's own backings.
-  absl::StatusOr<PdExport> ExportPd(Pd pd) override {
-    if (!pd_import_.ok()) return pd_import_;
-    return c_->ExportPd(pd);
-  }
+  absl::StatusOr<PdExport> ExportPd(Pd pd) override { return c_->ExportPd(pd); }
   absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) override {
-    if (!pd_import_.ok()) return pd_import_;
     return c_->ImportMr(pd, region);
   }
 
@@ -366,7 +358,6 @@ class Mlx5Device final : public Device {
   std::unique_ptr<verbs::Context> c_;
   const Capabilities caps_;
   const umr::HcaCaps hca_;
-  const absl::Status pd_import_;  // why PDs cannot be exported (ProbePdImport), or OK
   const Mlx5Options options_;
   Mlx5Stats stats_;
   base::stats::Registration registration_;
@@ -442,7 +433,7 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   caps.port = options.context.port;
   std::memcpy(caps.gid.data(), c->gid.raw, caps.gid.size());  // queried while opening
   // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
-  absl::Status pd_import = c->ProbePdImport();
+  const absl::Status pd_import = c->ProbePdImport();
   caps.pd_export = pd_import.ok();
   if (!pd_import.ok()) RC_LOG(INFO) << "mlx5: no PD export: " << pd_import.message();
   RC_LOG(INFO) << "mlx5: opened " << name << " port " << int{options.context.port}
@@ -450,8 +441,7 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
                << (caps.umr_pointer_translation ? ", pointer-mode maps" : "")
                << ", max_indirection " << caps.max_indirection << ", umr_fence "
                << int{hca.umr_fence} << (caps.odp ? ", ODP" : "") << ")";
-  return std::unique_ptr<Device>(
-      new Mlx5Device(std::move(c), std::move(caps), hca, std::move(pd_import), options, open));
+  return std::unique_ptr<Device>(new Mlx5Device(std::move(c), std::move(caps), hca, options, open));
 }
 
 void RegisterBackend() {

@@ -180,20 +180,27 @@ absl::StatusOr<KeyInfo> Context::QueryKey(Key key) {
   return absl::NotFoundError(absl::StrFormat("no key with index 0x%x", index));
 }
 
-absl::Status Context::ProbePdImport() {
-  ibv_pd* pd = ibv_alloc_pd(ctx_);
+// Whether a PD of `ctx` can be imported (ibv_import_pd of a scratch PD).
+static absl::Status ProbeImportOf(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
   if (pd == nullptr) return ErrnoStatus(errno, "ibv_alloc_pd (probing PD import)");
-  ibv_pd* imported = ibv_import_pd(ctx_, pd->handle);
+  ibv_pd* imported = ibv_import_pd(ctx, pd->handle);
   const int err = errno;
   if (imported != nullptr) ibv_unimport_pd(imported);
   (void)ibv_dealloc_pd(pd);
   if (imported != nullptr) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrFormat(
       "%s: its provider cannot import a PD into another process (ibv_import_pd: %s)",
-      ibv_get_device_name(ctx_->device), std::strerror(err)));
+      ibv_get_device_name(ctx->device), std::strerror(err)));
+}
+
+absl::Status Context::ProbePdImport() {
+  pd_import_ = ProbeImportOf(ctx_);
+  return pd_import_;
 }
 
 absl::StatusOr<PdExport> Context::ExportPd(Pd pd) {
+  RETURN_IF_ERROR(pd_import_);
   ASSIGN_OR_RETURN(ibv_pd * vpd, FindPd(pd));
   const int fd = fcntl(ctx_->cmd_fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return ErrnoStatus(errno, "dup of the device's command fd");
@@ -201,6 +208,7 @@ absl::StatusOr<PdExport> Context::ExportPd(Pd pd) {
 }
 
 absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
+  RETURN_IF_ERROR(pd_import_);
   if (region.length == 0) return absl::InvalidArgumentError("imported region of length 0");
   if (region.iova + region.length < region.iova) {
     return absl::InvalidArgumentError(absl::StrFormat(

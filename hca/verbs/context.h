@@ -105,6 +105,7 @@ class Context {
   // only). Done once at open: the answer is Capabilities::pd_export.
   absl::Status ProbePdImport();
   // A duplicate of the command fd (close-on-exec; the caller closes it) and `pd`'s handle.
+  // ExportPd and ImportMr answer ProbePdImport's refusal until a probe succeeded.
   absl::StatusOr<PdExport> ExportPd(Pd pd);
   // ibv_import_mr of a client's region in `pd`, checked and added as an imported MrRecord;
   // errors as hca::Device::ImportBacking.
@@ -126,6 +127,8 @@ class Context {
 
   ibv_context* const ctx_;
   const VerbsOptions options_;
+  // ProbePdImport's answer (written once while opening, read-only afterwards).
+  absl::Status pd_import_ = absl::UnimplementedError("PD import not probed on this device");
   VerbsStats stats_;
   base::Mutex mu_;
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;

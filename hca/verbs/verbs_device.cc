@@ -57,9 +57,9 @@ class VerbsDevice final : public Device {
     std::memcpy(caps_.gid.data(), c_->gid.raw, caps_.gid.size());  // queried while opening
     // rdma-core implements the import verbs for mlx5 only, whose provider has no type-1
     // windows; a provider with both would export here (docs/client_memory.md).
-    pd_import_ = c_->ProbePdImport();
-    caps_.pd_export = pd_import_.ok();
-    if (!pd_import_.ok()) RC_LOG(INFO) << "verbs: no PD export: " << pd_import_.message();
+    const absl::Status pd_import = c_->ProbePdImport();
+    caps_.pd_export = pd_import.ok();
+    if (!pd_import.ok()) RC_LOG(INFO) << "verbs: no PD export: " << pd_import.message();
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_verbs" : open.stats_component,
@@ -188,19 +188,14 @@ class VerbsDevice final : public Device {
     return absl::UnimplementedError("the verbs backend has no on-demand paging");
   }
 
-  absl::StatusOr<PdExport> ExportPd(Pd pd) override {
-    if (!pd_import_.ok()) return pd_import_;
-    return c_->ExportPd(pd);
-  }
+  absl::StatusOr<PdExport> ExportPd(Pd pd) override { return c_->ExportPd(pd); }
   absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) override {
-    if (!pd_import_.ok()) return pd_import_;
     return c_->ImportMr(pd, region);
   }
 
  private:
   std::unique_ptr<Context> c_;
   Capabilities caps_;
-  absl::Status pd_import_;  // why PDs cannot be exported (ProbePdImport), or OK
   base::stats::Registration registration_;
 };
 
