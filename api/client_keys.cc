@@ -1,5 +1,6 @@
 // The client library: keys — the client's grant cache first, then the ring, or gRPC without
 // the fast path (api/internal/client_impl.h).
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -90,9 +91,31 @@ absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t leng
   req.set_length(length);
   req.set_access(access);
   req.set_prefetch(ToProto(prefetch));
+  req.set_call_id(NextCallId());
   pb::KeyGrant resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Register, req, &resp));
+  absl::Status s = Call(&pb::RegCache::Stub::Register, req, &resp);
+  if (!s.ok()) {
+    ForgetIfLost(s, {req.call_id()});
+    return s;
+  }
   return FromProto(resp);
+}
+
+void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
+  if (!absl::IsDeadlineExceeded(status) && !absl::IsCancelled(status) &&
+      !absl::IsUnavailable(status) && !absl::IsUnknown(status)) {
+    return;  // the daemon answered: a refused call made nothing
+  }
+  if (closed_.load() || ids.empty()) return;
+  pb::ForgetCallsRequest req;
+  for (uint64_t id : ids) req.add_call_ids(id);
+  pb::ForgetCallsResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  // Not the full call timeout: a daemon that did not answer in time may still not.
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.call_timeout, absl::Seconds(1))));
+  (void)stub_->ForgetCalls(&ctx, req, &resp);
 }
 
 Key ClientImpl::Keep(const RingGrant& g) {
@@ -170,8 +193,13 @@ absl::StatusOr<Key> ClientImpl::Window(uint64_t parent, uint64_t offset, uint64_
   req.set_offset(offset);
   req.set_length(length);
   req.set_access(access);
+  req.set_call_id(NextCallId());
   pb::KeyGrant resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Window, req, &resp));
+  absl::Status s = Call(&pb::RegCache::Stub::Window, req, &resp);
+  if (!s.ok()) {
+    ForgetIfLost(s, {req.call_id()});
+    return s;
+  }
   return FromProto(resp);
 }
 
@@ -239,9 +267,16 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
       r->set_length(item.length);
       r->set_access(item.access);
       r->set_prefetch(ToProto(item.prefetch));
+      r->set_call_id(NextCallId());
     }
     pb::RegisterBatchResponse resp;
-    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::RegisterBatch, req, &resp));
+    absl::Status s = Call(&pb::RegCache::Stub::RegisterBatch, req, &resp);
+    if (!s.ok()) {
+      std::vector<uint64_t> ids;
+      for (const pb::RegisterRequest& r : req.items()) ids.push_back(r.call_id());
+      ForgetIfLost(s, ids);
+      return s;
+    }
     RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), items.size()));
     std::vector<absl::StatusOr<Key>> out;
     for (const pb::RegisterResult& r : resp.results()) {

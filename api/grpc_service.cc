@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/control_protocol.h"
+#include "api/internal/call_ledger.h"
 #include "api/internal/grpc_status.h"
 #include "api/internal/proto_convert.h"
 #include "api/regcache.grpc.pb.h"
@@ -33,8 +34,11 @@ using service::SessionId;
 // a millisecond "left"; work done then would be answered after the client gave up on it.
 constexpr std::chrono::milliseconds kDeadlineMargin{2};
 // Calls with less than this left (or none set) ask, after making a key, whether the client
-// cancelled (Kept).
-constexpr std::chrono::milliseconds kCancelCheckWindow{50};
+// cancelled (Kept). It is wide because the deadline the server sees can run late by far more
+// than the transit: gRPC converts it to a relative timeout from a clock each side caches per
+// batch of work, and on a loaded machine a call sent with its deadline already past was seen
+// here with 146 ms left. The clients' own calls carry 10 s, so they never pay for the question.
+constexpr std::chrono::milliseconds kCancelCheckWindow{1000};
 
 // OK while the call still has time; the status to return otherwise. Deliberately not
 // ServerContext::IsCancelled(): on the sync server it plucks the call's completion queue, which
@@ -120,7 +124,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                        PrefetchFromProto(req->prefetch()));
       ASSIGN_OR_RETURN(cache::KeyGrant g,
                        daemon_->Register(s, req->va(), req->length(), req->access(), prefetch));
-      return Deliver(ctx, s, g, resp);
+      return Deliver(ctx, s, req->call_id(), g, resp);
     });
   }
 
@@ -137,7 +141,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->CreateWindow(s, req->parent(), req->offset(),
                                                                 req->length(), req->access()));
-      return Deliver(ctx, s, g, resp);
+      return Deliver(ctx, s, req->call_id(), g, resp);
     });
   }
 
@@ -182,6 +186,23 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         if (released.ok()) released = daemon_->Release(s, handle);
         ToProto(released, resp->add_results());
       }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ForgetCalls(grpc::ServerContext* ctx, const pb::ForgetCallsRequest* req,
+                           pb::ForgetCallsResponse* resp) override {
+    return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(CheckBatchSize("ForgetCalls", req->call_ids_size()));
+      for (uint64_t id : req->call_ids()) {
+        if (id == 0) return absl::InvalidArgumentError("ForgetCalls: call id 0 names no call");
+      }
+      uint32_t released = 0;
+      for (uint64_t id : req->call_ids()) {
+        std::optional<uint64_t> hold = calls_.Forget(s, id);
+        if (hold.has_value() && daemon_->Release(s, *hold).ok()) ++released;
+      }
+      resp->set_released(released);
       return absl::OkStatus();
     });
   }
@@ -384,13 +405,16 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch, PrefetchFromProto(item.prefetch()));
     ASSIGN_OR_RETURN(cache::KeyGrant g,
                      daemon_->Register(s, item.va(), item.length(), item.access(), prefetch));
-    RETURN_IF_ERROR(Kept(ctx, s, g));
+    RETURN_IF_ERROR(Kept(ctx, s, item.call_id(), g));
     return g;
   }
 
   // OK when the reply carrying `g` can still reach the client. Otherwise the grant is released
   // again, so a call that ran out of time leaves no hold behind: DEADLINE_EXCEEDED.
-  absl::Status Kept(grpc::ServerContext* ctx, SessionId s, const cache::KeyGrant& g) {
+  // With a call id, the grant is recorded for ForgetCalls, or released at once if the client
+  // already forgot the call.
+  absl::Status Kept(grpc::ServerContext* ctx, SessionId s, uint64_t call_id,
+                    const cache::KeyGrant& g) {
     absl::Status late = CheckDeadline(ctx);
     // A client whose own deadline passed has given up even where this side still sees time
     // (the deadline travels relative, and the server's clock starts when the request arrives;
@@ -403,15 +427,22 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         ctx->IsCancelled()) {
       late = absl::CancelledError("the client gave up on the call");
     }
+    if (late.ok() && call_id != 0) {
+      if (calls_.PruneDue())
+        calls_.Prune([&](uint64_t id) { return daemon_->SessionDevice(id).ok(); });
+      if (!calls_.Made(s, call_id, g.handle)) {
+        late = absl::CancelledError("the client forgot this call (ForgetCalls) before it ended");
+      }
+    }
     if (late.ok()) return late;
     (void)daemon_->Release(s, g.handle);
     return base::Annotate(late, "the key made for it was released again");
   }
 
   // Register's and Window's reply: the grant, if it can still be delivered (Kept).
-  absl::Status Deliver(grpc::ServerContext* ctx, SessionId s, const cache::KeyGrant& g,
-                       pb::KeyGrant* out) {
-    RETURN_IF_ERROR(Kept(ctx, s, g));
+  absl::Status Deliver(grpc::ServerContext* ctx, SessionId s, uint64_t call_id,
+                       const cache::KeyGrant& g, pb::KeyGrant* out) {
+    RETURN_IF_ERROR(Kept(ctx, s, call_id, g));
     ToProto(g, DeviceIndex(s), out);
     return absl::OkStatus();
   }
@@ -439,6 +470,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   service::Daemon* daemon_;
   FdSender* fds_;
   std::function<void()> on_drain_;
+  internal::CallLedger calls_;
 };
 
 class GrpcServerImpl final : public GrpcServer {

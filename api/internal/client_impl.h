@@ -133,6 +133,13 @@ class ClientImpl final : public Client {
  private:
   void Prepare(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(token_mu_);
 
+  // A fresh id for a gRPC call that makes a hold (RegisterRequest.call_id).
+  uint64_t NextCallId() { return next_call_id_.fetch_add(1, std::memory_order_relaxed); }
+  // After a hold-making call failed with `status`: when the reply may have been lost rather
+  // than refused (deadline, cancellation, transport), asks the daemon to release whatever the
+  // calls `ids` made. Best effort, with a short deadline of its own.
+  void ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids);
+
   template <typename Req, typename Resp>
   absl::Status Call(grpc::Status (pb::RegCache::Stub::*method)(grpc::ClientContext*, const Req&,
                                                                Resp*),
@@ -222,6 +229,7 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> next_nonce_{1};
+  std::atomic<uint64_t> next_call_id_{1};
   // One message (with its fd) on the control socket at a time.
   base::Mutex send_mu_;
   // One receiver on the control socket at a time (ReceiveUntil); it stashes under maps_mu_.
