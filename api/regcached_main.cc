@@ -58,6 +58,12 @@ ABSL_FLAG(uint64_t, max_bytes_total, uint64_t{1} << 40,
 ABSL_FLAG(uint32_t, max_backing_page_log, 30,
           "largest translation page (2^n bytes) of attached memory; 12 keeps 4 KiB pages");
 ABSL_FLAG(uint32_t, max_sessions, 1024, "sessions at once");
+ABSL_FLAG(uint32_t, device_reserve_divisor, 16,
+          "leave 1/N of the device's key table and translation entries to other users of the "
+          "NIC (1..65536; sessions share the rest fairly)");
+ABSL_FLAG(uint64_t, device_translation_entries, 0,
+          "translation entries (KLM) all sessions' pooled keys may hold per device before the "
+          "reserve (0: 64 per key of the device's key table)");
 ABSL_FLAG(uint32_t, max_endpoints, 16,
           "target endpoints (RC queue pairs, docs/endpoints.md) per session (0: unlimited)");
 ABSL_FLAG(bool, allow_pd_export, false,
@@ -115,6 +121,13 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   // on other devices the peer data path is refused anyway.
   config->remote_node = regcache::hca::sim::ConnectRemotePeer;
   config->cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+  config->cache.device_key_reserve_divisor = absl::GetFlag(FLAGS_device_reserve_divisor);
+  config->cache.device_translation_entries = absl::GetFlag(FLAGS_device_translation_entries);
+  if (config->cache.device_key_reserve_divisor == 0 ||
+      config->cache.device_key_reserve_divisor > 65536) {
+    std::fprintf(stderr, "regcached: --device_reserve_divisor must be in 1..65536\n");
+    return false;
+  }
   config->ring_channels = absl::GetFlag(FLAGS_ring_channels);
   config->grant_slots = absl::GetFlag(FLAGS_grant_slots);
   if (config->ring_channels == 0 || config->ring_channels > 64) {

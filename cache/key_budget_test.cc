@@ -19,20 +19,55 @@ using ::regcache::cache::testing::Memory;
 constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite | hca::kRemoteRead;
 
 TEST(KeyBudget, TakesWhatIsLeftAndSharesFairly) {
-  KeyBudget b(100);
-  EXPECT_EQ(b.Take(60), 60u);
-  EXPECT_EQ(b.Take(60), 40u);
-  EXPECT_EQ(b.Take(1), 0u);
-  b.Give(10);
+  KeyBudget b(100, 100000);
+  EXPECT_EQ(b.Take(60, 4), 60u);
+  EXPECT_EQ(b.Take(60, 4), 40u);
+  EXPECT_EQ(b.Take(1, 4), 0u);
+  b.Give(10, 4);
   EXPECT_EQ(b.used(), 90u);
+  EXPECT_EQ(b.used_entries(), 360u);
   EXPECT_EQ(b.FairShare(), 100u);  // no tenant: all of it
   b.TenantOpened();
   b.TenantOpened();
   b.TenantOpened();
   EXPECT_EQ(b.FairShare(), 33u);
-  EXPECT_EQ(b.Describe(7),
-            "device key budget: 90 of 100 keys in use by 3 tenants (fair share 33); this tenant "
-            "holds 7");
+  EXPECT_EQ(b.FairEntryShare(), 33333u);
+  EXPECT_EQ(b.Describe(7, 28),
+            "device key budget: 90 of 100 keys and 360 of 100000 translation entries in use by 3 "
+            "tenants (fair share 33 keys, 33333 entries); this tenant holds 7 keys with 28 "
+            "entries");
+}
+
+TEST(KeyBudget, LargeKeysRunOutOfTranslationEntriesFirst) {
+  KeyBudget b(100, 1000);
+  EXPECT_EQ(b.Take(60, 4), 60u);   // 240 entries
+  EXPECT_EQ(b.Take(10, 100), 7u);  // 700 more: 60 entries left, 33 keys
+  EXPECT_FALSE(b.HasRoom(100));
+  EXPECT_TRUE(b.HasRoom(4));
+  EXPECT_EQ(b.Take(1, 100), 0u);
+  EXPECT_EQ(b.Take(50, 4), 15u);  // the 60 entries left
+  EXPECT_EQ(b.used(), 82u);
+  EXPECT_EQ(b.used_entries(), 1000u);
+  b.Give(7, 100);
+  EXPECT_EQ(b.used(), 75u);
+  EXPECT_EQ(b.used_entries(), 300u);
+  // Keys bind when entries do not: a full table refuses even the smallest key, and gives back
+  // the entries it had counted.
+  KeyBudget k(2, 1000);
+  EXPECT_EQ(k.Take(5, 4), 2u);
+  EXPECT_EQ(k.used_entries(), 8u);
+}
+
+TEST(KeyBudget, PressureLastsUntilTheLargestKeyPressedForFits) {
+  KeyBudget b(100, 1000);
+  EXPECT_EQ(b.Take(10, 100), 10u);
+  b.Press(4);
+  b.Press(100);
+  EXPECT_FALSE(b.RelieveIfRoom()) << "no room for a 100-entry key yet";
+  EXPECT_TRUE(b.pressed());
+  b.Give(1, 100);
+  EXPECT_TRUE(b.RelieveIfRoom());
+  EXPECT_FALSE(b.pressed());
 }
 
 class KeyBudgetCacheTest : public CacheTest {
@@ -133,14 +168,58 @@ TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
     }
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
-  EXPECT_NE(refused.message().find("device key budget: 60 of 60 keys in use by 2 tenants (fair "
-                                   "share 30); this tenant holds 20"),
+  EXPECT_NE(refused.message().find("device key budget: 60 of 60 keys and 240 of 3840 "
+                                   "translation entries in use by 2 tenants (fair share 30 keys, "
+                                   "1920 entries); this tenant holds 20 keys with 80 entries"),
             absl::string_view::npos)
       << refused;
   EXPECT_EQ(held2.size(), 20u);
   for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(tenant_, k.handle).ok());
   for (const KeyGrant& k : held2) ASSERT_TRUE(cache_->Release(second, k.handle).ok());
   ASSERT_TRUE(cache_->CloseTenant(second).ok());
+}
+
+// The translation entries bind before the key table: a hog of large keys cannot take another
+// tenant's share of them.
+TEST_F(KeyBudgetCacheTest, AHogOfLargeKeysGivesBackTranslationEntries) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.background_maintenance = true;      // the reclaim runs there
+  o.pool.capacity_classes = {64};       // every key holds 64 entries
+  o.device_translation_entries = 2048;  // 1920 after the reserve: 30 keys, 15 each with two
+  hca::sim::SimOptions sim;
+  sim.max_keys = 1024;  // 960 keys: not what binds here
+  ASSERT_NO_FATAL_FAILURE(Init(o, sim));
+  Memory hog_mem(1 << 20);
+  Attach(hog_mem);
+  std::vector<KeyGrant> hog;
+  absl::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    auto g = cache_->Register(tenant_, hog_mem.va() + uint64_t{4096} * i, 4096, kRw);
+    if (!g.ok()) {
+      refused = g.status();
+      break;
+    }
+    hog.push_back(*g);
+  }
+  // Alone, the hog may use the whole budget: it is cut off by entries, not by keys.
+  EXPECT_EQ(hog.size(), 30u);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("1920 of 1920 translation entries"), absl::string_view::npos)
+      << refused;
+  // Its registrations stay cached, unheld.
+  for (const KeyGrant& k : hog) ASSERT_TRUE(cache_->Release(tenant_, k.handle).ok());
+  // A neighbour gets its share (15 keys) back from the hog's cached, unheld registrations.
+  Memory mem(1 << 20);
+  const TenantId neighbour = OpenWith(mem);
+  std::vector<KeyGrant> held;
+  for (int i = 0; i < 15; ++i) {
+    auto g = cache_->Register(neighbour, mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << "neighbour " << i << ": " << g.status();
+    held.push_back(*g);
+  }
+  EXPECT_GT(cache_->stats().evictions.value(), 0u) << "the hog's cached keys were reclaimed";
+  for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(neighbour, k.handle).ok());
+  ASSERT_TRUE(cache_->CloseTenant(neighbour).ok());
 }
 
 }  // namespace

@@ -237,7 +237,7 @@ TEST_F(KeyPoolTest, IdleClassesGiveTheirFreeKeysBack) {
   const int64_t before = LiveKeys();
   TakenKey t = MustTake(0, kT0);
   EXPECT_TRUE(pool_->Shrink(kT0 + absl::Seconds(4), UINT64_MAX).empty()) << "not idle yet";
-  std::vector<hca::Key> idle = pool_->Shrink(kT0 + absl::Seconds(5), UINT64_MAX);
+  std::vector<PooledKey> idle = pool_->Shrink(kT0 + absl::Seconds(5), UINT64_MAX);
   EXPECT_EQ(idle.size(), 3u);  // the free ones; the one taken stays its user's
   pool_->DestroyKeys(idle);
   ExpectCounts(0, 0, 1);
@@ -246,7 +246,7 @@ TEST_F(KeyPoolTest, IdleClassesGiveTheirFreeKeysBack) {
   ExpectCounts(0, 0, 1);  // an emptied class is not refilled until used again
   Return(t);
   // Over a limit (budget pressure), quarantined keys go back too.
-  std::vector<hca::Key> over = pool_->Shrink(kT0 + absl::Seconds(6), 0);
+  std::vector<PooledKey> over = pool_->Shrink(kT0 + absl::Seconds(6), 0);
   EXPECT_EQ(over.size(), 1u);
   pool_->DestroyKeys(over);
   ExpectCounts(0, 0, 0);

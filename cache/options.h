@@ -73,6 +73,11 @@ struct CacheOptions {
   // the device has room, and gives back what is over its share when another needs it
   // (docs/architecture.md, Device budget). Default: 1/16 of the table.
   uint32_t device_key_reserve_divisor = 16;
+  // The translation entries (KLM entries of the NIC's translation memory) the pooled keys of
+  // every tenant may hold together, before the same reserve: a pool key of capacity class C
+  // holds C of them. 0: 64 per key of the device's table (on a ConnectX each is 16 bytes of
+  // host memory the NIC owns, so the default bounds that memory to 1 KiB per key).
+  uint64_t device_translation_entries = 0;
 };
 
 // Per-tenant limits. 0 means "no limit" for each.

@@ -52,6 +52,9 @@ using internal::Registration;
 using internal::Tenant;
 
 constexpr uint32_t kMaxTenantSlots = 1u << 16;
+// The translation entries budgeted per key of the table when the options give no figure
+// (CacheOptions::device_translation_entries).
+constexpr uint64_t kDefaultEntriesPerKey = 64;
 constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
 
 class RegCacheImpl final : public RegCache {
@@ -65,7 +68,10 @@ class RegCacheImpl final : public RegCache {
     if (!device->capabilities().memory_windows) ctx_.ledger = &ledger_;
     const uint64_t table = device->capabilities().max_keys;
     const uint32_t divisor = std::max<uint32_t>(1, options.device_key_reserve_divisor);
-    budget_ = std::make_unique<KeyBudget>(table - table / divisor);
+    const uint64_t entries = options.device_translation_entries != 0
+                                 ? options.device_translation_entries
+                                 : table * kDefaultEntriesPerKey;
+    budget_ = std::make_unique<KeyBudget>(table - table / divisor, entries - entries / divisor);
     ctx_.budget = budget_.get();
     for (uint32_t i = 0; i < kMaxTenantSlots; ++i) tenants_[i].store(nullptr);
     for (uint32_t i = kMaxTenantSlots - 1; i >= 1; --i) free_slots_.push_back(i);
@@ -134,8 +140,9 @@ class RegCacheImpl final : public RegCache {
   // One maintenance pass; true when every tenant's pool was idle after it.
   bool MaintainPass();
   // Under budget pressure: evicts `t`'s unreferenced registrations while it holds more than
-  // `share` keys outside its pool's free list and quarantine.
-  void ReclaimOverShare(Tenant& t, uint64_t share);
+  // `share` keys or `entry_share` translation entries outside its pool's free list and
+  // quarantine.
+  void ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share);
   static constexpr int kReclaimPerPass = 256;
 
   internal::CacheContext ctx_;
@@ -365,17 +372,19 @@ bool RegCacheImpl::MaintainPass() {
   const absl::Time now = base::MonotonicNow();
   const bool pressed = budget_->pressed();
   const uint64_t share = budget_->FairShare();
+  const uint64_t entry_share = budget_->FairEntryShare();
   for (auto& t : tenants) {
     base::MutexLock refill(&t->refill_mu);
-    if (pressed) ReclaimOverShare(*t, share);
+    if (pressed) ReclaimOverShare(*t, share, entry_share);
     std::vector<KeyPool::Refill> plan;
-    std::vector<hca::Key> surplus;
+    std::vector<PooledKey> surplus;
     KeyPool* pool = nullptr;  // stays while refill_mu is held (closing waits for it)
     {
       base::MutexLock lock(&t->mu);
       if (t->closing || t->pool == nullptr) continue;
       pool = t->pool.get();
-      surplus = t->pool->Shrink(now, pressed ? share : UINT64_MAX);
+      surplus = pressed ? t->pool->Shrink(now, share, entry_share)
+                        : t->pool->Shrink(now, UINT64_MAX, UINT64_MAX);
       plan = t->pool->PlanRefill(now);
       idle = idle && t->pool->Idle();
     }
@@ -396,18 +405,17 @@ bool RegCacheImpl::MaintainPass() {
     base::MutexLock lock(&t->mu);
     for (size_t i = 0; i < plan.size(); ++i) t->pool->AddCreated(plan[i], made[i]);
   }
-  if (pressed && budget_->used() < budget_->total()) budget_->Relieve();
-  return idle && !budget_->pressed();
+  return budget_->RelieveIfRoom() && idle;
 }
 
-void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share) {
+void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share) {
   // Unreferenced cached registrations of a tenant over its fair share go through the lifecycle
   // (their keys to its quarantine, which Shrink then gives back), a bounded number per pass.
   for (int i = 0; i < kReclaimPerPass; ++i) {
     {
       base::MutexLock lock(&t.mu);
       if (t.closing || t.pool == nullptr ||
-          t.pool->total_keys() - t.pool->free_keys() - t.pool->quarantined_keys() <= share) {
+          (t.pool->outstanding_keys() <= share && t.pool->outstanding_entries() <= entry_share)) {
         return;
       }
     }

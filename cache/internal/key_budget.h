@@ -1,9 +1,12 @@
 // The device-wide budget of pooled keys, shared by every tenant of a RegCache
-// (docs/architecture.md, Device budget). Pools take keys from it before they create them and
-// give them back when they destroy them. Its fair share is the budget over the tenants open; a
-// tenant under its share that finds the budget spent presses it, and the maintenance thread then
-// takes keys back from the tenants over their share (free and quarantined pool keys first, then
-// unreferenced cached registrations) until the pressure is gone.
+// (docs/architecture.md, Device budget). It counts two things: keys (entries of the device's key
+// table) and the translation entries those keys hold (a pool key of capacity class C holds C
+// KLM entries of the NIC's translation memory, ICM, whether or not it is mapped). Pools take
+// both before they create keys and give both back when they destroy them. A tenant's fair share
+// of each is its total over the tenants open; a tenant under its share that finds the budget
+// spent presses it, and the maintenance thread then takes keys back from the tenants over their
+// share (free and quarantined pool keys first, then unreferenced cached registrations) until the
+// pressure is gone.
 //
 // Thread safety: every method may be called from any thread (atomics).
 #ifndef REGCACHE_CACHE_INTERNAL_KEY_BUDGET_H_
@@ -18,34 +21,62 @@ namespace regcache::cache {
 
 class KeyBudget {
  public:
-  explicit KeyBudget(uint64_t total) : total_(total) {}
+  // REQUIRES: total_keys > 0, total_entries > 0.
+  KeyBudget(uint64_t total_keys, uint64_t total_entries)
+      : total_(total_keys), total_entries_(total_entries) {}
 
   uint64_t total() const { return total_; }
+  uint64_t total_entries() const { return total_entries_; }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+  uint64_t used_entries() const { return used_entries_.load(std::memory_order_relaxed); }
   uint64_t tenants() const { return tenants_.load(std::memory_order_relaxed); }
-  // The budget over the tenants open (the whole budget with none or one).
+  // The budgets over the tenants open (the whole budgets with none or one).
   uint64_t FairShare() const { return total_ / std::max<uint64_t>(1, tenants()); }
+  uint64_t FairEntryShare() const { return total_entries_ / std::max<uint64_t>(1, tenants()); }
 
-  // Takes up to `want` keys; returns how many it could (0 when the budget is spent).
-  uint64_t Take(uint64_t want);
-  void Give(uint64_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
+  // Takes up to `want` keys of `capacity` entries each; returns how many it could (0 when either
+  // budget has no room for one).
+  uint64_t Take(uint64_t want, uint32_t capacity);
+  void Give(uint64_t n, uint32_t capacity);
+  // Room for one more key of `capacity` entries.
+  bool HasRoom(uint32_t capacity) const {
+    return used() < total_ && used_entries() + capacity <= total_entries_;
+  }
 
   void TenantOpened() { tenants_.fetch_add(1, std::memory_order_relaxed); }
   void TenantClosed() { tenants_.fetch_sub(1, std::memory_order_relaxed); }
 
-  // A tenant under its fair share was refused: keys must come back from those over it.
-  void Press() { pressed_.store(true, std::memory_order_relaxed); }
+  // A tenant under its fair share was refused a key of `capacity` entries: keys must come back
+  // from those over their share until one of the largest capacity pressed for fits.
+  void Press(uint32_t capacity) {
+    uint32_t seen = press_capacity_.load(std::memory_order_relaxed);
+    while (seen < capacity &&
+           !press_capacity_.compare_exchange_weak(seen, capacity, std::memory_order_relaxed)) {
+    }
+    pressed_.store(true, std::memory_order_relaxed);
+  }
   bool pressed() const { return pressed_.load(std::memory_order_relaxed); }
-  void Relieve() { pressed_.store(false, std::memory_order_relaxed); }
+  // Relieves the pressure once what was pressed for fits. True if it did (or none was on).
+  bool RelieveIfRoom() {
+    if (!pressed()) return true;
+    if (!HasRoom(press_capacity_.load(std::memory_order_relaxed))) return false;
+    press_capacity_.store(0, std::memory_order_relaxed);
+    pressed_.store(false, std::memory_order_relaxed);
+    return true;
+  }
 
-  // "device key budget: U of T keys in use by N tenants (fair share F); this tenant holds H".
-  std::string Describe(uint64_t held) const;
+  // "device key budget: U of T keys and E of F translation entries in use by N tenants (fair
+  // share ...); this tenant holds H keys with X entries".
+  std::string Describe(uint64_t held_keys, uint64_t held_entries) const;
 
  private:
   const uint64_t total_;
+  const uint64_t total_entries_;
   std::atomic<uint64_t> used_{0};
+  std::atomic<uint64_t> used_entries_{0};
   std::atomic<uint64_t> tenants_{0};
   std::atomic<bool> pressed_{false};
+  std::atomic<uint32_t> press_capacity_{0};
 };
 
 }  // namespace regcache::cache

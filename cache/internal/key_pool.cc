@@ -40,7 +40,7 @@ uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
   uint64_t count = std::min(want, room);
   budget_refused_ = false;
   if (budget_ != nullptr && count != 0) {
-    count = budget_->Take(count);
+    count = budget_->Take(count, c.capacity);
     budget_refused_ = count == 0;
   }
   c.total += count;  // reserved until AddCreated
@@ -48,7 +48,9 @@ uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
 }
 
 absl::Status KeyPool::AtLimit(int cls) const {
-  if (budget_refused_) return absl::ResourceExhaustedError(budget_->Describe(total_keys()));
+  if (budget_refused_) {
+    return absl::ResourceExhaustedError(budget_->Describe(total_keys(), total_entries()));
+  }
   return absl::ResourceExhaustedError(
       absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls,
                       classes_[cls].capacity, options_.max_keys_per_class));
@@ -116,7 +118,7 @@ void KeyPool::Quarantine(PooledKey key, absl::Time now) {
 
 void KeyPool::Forget(PooledKey key) {
   classes_[key.cls].total--;
-  if (budget_ != nullptr) budget_->Give(1);
+  if (budget_ != nullptr) budget_->Give(1, classes_[key.cls].capacity);
   stats_->keys_in_use.Sub();
 }
 
@@ -142,7 +144,7 @@ void KeyPool::AddCreated(const Refill& refill, const std::vector<hca::Key>& keys
   Class& c = classes_[refill.cls];
   const uint32_t made = static_cast<uint32_t>(std::min<size_t>(keys.size(), refill.count));
   c.total -= refill.count - made;
-  if (budget_ != nullptr) budget_->Give(refill.count - made);
+  if (budget_ != nullptr) budget_->Give(refill.count - made, c.capacity);
   for (uint32_t i = 0; i < made; ++i) {
     c.free.push_back(ledger_ != nullptr ? ledger_->Resume(keys[i]) : keys[i]);
   }
@@ -165,7 +167,7 @@ absl::Status KeyPool::DestroyAll() {
   absl::Status first;
   auto destroy = [&](hca::Key k, int cls) {
     if (ledger_ != nullptr) ledger_->Destroyed(k);
-    if (budget_ != nullptr) budget_->Give(1);
+    if (budget_ != nullptr) budget_->Give(1, classes_[cls].capacity);
     absl::Status s = device_->DestroyKey(k);
     if (!s.ok() && first.ok()) first = s;
     classes_[cls].total--;
@@ -211,11 +213,25 @@ uint64_t KeyPool::outstanding_keys() const {
   return total_keys() - free_keys() - quarantined_keys();
 }
 
-std::vector<hca::Key> KeyPool::Shrink(absl::Time now, uint64_t keep) {
-  std::vector<hca::Key> out;
+uint64_t KeyPool::total_entries() const {
+  uint64_t n = 0;
+  for (const Class& c : classes_) n += c.total * c.capacity;
+  return n;
+}
+
+uint64_t KeyPool::outstanding_entries() const {
+  uint64_t n = total_entries();
+  for (const Class& c : classes_) n -= c.free.size() * c.capacity;
+  for (const Quarantined& q : quarantine_) n -= classes_[q.key.cls].capacity;
+  return n;
+}
+
+std::vector<PooledKey> KeyPool::Shrink(absl::Time now, uint64_t keep, uint64_t keep_entries) {
+  std::vector<PooledKey> out;
+  auto over = [&] { return total_keys() > keep || total_entries() > keep_entries; };
   auto take_free = [&](Class& c, size_t n) {
     for (size_t i = 0; i < n && !c.free.empty(); ++i) {
-      out.push_back(c.free.front());
+      out.push_back(PooledKey{c.free.front(), static_cast<int>(&c - classes_.data())});
       c.free.pop_front();
       c.total--;
       stats_->keys_free.Sub();
@@ -227,13 +243,13 @@ std::vector<hca::Key> KeyPool::Shrink(absl::Time now, uint64_t keep) {
       c.used = false;  // filled again on its next use
     }
   }
-  for (Class& c : classes_) {
-    const uint64_t total = total_keys();
-    if (total > keep) take_free(c, total - keep);
+  // Largest classes first: they hold the most entries per key.
+  for (auto c = classes_.rbegin(); c != classes_.rend(); ++c) {
+    while (over() && !c->free.empty()) take_free(*c, 1);
   }
-  while (total_keys() > keep && !quarantine_.empty()) {
+  while (over() && !quarantine_.empty()) {
     const Quarantined& q = quarantine_.front();
-    out.push_back(q.key.key);
+    out.push_back(q.key);
     classes_[q.key.cls].total--;
     quarantine_.pop_front();
     stats_->keys_quarantined_now.Sub();
@@ -242,12 +258,12 @@ std::vector<hca::Key> KeyPool::Shrink(absl::Time now, uint64_t keep) {
   return out;
 }
 
-void KeyPool::DestroyKeys(const std::vector<hca::Key>& keys) {
-  for (hca::Key k : keys) {
-    if (ledger_ != nullptr) ledger_->Destroyed(k);
-    absl::Status s = device_->DestroyKey(k);
+void KeyPool::DestroyKeys(const std::vector<PooledKey>& keys) {
+  for (const PooledKey& k : keys) {
+    if (ledger_ != nullptr) ledger_->Destroyed(k.key);
+    absl::Status s = device_->DestroyKey(k.key);
     if (!s.ok()) RC_LOG(WARNING) << "key pool shrink: " << s;
-    if (budget_ != nullptr) budget_->Give(1);
+    if (budget_ != nullptr) budget_->Give(1, classes_[k.cls].capacity);
     stats_->keys_destroyed.Inc();
   }
 }

@@ -93,12 +93,13 @@ class KeyPool {
   absl::Status DestroyAll();
 
   // Takes out of the pool what it should give back to the device: the free keys of classes
-  // idle for PoolOptions::idle_release, and, while the pool holds more than `keep` keys, free
-  // then quarantined keys of any class. The caller destroys them (DestroyKeys), without the
-  // tenant's lock.
-  std::vector<hca::Key> Shrink(absl::Time now, uint64_t keep);
-  // Destroys keys Shrink took out (ledger, device, budget). Thread-safe: touches no pool state.
-  void DestroyKeys(const std::vector<hca::Key>& keys);
+  // idle for PoolOptions::idle_release, and, while the pool holds more than `keep` keys or
+  // `keep_entries` translation entries, free keys (largest classes first) then quarantined
+  // keys. The caller destroys them (DestroyKeys), without the tenant's lock.
+  std::vector<PooledKey> Shrink(absl::Time now, uint64_t keep, uint64_t keep_entries = UINT64_MAX);
+  // Destroys keys Shrink took out (ledger, device, budget). Touches only the classes'
+  // capacities, which never change: callable without the tenant's lock.
+  void DestroyKeys(const std::vector<PooledKey>& keys);
   // The last key creation was refused by the device budget (not by max_keys_per_class).
   bool budget_refused() const { return budget_refused_; }
 
@@ -111,6 +112,9 @@ class KeyPool {
   uint64_t quarantined_keys() const { return quarantine_.size(); }
   uint64_t outstanding_keys() const;  // handed out, not yet back (mapping/live/draining)
   uint64_t total_keys() const;        // free + quarantined + outstanding
+  uint64_t total_entries() const;     // the translation entries of total_keys (their classes')
+  // The entries of keys neither free nor quarantined (mapped or being mapped).
+  uint64_t outstanding_entries() const;
 
  private:
   struct Class {

@@ -102,10 +102,10 @@ void Unbind(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
 
 // Presses the budget and waits, without any lock, until it has room again: true, or false
 // after kBudgetWait.
-bool AwaitBudget(KeyBudget& budget) {
-  budget.Press();
+bool AwaitBudget(KeyBudget& budget, uint32_t capacity) {
+  budget.Press(capacity);
   const absl::Time give_up = base::MonotonicNow() + kBudgetWait;
-  while (budget.used() >= budget.total()) {
+  while (!budget.HasRoom(capacity)) {
     if (base::MonotonicNow() >= give_up) return false;
     absl::SleepFor(absl::Milliseconds(1));
   }
@@ -120,6 +120,7 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
   bool waited = false;
   for (int attempt = 0;; ++attempt) {
     bool over_budget = false;
+    uint32_t capacity = 0;
     {
       base::MutexLock lock(&t.mu);
       absl::StatusOr<TakenKey> reserved = TryReserve(t, m.cls, quota_refused);
@@ -128,8 +129,10 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
         return Bind(t, m, taken);
       }
       last = reserved.status();
+      if (t.pool != nullptr) capacity = t.pool->capacity(m.cls);
       over_budget = t.ctx->budget != nullptr && t.pool != nullptr && t.pool->budget_refused() &&
-                    t.pool->total_keys() < t.ctx->budget->FairShare();
+                    t.pool->total_keys() < t.ctx->budget->FairShare() &&
+                    t.pool->total_entries() + capacity <= t.ctx->budget->FairEntryShare();
     }
     Registration* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
     if (victim != nullptr) {
@@ -139,7 +142,7 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
     }
     // The device's budget is spent and this tenant is under its fair share: the others give
     // back what is over theirs (the maintenance thread); wait for that, once and bounded.
-    if (!over_budget || waited || !AwaitBudget(*t.ctx->budget)) break;
+    if (!over_budget || waited || !AwaitBudget(*t.ctx->budget, capacity)) break;
     waited = true;
     attempt = 0;
   }
