@@ -31,8 +31,8 @@ absl::Status SdNotifyTo(absl::string_view socket, absl::string_view state) {
   }
   std::memcpy(addr.sun_path, socket.data(), socket.size());
   if (abstract) addr.sun_path[0] = '\0';
-  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket.size() +
-                                               (abstract ? 0 : 1));
+  const socklen_t len =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket.size() + (abstract ? 0 : 1));
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return base::ErrnoToStatus(errno, "sd_notify: socket");
   const ssize_t sent = ::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
