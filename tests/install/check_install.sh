@@ -18,6 +18,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'echo "install check: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 fail() { echo "install check: $*" >&2; exit 1; }
 
 prefix=$work/prefix
