@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_server.h"
 #include "api/grpc_service.h"
+#include "api/internal/sd_notify.h"
 #include "api/metrics_server.h"
 #include "base/errno_status.h"
 #include "base/log.h"
@@ -181,11 +182,15 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
   }
   regcache::service::DaemonStatus status = (*daemon)->Status();
   RC_LOG(INFO) << "regcached ready: device " << status.device << ", sockets in " << socket_dir;
+  // Type=notify (deploy/regcached.service): units ordered after regcached start only now.
+  regcache::api::internal::NotifyServiceManager(
+      absl::StrCat("READY=1\nSTATUS=serving on ", status.device));
 
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
   RC_LOG(INFO) << "regcached: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining";
+  regcache::api::internal::NotifyServiceManager("STOPPING=1\nSTATUS=draining");
 
   // Drain: new sessions and calls get UNAVAILABLE from here on; every session is closed (each
   // key through the lifecycle, memory unmapped) once its calls in flight finished.

@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
-  libucx-dev ccache clang-format
+  libucx-dev ccache clang-format python3-yaml
   "$@"
 )
 

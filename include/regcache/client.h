@@ -46,6 +46,13 @@ struct ibv_context;
 struct ibv_pd;
 struct ibv_mr;
 
+// What libregcache.so exports of the C++ API: these classes, nothing else of the library.
+#if defined(__GNUC__) || defined(__clang__)
+#define REGCACHE_CPP_API __attribute__((visibility("default")))
+#else
+#define REGCACHE_CPP_API
+#endif
+
 namespace regcache::api {
 
 // The access bits (same values as hca::AccessBits and regcache.v1.Access; api/wire_values.cc
@@ -176,7 +183,7 @@ struct SessionUsage {
   uint64_t pool_total = 0;
 };
 
-struct StatsSnapshot {
+struct REGCACHE_CPP_API StatsSnapshot {
   std::vector<StatValue> stats;
   SessionUsage session;
   // The value of component/name ("cache", "live_registrations"); kNotFound if absent.
@@ -244,7 +251,7 @@ class Client;
 // One hold on a key, released when the KeyRef is destroyed or reset (RAII). Move-only. The
 // Client must outlive it. Thread-compatible: one KeyRef is used by one thread at a time; any
 // number of KeyRefs of one client may be used concurrently.
-class KeyRef {
+class REGCACHE_CPP_API KeyRef {
  public:
   KeyRef() = default;
   KeyRef(Client* client, const Key& key) : client_(client), key_(key) {}
@@ -279,7 +286,7 @@ class KeyRef {
   Key key_;
 };
 
-class Client {
+class REGCACHE_CPP_API Client {
  public:
   // kPermissionDenied when this process's credentials are not on the daemon's allow-list;
   // kUnavailable when no daemon listens there.

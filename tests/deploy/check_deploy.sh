@@ -3,7 +3,9 @@
 #   1. regcached starts from deploy/regcached.conf (every flag in it exists and parses),
 #      answers regcachectl status, and drains to exit 0 on SIGTERM;
 #   2. deploy/regcached.service passes systemd-analyze verify (when systemd-analyze exists),
-#      with ExecStart pointed at the built binary.
+#      with ExecStart pointed at the built binary;
+#   3. regcached sends READY=1 and STOPPING=1 to $NOTIFY_SOCKET, as the unit's Type=notify
+#      needs (check_notify.py).
 # Usage: check_deploy.sh <source-root> <regcached> <regcachectl>
 set -euo pipefail
 src=$1 regcached=$2 regcachectl=$3
@@ -37,4 +39,5 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
   echo "systemd unit: not verified (no systemd-analyze on this machine)"
 fi
+python3 "$src/tests/deploy/check_notify.py" "$regcached"
 echo "deploy: ok"

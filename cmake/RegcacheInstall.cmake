@@ -1,0 +1,40 @@
+# cmake --install: regcached and regcachectl, the client library libregcache.so with its public
+# headers, regcache.pc for pkg-config and the CMake package `regcache` (regcache::client, and
+# regcache::client_cpp for C++ users of regcache/client.h). Included from api/CMakeLists.txt,
+# where the targets are. Nothing else of the project is installed: the client library needs no
+# other library of it (see the comment on libregcache.so there).
+#
+# The installed files are relocatable (the .pc file's prefix is ${pcfiledir}-relative, the CMake
+# package's paths are relative to itself), so `cmake --install <build> --prefix <dir>` works for
+# any <dir>, whatever CMAKE_INSTALL_PREFIX was at configure time (tests/install does that).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS regcached regcachectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+set_target_properties(regcache PROPERTIES EXPORT_NAME client)
+install(TARGETS regcache EXPORT regcacheTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# regcache_alloc.h is not installed: its library (jemalloc as the process's malloc) is in-tree
+# only for now.
+install(FILES ${PROJECT_SOURCE_DIR}/include/regcache/regcache.h
+              ${PROJECT_SOURCE_DIR}/include/regcache/client.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/regcache)
+
+set(regcache_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)
+install(EXPORT regcacheTargets NAMESPACE regcache:: DESTINATION ${regcache_cmake_dir})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/regcacheConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
+                              INSTALL_DESTINATION ${regcache_cmake_dir})
+# 0.x: a minor version may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/regcacheConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
+              ${PROJECT_BINARY_DIR}/regcacheConfigVersion.cmake
+        DESTINATION ${regcache_cmake_dir})
+
+# regcache.pc: prefix relative to the .pc file's own folder (pkg-config's ${pcfiledir}).
+file(RELATIVE_PATH regcache_pc_to_prefix /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+string(REGEX REPLACE "/$" "" regcache_pc_to_prefix "${regcache_pc_to_prefix}")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/regcache.pc.in ${PROJECT_BINARY_DIR}/regcache.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/regcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
