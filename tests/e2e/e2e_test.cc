@@ -453,7 +453,7 @@ TEST(E2E, KillNineMidTraffic) {
   };
   const int64_t live0 = stat("cache", "live_registrations");
   const int64_t in_use0 = stat("cache", "keys_in_use");
-  const int64_t bytes0 = stat("cache", "bytes_backed");
+  const int64_t bytes0 = stat("cache", "backed_bytes");
   const int64_t tenants0 = stat("cache", "tenants");
 
   Session victim = Open(d);
@@ -478,7 +478,7 @@ TEST(E2E, KillNineMidTraffic) {
     gone = true;
     for (absl::string_view id : absl::StrSplit(ids, ',')) gone &= id != absl::StrCat(victim.id);
     balanced = stat("cache", "live_registrations") == live0 &&
-               stat("cache", "keys_in_use") == in_use0 && stat("cache", "bytes_backed") == bytes0 &&
+               stat("cache", "keys_in_use") == in_use0 && stat("cache", "backed_bytes") == bytes0 &&
                stat("cache", "tenants") == tenants0;
     if (!(gone && balanced)) absl::SleepFor(absl::Milliseconds(10));
   }
@@ -486,7 +486,7 @@ TEST(E2E, KillNineMidTraffic) {
   EXPECT_TRUE(gone) << "the dead client's session is still listed";
   EXPECT_TRUE(balanced) << "live=" << stat("cache", "live_registrations") << "/" << live0
                         << " in_use=" << stat("cache", "keys_in_use") << "/" << in_use0
-                        << " bytes=" << stat("cache", "bytes_backed") << "/" << bytes0;
+                        << " bytes=" << stat("cache", "backed_bytes") << "/" << bytes0;
   EXPECT_LT(took, absl::Seconds(1)) << "cleanup took " << took;
   for (auto& k : keys) {
     std::string r = observer->Do(
