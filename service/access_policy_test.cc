@@ -37,9 +37,8 @@ TEST(AccessPolicy, SessionsByDefaultRootAndSelfElseTheLists) {
 
 TEST(RefusalLog, OneLinePerIntervalPerPeerAndWhatWithTheCountSkipped) {
   std::vector<std::string> lines;
-  base::SetLogSinkForTest([&](base::LogSeverity, absl::string_view line) {
-    lines.emplace_back(line);
-  });
+  base::SetLogSinkForTest(
+      [&](base::LogSeverity, absl::string_view line) { lines.emplace_back(line); });
   absl::Time now = absl::FromUnixSeconds(1000);
   RefusalLog log(absl::Seconds(10), [&now] { return now; });
   EXPECT_TRUE(log.Refused({41, 7, 8}, "session", "not on the allow-list"));

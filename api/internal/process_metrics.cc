@@ -58,7 +58,9 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
   if (paren == std::string::npos) return absl::InternalError("/proc/self/stat: no ')'");
   const std::vector<absl::string_view> f =
       absl::StrSplit(absl::string_view(*stat).substr(paren + 2), ' ', absl::SkipEmpty());
-  auto field = [&f](size_t n, uint64_t* v) { return n - 3 < f.size() && absl::SimpleAtoi(f[n - 3], v); };
+  auto field = [&f](size_t n, uint64_t* v) {
+    return n - 3 < f.size() && absl::SimpleAtoi(f[n - 3], v);
+  };
   uint64_t utime, stime, starttime, vsize, rss;
   if (!field(14, &utime) || !field(15, &stime) || !field(22, &starttime) || !field(23, &vsize) ||
       !field(24, &rss)) {

@@ -102,8 +102,7 @@ std::string PrometheusText::FormatValue(double value) {
 }
 
 PrometheusText::Family* PrometheusText::SeriesOf(absl::string_view name, absl::string_view help,
-                                                 absl::string_view type,
-                                                 absl::string_view labels) {
+                                                 absl::string_view type, absl::string_view labels) {
   auto [it, added] = index_.try_emplace(std::string(name), families_.size());
   if (added) families_.push_back(Family{std::string(name), std::string(help), std::string(type)});
   Family& f = families_[it->second];
@@ -145,8 +144,8 @@ void PrometheusText::AddHistogram(const std::string& family, absl::string_view h
       cumulative += h.buckets[b++];
     }
     const std::string le = nanoseconds ? NanosAsSeconds(bound) : absl::StrCat(bound);
-    absl::StrAppend(&f->lines, family, "_bucket", JoinLabels(labels, absl::StrCat("le=\"", le, "\"")),
-                    " ", cumulative, "\n");
+    absl::StrAppend(&f->lines, family, "_bucket",
+                    JoinLabels(labels, absl::StrCat("le=\"", le, "\"")), " ", cumulative, "\n");
   }
   absl::StrAppend(&f->lines, family, "_bucket", JoinLabels(labels, "le=\"+Inf\""), " ", h.count,
                   "\n");

@@ -21,7 +21,8 @@
 // counters (per-thread slots, no locked instruction; see base/stats.h) that prometheus-cpp's
 // atomic counters would replace or copy on every scrape, and the format's rules that matter
 // here (families, names, buckets) are the ones this file checks; a promtool test of a real
-// daemon's scrape (tests/e2e/metrics_e2e_test.cc) keeps it honest. docs/metrics.md says more.
+// daemon's scrape with two tenants (E2E.MetricsOfTwoTenantsPassPromtool in tests/e2e/e2e_test.cc)
+// keeps it honest. docs/metrics.md says more.
 //
 // Thread safety: none (build one per scrape).
 #ifndef REGCACHE_API_INTERNAL_PROMETHEUS_TEXT_H_
@@ -42,9 +43,9 @@ namespace regcache::api::internal {
 
 // Bucket bounds of histograms of seconds, in nanoseconds: 1 µs to 10 s in 1-2.5-5 steps.
 inline constexpr std::array<uint64_t, 22> kSecondsBoundsNs = {
-    1'000,         2'500,         5'000,         10'000,        25'000,        50'000,
-    100'000,       250'000,       500'000,       1'000'000,     2'500'000,     5'000'000,
-    10'000'000,    25'000'000,    50'000'000,    100'000'000,   250'000'000,   500'000'000,
+    1'000,         2'500,         5'000,         10'000,        25'000,      50'000,
+    100'000,       250'000,       500'000,       1'000'000,     2'500'000,   5'000'000,
+    10'000'000,    25'000'000,    50'000'000,    100'000'000,   250'000'000, 500'000'000,
     1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
 // Bucket bounds of any other histogram: powers of 4 from 1 to 4^16.
 inline constexpr size_t kPlainBuckets = 17;

@@ -17,11 +17,11 @@ namespace {
 using base::stats::Kind;
 using base::stats::Sample;
 
-#define TEST_STATS(COUNTER, GAUGE, HISTOGRAM)  \
-  COUNTER(requests, "requests served")         \
-  GAUGE(in_flight, "requests in flight")       \
-  GAUGE(backed_bytes, "bytes backed")          \
-  HISTOGRAM(latency_ns, "latency")             \
+#define TEST_STATS(COUNTER, GAUGE, HISTOGRAM) \
+  COUNTER(requests, "requests served")        \
+  GAUGE(in_flight, "requests in flight")      \
+  GAUGE(backed_bytes, "bytes backed")         \
+  HISTOGRAM(latency_ns, "latency")            \
   HISTOGRAM(sizes, "sizes of things")
 RC_DEFINE_STATS(TestStats, TEST_STATS);
 
@@ -84,9 +84,9 @@ TEST(PrometheusText, OneHelpAndTypePerFamilyWithItsSeriesTogether) {
 
 TEST(PrometheusText, HistogramBucketsAreTheSameWhateverWasRecorded) {
   TestStats empty, full;
-  full.latency_ns.Record(700);            // below 1 µs
-  full.latency_ns.Record(3'000);          // 2.5 µs < v <= 5 µs
-  full.latency_ns.Record(3'000'000'000);  // 3 s
+  full.latency_ns.Record(700);             // below 1 µs
+  full.latency_ns.Record(3'000);           // 2.5 µs < v <= 5 µs
+  full.latency_ns.Record(3'000'000'000);   // 3 s
   full.latency_ns.Record(60'000'000'000);  // past the last bound
   full.sizes.Record(3);
   auto les = [](const TestStats& stats, absl::string_view family) {
@@ -126,11 +126,12 @@ TEST(PrometheusText, HistogramBucketsAreTheSameWhateverWasRecorded) {
 TEST(PrometheusText, DuplicateSeriesAndConflictingTypesAreDropped) {
   PrometheusText text;
   text.AddGauge("a_thing", "help", "x=\"1\"", 1);
-  text.AddGauge("a_thing", "help", "x=\"1\"", 2);  // same series again
+  text.AddGauge("a_thing", "help", "x=\"1\"", 2);    // same series again
   text.AddCounter("a_thing", "help", "x=\"2\"", 3);  // another type
   text.AddGauge("a_thing", "help", "x=\"3\"", 0.25);
-  EXPECT_EQ(text.Render(),
-            "# HELP a_thing help\n# TYPE a_thing gauge\na_thing{x=\"1\"} 1\na_thing{x=\"3\"} 0.25\n");
+  EXPECT_EQ(
+      text.Render(),
+      "# HELP a_thing help\n# TYPE a_thing gauge\na_thing{x=\"1\"} 1\na_thing{x=\"3\"} 0.25\n");
 }
 
 TEST(PrometheusText, EscapesHelpAndLabelValues) {
