@@ -62,9 +62,7 @@ class DaemonImpl final : public Daemon {
       stats_registration_ = {*registry_, "daemon", &stats_};
       ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
       endpoint_stats_registration_ = {*registry_, "endpoints", &endpoint_stats_};
-      tenant_registration_ = {
-          *registry_,
-          [this] { return internal::TenantSamples(AllSessions(), config_.metrics_max_tenants); }};
+      tenant_registration_ = {*registry_, [this] { return TenantStats(); }};
     }
     RC_LOG(INFO) << access_.DescribeAdmins();
   }
@@ -206,6 +204,8 @@ class DaemonImpl final : public Daemon {
   static internal::SessionKeys& Keys(Session& s) { return *s.device->keys; }
   // Every open session's info, in id order.
   std::vector<SessionInfo> AllSessions();
+  // The per-tenant samples: from the sessions' own records, never waiting on the cache.
+  std::vector<base::stats::Sample> TenantStats();
   // Counts and logs (rate-limited) a refused OpenSession; returns `why`.
   absl::Status RefuseSession(const PeerCredentials& peer, absl::Status why);
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
@@ -543,6 +543,15 @@ absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) 
   ASSIGN_OR_RETURN(auto me, Pin(caller));
   RETURN_IF_ERROR(RequireAdmin(caller, "listing sessions"));
   return AllSessions();
+}
+
+std::vector<base::stats::Sample> DaemonImpl::TenantStats() {
+  std::vector<internal::TenantSession> use;
+  for (auto& s : sessions_.All()) {
+    base::MutexLock lock(&s->mu);  // held briefly by design (service/internal/attach_memory.h)
+    use.push_back({s->peer.uid, s->mapped_bytes, s->memories.size() + s->regions.size()});
+  }
+  return internal::TenantSamples(use, config_.metrics_max_tenants);
 }
 
 std::vector<SessionInfo> DaemonImpl::AllSessions() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
@@ -12,16 +13,12 @@ namespace {
 
 struct TenantUse {
   uint64_t sessions = 0;
-  uint64_t live_registrations = 0;
-  uint64_t revoked_held = 0;
-  uint64_t backed_bytes = 0;
+  uint64_t mapped_bytes = 0;
   uint64_t memories = 0;
 
   void Add(const TenantUse& o) {
     sessions += o.sessions;
-    live_registrations += o.live_registrations;
-    revoked_held += o.revoked_held;
-    backed_bytes += o.backed_bytes;
+    mapped_bytes += o.mapped_bytes;
     memories += o.memories;
   }
 };
@@ -38,26 +35,21 @@ void Append(const std::string& tenant, const TenantUse& u, std::vector<base::sta
     out->push_back(std::move(s));
   };
   gauge("sessions", "sessions open, by tenant (the uid that opened them)", u.sessions);
-  gauge("live_registrations", "registrations and windows live, by tenant", u.live_registrations);
-  gauge("revoked_held", "registrations revoked and still held, by tenant", u.revoked_held);
-  gauge("backed_bytes", "bytes of backing memory attached, by tenant", u.backed_bytes);
-  gauge("memories", "shareable memories attached, by tenant", u.memories);
+  gauge("mapped_bytes", "bytes of shareable memory the daemon maps, by tenant", u.mapped_bytes);
+  gauge("memories", "memories and client regions of the sessions, by tenant", u.memories);
 }
 
 }  // namespace
 
-std::vector<base::stats::Sample> TenantSamples(const std::vector<SessionInfo>& sessions,
+std::vector<base::stats::Sample> TenantSamples(const std::vector<TenantSession>& sessions,
                                                uint32_t max_tenants) {
   absl::btree_map<uint32_t, TenantUse> by_uid;
-  for (const SessionInfo& s : sessions) {
-    TenantUse& u = by_uid[s.peer.uid];
-    u.Add({1, s.usage.live_registrations, s.usage.revoked_held, s.usage.backed_bytes, s.memories});
-  }
+  for (const TenantSession& s : sessions) by_uid[s.uid].Add({1, s.mapped_bytes, s.memories});
   std::vector<std::pair<uint32_t, TenantUse>> ranked(by_uid.begin(), by_uid.end());
   // btree order is by uid, and stable_sort keeps it among equals.
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.second.backed_bytes, a.second.live_registrations, a.second.sessions) >
-           std::tie(b.second.backed_bytes, b.second.live_registrations, b.second.sessions);
+    return std::tie(a.second.mapped_bytes, a.second.sessions) >
+           std::tie(b.second.mapped_bytes, b.second.sessions);
   });
   std::vector<base::stats::Sample> out;
   TenantUse other;

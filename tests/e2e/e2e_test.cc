@@ -613,11 +613,12 @@ TEST(E2E, MetricsOfTwoTenantsPassPromtool) {
   EXPECT_NE(body.find("\nregcache_build_info{version=\""), std::string::npos);
   EXPECT_NE(body.find("\nprocess_resident_memory_bytes "), std::string::npos);
   if (other_uid) {
-    EXPECT_NE(body.find("\nregcache_tenant_live_registrations{tenant=\"0\"} 1\n"),
+    EXPECT_NE(body.find("\nregcache_tenant_mapped_bytes{tenant=\"0\"} 4194304\n"),
               std::string::npos)
         << body;
-    EXPECT_NE(body.find("\nregcache_tenant_live_registrations{tenant=\"65534\"} 3\n"),
+    EXPECT_NE(body.find("\nregcache_tenant_mapped_bytes{tenant=\"65534\"} 1048576\n"),
               std::string::npos);
+    EXPECT_NE(body.find("\nregcache_tenant_sessions{tenant=\"65534\"} 1\n"), std::string::npos);
   }
   auto [rc, out] = Promtool(body);
   EXPECT_EQ(rc, 0) << out;
