@@ -307,8 +307,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Drain(grpc::ServerContext* ctx, const pb::DrainRequest*,
                      pb::DrainResponse*) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(s));
-      if (!admin) return absl::PermissionDeniedError("Drain needs an admin session");
+      RETURN_IF_ERROR(daemon_->RequireAdmin(s, "Drain"));
       // Run checked the deadline (with its margin) first: a Drain that starts is answered OK
       // however long it takes, never DEADLINE_EXCEEDED for an action that was carried out.
       absl::Status drained = daemon_->Drain();
@@ -450,10 +449,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   // The session a call acts on: the caller's, or (admin only) the one it names.
   absl::StatusOr<SessionId> Target(SessionId caller, uint64_t named) {
     if (named == 0 || named == caller) return caller;
-    ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(caller));
-    if (!admin) {
-      return absl::PermissionDeniedError("acting on another session needs an admin session");
-    }
+    RETURN_IF_ERROR(daemon_->RequireAdmin(caller, "acting on another session"));
     return named;
   }
 

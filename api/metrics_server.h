@@ -1,6 +1,9 @@
-// The Prometheus endpoint of regcached: GET http://127.0.0.1:<port>/metrics returns every stat
-// of the daemon in the text exposition format (base::stats::FormatPrometheus over
-// Daemon::Stats()). Off by default (regcached --metrics_port=0); it binds 127.0.0.1 only.
+// The Prometheus endpoint of regcached: GET http://<address>/metrics returns every stat of the
+// daemon (Daemon::Stats(): per component, per device and per tenant), the process's own
+// (process_cpu_seconds_total, ...) and regcache_build_info, in the text exposition format, clean
+// under `promtool check metrics`; docs/metrics.md lists the metrics and their names' rules
+// (api/internal/prometheus_text.h renders them). Off by default (regcached --metrics_address,
+// or --metrics_port=N for 127.0.0.1:N); it binds 127.0.0.1 unless told another address.
 //
 // The endpoint is shared by every local process, so no client may be able to hold it: any
 // number of idle, slow-sending or slow-reading connections must not delay another client's
@@ -23,21 +26,37 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "service/daemon.h"
 
 namespace regcache::api {
 
+struct MetricsServerOptions {
+  // HOST:PORT to listen on: "127.0.0.1:9464", "0.0.0.0:9464" (every IPv4 address, for a pod),
+  // "[::]:9464"; port 0 picks a free one (see port()).
+  std::string address = "127.0.0.1:0";
+  // The labels of regcache_build_info.
+  std::string version = "unknown";
+  std::string build_type = "unknown";
+};
+
 class MetricsServer {
  public:
-  // Starts serving on 127.0.0.1:`port` (0: a free port the kernel picks; see port()). `daemon`
-  // must outlive the server. kUnavailable when the port cannot be bound.
+  // Starts serving on options.address. `daemon` must outlive the server. kInvalidArgument for
+  // an address that is not HOST:PORT; kUnavailable when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(service::Daemon* daemon,
-                                                              uint16_t port);
+                                                              const MetricsServerOptions& options);
   virtual ~MetricsServer() = default;  // stops serving
   // The port it listens on.
   virtual uint16_t port() const = 0;
+
+  // Splits "HOST:PORT" ("[V6]:PORT" for an IPv6 address). kInvalidArgument naming what is
+  // wrong: no port, a port that is not a number in 0..65535, an empty host.
+  static absl::Status ParseAddress(absl::string_view address, std::string* host, uint16_t* port);
 };
 
 }  // namespace regcache::api

@@ -44,12 +44,23 @@ ABSL_FLAG(uint32_t, max_sessions_per_device, 0,
 ABSL_FLAG(std::string, socket_dir, "/run/regcache",
           "directory of control.sock and grpc.sock (created if missing)");
 ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");
-ABSL_FLAG(uint16_t, metrics_port, 0, "serve Prometheus /metrics on 127.0.0.1:<port> (0: off)");
+ABSL_FLAG(std::string, metrics_address, "",
+          "serve Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9464 for a pod; empty: off; "
+          "docs/metrics.md)");
+ABSL_FLAG(uint16_t, metrics_port, 0,
+          "shorthand for --metrics_address=127.0.0.1:<port> (0: off); not with --metrics_address");
+ABSL_FLAG(uint32_t, metrics_max_tenants, 16,
+          "tenants (peer uids) labelled on their own in the per-tenant metrics; the rest are "
+          "summed under tenant=\"other\"");
 ABSL_FLAG(std::vector<std::string>, allow_uids, {},
           "uids allowed to open a session (empty with allow_gids empty: root and our uid)");
 ABSL_FLAG(std::vector<std::string>, allow_gids, {}, "gids allowed to open a session");
 ABSL_FLAG(std::vector<std::string>, admin_uids, {},
-          "uids allowed to use Sessions/Drain (empty: root and our uid)");
+          "uids whose sessions are admin (Sessions, Drain, other sessions' keys); root is admin "
+          "only if listed");
+ABSL_FLAG(std::vector<std::string>, admin_gids, {},
+          "gids whose sessions are admin (the peer's primary gid); with admin_uids empty too, no "
+          "session is admin");
 ABSL_FLAG(uint64_t, max_keys_per_session, 1u << 20, "keys per session (0: unlimited)");
 ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
           "bytes of attached memory per session (0: unlimited)");
@@ -107,7 +118,8 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->device = absl::GetFlag(FLAGS_device);
   if (!ParseIds(absl::GetFlag(FLAGS_allow_uids), "allow_uids", &config->allow_uids) ||
       !ParseIds(absl::GetFlag(FLAGS_allow_gids), "allow_gids", &config->allow_gids) ||
-      !ParseIds(absl::GetFlag(FLAGS_admin_uids), "admin_uids", &config->admin_uids)) {
+      !ParseIds(absl::GetFlag(FLAGS_admin_uids), "admin_uids", &config->admin_uids) ||
+      !ParseIds(absl::GetFlag(FLAGS_admin_gids), "admin_gids", &config->admin_gids)) {
     return false;
   }
   config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
@@ -118,6 +130,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_sessions_per_device = absl::GetFlag(FLAGS_max_sessions_per_device);
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
   config->allow_pd_export = absl::GetFlag(FLAGS_allow_pd_export);
+  config->metrics_max_tenants = absl::GetFlag(FLAGS_metrics_max_tenants);
   // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;
   // on other devices the peer data path is refused anyway.
   config->remote_node = regcache::hca::sim::ConnectRemotePeer;
@@ -142,10 +155,32 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   return true;
 }
 
+// --metrics_address, or 127.0.0.1:--metrics_port; empty for none. False (after saying why) when
+// the two disagree or the address is not HOST:PORT.
+bool MetricsAddressFromFlags(std::string* address) {
+  *address = absl::GetFlag(FLAGS_metrics_address);
+  const uint16_t port = absl::GetFlag(FLAGS_metrics_port);
+  if (port != 0) {
+    if (!address->empty()) {
+      std::fprintf(stderr, "regcached: give --metrics_address or --metrics_port, not both\n");
+      return false;
+    }
+    *address = absl::StrCat("127.0.0.1:", port);
+  }
+  std::string host;
+  uint16_t unused;
+  if (absl::Status s = regcache::api::MetricsServer::ParseAddress(*address, &host, &unused);
+      !address->empty() && !s.ok()) {
+    std::fprintf(stderr, "regcached: --metrics_address: %s\n", std::string(s.message()).c_str());
+    return false;
+  }
+  return true;
+}
+
 // Runs the daemon and its servers until SIGTERM or SIGINT (in `signals`, blocked in every
 // thread), then drains. The process's exit code.
 int Serve(const regcache::service::DaemonConfig& config, const std::string& socket_dir,
-          const sigset_t& signals) {
+          const std::string& metrics_address, const sigset_t& signals) {
   regcache::base::stats::Registry registry;
   absl::StatusOr<std::unique_ptr<regcache::service::Daemon>> daemon =
       regcache::service::Daemon::Create(config, &registry);
@@ -171,9 +206,13 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
     return 1;
   }
   std::unique_ptr<regcache::api::MetricsServer> metrics;
-  if (uint16_t port = absl::GetFlag(FLAGS_metrics_port); port != 0) {
+  if (!metrics_address.empty()) {
+    regcache::api::MetricsServerOptions metrics_options;
+    metrics_options.address = metrics_address;
+    metrics_options.version = REGCACHED_VERSION;
+    metrics_options.build_type = REGCACHED_BUILD_TYPE;
     absl::StatusOr<std::unique_ptr<regcache::api::MetricsServer>> m =
-        regcache::api::MetricsServer::Start(daemon->get(), port);
+        regcache::api::MetricsServer::Start(daemon->get(), metrics_options);
     if (!m.ok()) {
       RC_LOG(ERROR) << "regcached: " << m.status();
       return 1;
@@ -213,6 +252,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   regcache::service::DaemonConfig config;
   if (!ConfigFromFlags(&config)) return 2;
+  std::string metrics_address;
+  if (!MetricsAddressFromFlags(&metrics_address)) return 2;
 
   // Every thread created from here on inherits the blocked set; Serve collects the signals.
   sigset_t signals;
@@ -231,5 +272,5 @@ int main(int argc, char** argv) {
     RC_LOG(ERROR) << regcache::base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
     return 1;
   }
-  return Serve(config, socket_dir, signals);
+  return Serve(config, socket_dir, metrics_address, signals);
 }

@@ -217,6 +217,10 @@ Registry::Id Registry::Register(std::string labels, const Registry* child) {
   });
 }
 
+Registry::Id Registry::RegisterCollector(std::function<std::vector<Sample>()> collect) {
+  return Add("", [collect = std::move(collect)](absl::string_view) { return collect(); });
+}
+
 void Registry::Unregister(Id id) {
   MutexLock lock(&mu_);
   std::erase_if(entries_, [id](const Entry& e) { return e.id == id; });
@@ -250,67 +254,6 @@ Registration& Registration::operator=(Registration&& other) noexcept {
 
 Registration::~Registration() {
   if (registry_ != nullptr) registry_->Unregister(id_);
-}
-
-// --- Prometheus ---
-
-namespace {
-
-// Splits `cache{tenant="7"}` into ("cache", "tenant=\"7\"").
-void SplitComponent(absl::string_view component, absl::string_view* name,
-                    absl::string_view* labels) {
-  const size_t brace = component.find('{');
-  if (brace == absl::string_view::npos || component.back() != '}') {
-    *name = component;
-    *labels = {};
-    return;
-  }
-  *name = component.substr(0, brace);
-  *labels = component.substr(brace + 1, component.size() - brace - 2);
-}
-
-std::string Labels(absl::string_view base, absl::string_view extra) {
-  if (base.empty() && extra.empty()) return "";
-  if (base.empty()) return absl::StrCat("{", extra, "}");
-  if (extra.empty()) return absl::StrCat("{", base, "}");
-  return absl::StrCat("{", base, ",", extra, "}");
-}
-
-}  // namespace
-
-std::string FormatPrometheus(const std::vector<Sample>& samples) {
-  std::string out;
-  std::string last_family;
-  for (const Sample& s : samples) {
-    absl::string_view comp, labels;
-    SplitComponent(s.component, &comp, &labels);
-    const std::string family = absl::StrCat("regcache_", comp, "_", s.name);
-    if (family != last_family) {  // HELP/TYPE once per family (tenants repeat families)
-      const char* type = s.kind == Kind::kCounter ? "counter"
-                         : s.kind == Kind::kGauge ? "gauge"
-                                                  : "histogram";
-      absl::StrAppend(&out, "# HELP ", family, " ", s.help, "\n# TYPE ", family, " ", type, "\n");
-      last_family = family;
-    }
-    if (s.kind != Kind::kHistogram) {
-      absl::StrAppend(&out, family, Labels(labels, ""), " ", s.value, "\n");
-      continue;
-    }
-    uint64_t cumulative = 0;
-    for (int b = 0; b < HistogramSnapshot::kBuckets; ++b) {
-      if (s.histogram.buckets[b] == 0) continue;
-      cumulative += s.histogram.buckets[b];
-      absl::StrAppend(
-          &out, family, "_bucket",
-          Labels(labels, absl::StrCat("le=\"", HistogramSnapshot::BucketUpperBound(b), "\"")), " ",
-          cumulative, "\n");
-    }
-    absl::StrAppend(&out, family, "_bucket", Labels(labels, "le=\"+Inf\""), " ", s.histogram.count,
-                    "\n");
-    absl::StrAppend(&out, family, "_sum", Labels(labels, ""), " ", s.histogram.sum, "\n");
-    absl::StrAppend(&out, family, "_count", Labels(labels, ""), " ", s.histogram.count, "\n");
-  }
-  return out;
 }
 
 }  // namespace regcache::base::stats

@@ -15,8 +15,11 @@
 //   registry.Register("umr_engine", &stats);   // shows up in every snapshot while registered
 //
 // A snapshot is a list of samples (component, name, help, kind, value or histogram) that the
-// Prometheus formatter below and, later, the gRPC Stats call render. Tests assert on members
-// directly or on snapshots.
+// /metrics endpoint (api/metrics_server.h, which names them by Prometheus's conventions: see
+// docs/metrics.md) and the gRPC Stats call render. Tests assert on members directly or on
+// snapshots. A stat's name carries its unit: `_bytes` for bytes, `_ns` for a histogram of
+// nanoseconds (the endpoint converts it to seconds); a counter's name has no `_total` (the
+// endpoint adds it).
 //
 // Thread safety: updates are lock-free atomics (relaxed: stats order nothing). Counter is a
 // single atomic; HotCounter gives every counting thread its own slot, written with no locked
@@ -180,6 +183,12 @@ class Registry {
   // registry this way, so their components keep their names and differ by label. The child must
   // stay alive until Unregister(id), and must never contain this registry.
   Id Register(std::string labels, const Registry* child);
+  // Adds a collector: samples made by `collect` on every snapshot, each with its own component
+  // (labels included, e.g. `tenant{tenant="1000"}`), for stats that are not counters kept in a
+  // struct but read from state when asked (per-tenant usage). `collect` runs with this
+  // registry's lock held: it must not call back into this registry; it must stay callable until
+  // Unregister(id).
+  Id RegisterCollector(std::function<std::vector<Sample>()> collect);
   void Unregister(Id id);
 
   std::vector<Sample> Snapshot() const;
@@ -208,6 +217,8 @@ class Registration {
   template <typename StatsStruct>
   Registration(Registry& registry, std::string component, const StatsStruct* stats)
       : registry_(&registry), id_(registry.Register(std::move(component), stats)) {}
+  Registration(Registry& registry, std::function<std::vector<Sample>()> collect)
+      : registry_(&registry), id_(registry.RegisterCollector(std::move(collect))) {}
   Registration(Registration&& other) noexcept { *this = std::move(other); }
   Registration& operator=(Registration&& other) noexcept;
   ~Registration();
@@ -216,11 +227,6 @@ class Registration {
   Registry* registry_ = nullptr;
   Registry::Id id_ = 0;
 };
-
-// Prometheus text exposition format (version 0.0.4). Names become regcache_<component>_<name>;
-// labels in the component ("cache{tenant=\"7\"}") are carried onto each series; histograms are
-// rendered as cumulative _bucket{le=...}, _sum and _count series (empty buckets elided).
-std::string FormatPrometheus(const std::vector<Sample>& samples);
 
 namespace internal {
 class Collector final : public Visitor {

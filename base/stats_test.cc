@@ -137,26 +137,26 @@ TEST(StatsTest, RegistryFollowsRegistrationLifetime) {
   EXPECT_TRUE(registry.Snapshot().empty());
 }
 
-TEST(StatsTest, PrometheusTextFormat) {
+TEST(StatsTest, CollectorSamplesAreMadeOnEverySnapshotUntilUnregistered) {
   Registry registry;
-  TestStats a;
-  a.requests.Inc(7);
-  a.in_flight.Set(-2);
-  a.latency_ns.Record(5);
-  a.latency_ns.Record(5);
-  a.latency_ns.Record(100);
-  Registration r(registry, "cache{tenant=\"3\"}", &a);
-  const std::string text = FormatPrometheus(registry.Snapshot());
-  EXPECT_NE(text.find("# TYPE regcache_cache_requests counter\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("regcache_cache_requests{tenant=\"3\"} 7\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("regcache_cache_in_flight{tenant=\"3\"} -2\n"), std::string::npos);
-  EXPECT_NE(text.find("regcache_cache_latency_ns_bucket{tenant=\"3\",le=\"5\"} 2\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("regcache_cache_latency_ns_bucket{tenant=\"3\",le=\"+Inf\"} 3\n"),
-            std::string::npos);
-  EXPECT_NE(text.find("regcache_cache_latency_ns_sum{tenant=\"3\"} 110\n"), std::string::npos);
-  EXPECT_NE(text.find("regcache_cache_latency_ns_count{tenant=\"3\"} 3\n"), std::string::npos);
+  int64_t value = 1;
+  {
+    Registration r(registry, [&value] {
+      Sample s;
+      s.component = "tenant{tenant=\"7\"}";
+      s.name = "sessions";
+      s.kind = Kind::kGauge;
+      s.value = value;
+      return std::vector<Sample>{s};
+    });
+    std::vector<Sample> snap = registry.Snapshot();
+    ASSERT_EQ(snap.size(), 1u);
+    EXPECT_EQ(snap[0].component, "tenant{tenant=\"7\"}");
+    EXPECT_EQ(snap[0].value, 1);
+    value = 5;
+    EXPECT_EQ(registry.Snapshot()[0].value, 5) << "read again on every snapshot";
+  }
+  EXPECT_TRUE(registry.Snapshot().empty());
 }
 
 }  // namespace

@@ -36,10 +36,10 @@ namespace regcache::cache {
   GAUGE(keys_in_use, "pooled keys not in the free lists (mapping, live, draining, quarantined)") \
   GAUGE(keys_free, "pooled keys in the free lists")                                              \
   GAUGE(keys_quarantined_now, "keys currently in quarantine")                                    \
-  GAUGE(bytes_backed, "bytes of backing memory attached, all tenants")                           \
+  GAUGE(backed_bytes, "bytes of backing memory attached, all tenants")                           \
   GAUGE(tenants, "open tenants")                                                                 \
-  HISTOGRAM(umr_latency_ns, "UMR batch post-to-completion latency, ns")                          \
-  HISTOGRAM(miss_latency_ns, "register miss latency (layout, key, UMR, insert), ns")
+  HISTOGRAM(umr_latency_ns, "UMR batch post-to-completion latency")                              \
+  HISTOGRAM(miss_latency_ns, "register miss latency (layout, key, UMR, insert)")
 
 RC_DEFINE_HOT_STATS(CacheStats, REGCACHE_CACHE_STATS);
 

@@ -10,6 +10,7 @@ packages=(
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
   libucx-dev ccache clang-format python3-yaml
+  prometheus  # promtool: the /metrics test runs `promtool check metrics` (docs/metrics.md)
   "$@"
 )
 

@@ -28,7 +28,7 @@ namespace regcache::odp {
   COUNTER(zap_errors, "zaps whose UMR failed")                                                 \
   GAUGE(tracked_backings, "on-demand backings known to the servicer")                          \
   GAUGE(queued_prefetches, "async prefetches waiting for the servicer thread")                 \
-  HISTOGRAM(service_ns, "fault service time: event read to resume, ns")
+  HISTOGRAM(service_ns, "fault service time: event read to resume")
 RC_DEFINE_STATS(OdpStats, REGCACHE_ODP_STATS);
 
 }  // namespace regcache::odp

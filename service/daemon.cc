@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "service/internal/access_policy.h"
 #include "service/internal/attach_memory.h"
 #include "service/internal/backing_page.h"
 #include "service/internal/client_regions.h"
@@ -24,6 +25,7 @@
 #include "service/internal/session_shm.h"
 #include "service/internal/session_table.h"
 #include "service/internal/shared_memory.h"
+#include "service/internal/tenant_stats.h"
 
 namespace regcache::service {
 namespace {
@@ -38,7 +40,7 @@ namespace {
   COUNTER(memory_refused, "memory requests refused")                           \
   GAUGE(sessions_open, "sessions open now")                                    \
   GAUGE(memory_mapped_bytes, "bytes of shareable memory mapped by the daemon") \
-  HISTOGRAM(session_close_ns, "time to run a closing session's keys through the lifecycle, ns")
+  HISTOGRAM(session_close_ns, "time to run a closing session's keys through the lifecycle")
 
 RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
 
@@ -52,24 +54,23 @@ using internal::SessionShm;
 using internal::SessionTable;
 using internal::SlottedGrant;
 
-bool Contains(const std::vector<uint32_t>& v, uint32_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 class DaemonImpl final : public Daemon {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry)
-      : config_(config), registry_(registry), started_(absl::Now()) {
+      : config_(config), registry_(registry), started_(absl::Now()), access_(config, ::getuid()) {
     if (registry_ != nullptr) {
       stats_registration_ = {*registry_, "daemon", &stats_};
       ring_stats_registration_ = {*registry_, "ring", &ring_stats_};
       endpoint_stats_registration_ = {*registry_, "endpoints", &endpoint_stats_};
+      tenant_registration_ = {*registry_, [this] { return TenantStats(); }};
     }
+    RC_LOG(INFO) << access_.DescribeAdmins();
   }
 
   ~DaemonImpl() override {
     absl::Status s = Drain();
     if (!s.ok()) RC_LOG(WARNING) << "drain at destruction: " << s;
+    tenant_registration_ = {};
     stats_registration_ = {};
     ring_stats_registration_ = {};
     endpoint_stats_registration_ = {};
@@ -91,6 +92,7 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<SessionId> Authenticate(absl::string_view token) override;
   absl::Status CloseSession(SessionId session) override;
   absl::StatusOr<bool> IsAdmin(SessionId session) override;
+  absl::Status RequireAdmin(SessionId session, absl::string_view action) override;
 
   absl::StatusOr<AllocatedMemory> AllocateMemory(SessionId session, uint64_t length,
                                                  bool hugetlb) override;
@@ -200,8 +202,12 @@ class DaemonImpl final : public Daemon {
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
   // The key calls of the session's device.
   static internal::SessionKeys& Keys(Session& s) { return *s.device->keys; }
-  bool Allowed(const PeerCredentials& peer) const;
-  bool AdminUid(uid_t uid) const;
+  // Every open session's info, in id order.
+  std::vector<SessionInfo> AllSessions();
+  // The per-tenant samples: from the sessions' own records, never waiting on the cache.
+  std::vector<base::stats::Sample> TenantStats();
+  // Counts and logs (rate-limited) a refused OpenSession; returns `why`.
+  absl::Status RefuseSession(const PeerCredentials& peer, absl::Status why);
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
   // The sim's peer port for the session's PD, or (with `endpoint`) the sim's remote node
   // connected to that endpoint of the session, kept in `*through` for the call. REQUIRES s.mu.
@@ -226,19 +232,16 @@ class DaemonImpl final : public Daemon {
   internal::EndpointStats endpoint_stats_;
   base::stats::Registration endpoint_stats_registration_;
   std::atomic<bool> draining_{false};
+  const internal::AccessPolicy access_;
+  internal::RefusalLog refusals_;
   SessionTable sessions_;
+  base::stats::Registration tenant_registration_;  // reads sessions_: unregistered first
 };
 
-bool DaemonImpl::Allowed(const PeerCredentials& peer) const {
-  if (config_.allow_uids.empty() && config_.allow_gids.empty()) {
-    return peer.uid == 0 || peer.uid == ::getuid();
-  }
-  return Contains(config_.allow_uids, peer.uid) || Contains(config_.allow_gids, peer.gid);
-}
-
-bool DaemonImpl::AdminUid(uid_t uid) const {
-  if (config_.admin_uids.empty()) return uid == 0 || uid == ::getuid();
-  return Contains(config_.admin_uids, uid);
+absl::Status DaemonImpl::RefuseSession(const PeerCredentials& peer, absl::Status why) {
+  stats_.sessions_refused.Inc();
+  refusals_.Refused(peer, "session", why.message());
+  return why;
 }
 
 absl::Status DaemonImpl::StartFastPath(Session& s) {
@@ -255,21 +258,16 @@ absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
 
 absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer,
                                                      absl::string_view device) {
-  if (draining()) {
-    stats_.sessions_refused.Inc();
-    return absl::UnavailableError("regcached is draining");
-  }
-  if (!Allowed(peer)) {
-    stats_.sessions_refused.Inc();
-    RC_LOG(WARNING) << "session refused: pid " << peer.pid << " uid " << peer.uid << " gid "
-                    << peer.gid << " is not on the allow-list";
-    return absl::PermissionDeniedError(
-        absl::StrFormat("uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
+  if (draining()) return RefuseSession(peer, absl::UnavailableError("regcached is draining"));
+  if (!access_.MayOpenSession(peer)) {
+    return RefuseSession(peer, absl::PermissionDeniedError(absl::StrFormat(
+                                   "uid %d / gid %d is not allowed to use regcached (the "
+                                   "allow-list: --allow_uids, --allow_gids)",
+                                   peer.uid, peer.gid)));
   }
   if (sessions_.size() >= config_.max_sessions) {
-    stats_.sessions_refused.Inc();
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("session limit %d reached", config_.max_sessions));
+    return RefuseSession(peer, absl::ResourceExhaustedError(absl::StrFormat(
+                                   "session limit %d reached", config_.max_sessions)));
   }
   absl::StatusOr<internal::DeviceSlot*> slot = devices_->Find(device);
   if (slot.ok() && config_.max_sessions_per_device != 0 &&
@@ -277,14 +275,11 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
     slot = absl::ResourceExhaustedError(absl::StrFormat(
         "session limit %d of device %s reached", config_.max_sessions_per_device, (*slot)->name()));
   }
-  if (!slot.ok()) {
-    stats_.sessions_refused.Inc();
-    return slot.status();
-  }
+  if (!slot.ok()) return RefuseSession(peer, slot.status());
   auto s = std::make_shared<Session>();
   s->device = *slot;
   s->peer = peer;
-  s->admin = AdminUid(peer.uid);
+  s->admin = access_.IsAdmin(peer);
   s->opened = absl::Now();
   ASSIGN_OR_RETURN(s->token, NewToken());
   cache::TenantOptions to;
@@ -332,6 +327,16 @@ absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
 absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
   return s->admin;
+}
+
+absl::Status DaemonImpl::RequireAdmin(SessionId session, absl::string_view action) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
+  if (s->admin) return absl::OkStatus();
+  const std::string why = absl::StrFormat(
+      "%s needs an admin session (uid %d / gid %d is not on --admin_uids / --admin_gids)", action,
+      s->peer.uid, s->peer.gid);
+  refusals_.Refused(s->peer, "admin call", absl::StrFormat("session %d: %s", session, why));
+  return absl::PermissionDeniedError(why);
 }
 
 absl::Status DaemonImpl::CloseLocked(Session& s) {
@@ -536,7 +541,20 @@ DaemonStatus DaemonImpl::Status() {
 
 absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) {
   ASSIGN_OR_RETURN(auto me, Pin(caller));
-  if (!(**me).admin) return absl::PermissionDeniedError("listing sessions needs an admin uid");
+  RETURN_IF_ERROR(RequireAdmin(caller, "listing sessions"));
+  return AllSessions();
+}
+
+std::vector<base::stats::Sample> DaemonImpl::TenantStats() {
+  std::vector<internal::TenantSession> use;
+  for (auto& s : sessions_.All()) {
+    base::MutexLock lock(&s->mu);  // held briefly by design (service/internal/attach_memory.h)
+    use.push_back({s->peer.uid, s->mapped_bytes, s->memories.size() + s->regions.size()});
+  }
+  return internal::TenantSamples(use, config_.metrics_max_tenants);
+}
+
+std::vector<SessionInfo> DaemonImpl::AllSessions() {
   std::vector<SessionInfo> out;
   for (auto& s : sessions_.All()) {
     SessionInfo info;

@@ -106,9 +106,14 @@ struct DaemonConfig {
   // allow_uids or its gid in allow_gids. Both empty (the default): the daemon's own uid and root.
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
-  // Uids that may use the admin calls (Sessions, Drain). Empty (default): root and the
-  // daemon's own uid.
+  // Peer credentials whose sessions are admin (Sessions, Drain, acting on another session): a
+  // uid in admin_uids or a gid in admin_gids. Nothing else makes a session admin — not uid 0,
+  // not the daemon's own uid; both empty (the default): no session is admin.
   std::vector<uint32_t> admin_uids;
+  std::vector<uint32_t> admin_gids;
+  // Tenants (peer uids) labelled on their own in the per-tenant stats (component
+  // `tenant{tenant="<uid>"}`); the rest are summed under tenant="other". Default 16.
+  uint32_t metrics_max_tenants = 16;
   // Per-session quotas (0 = unlimited). Defaults: 1M keys, 1 TiB of attached memory.
   uint64_t max_keys_per_session = 1u << 20;
   uint64_t max_bytes_per_session = uint64_t{1} << 40;
@@ -281,6 +286,10 @@ class Daemon {
   // lifecycle and unmaps its memory. kNotFound if the session is unknown or already closed.
   virtual absl::Status CloseSession(SessionId session) = 0;
   virtual absl::StatusOr<bool> IsAdmin(SessionId session) = 0;
+  // OK if `session` is admin; else kPermissionDenied saying that `action` needs an admin session,
+  // and the refusal is logged with the session's peer credentials (rate-limited). kNotFound if
+  // the session is unknown.
+  virtual absl::Status RequireAdmin(SessionId session, absl::string_view action) = 0;
 
   // --- Memory ---
   // kInvalidArgument for length 0 or not a multiple of the page size (hugetlb: 2 MiB) or above

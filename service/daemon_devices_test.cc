@@ -26,6 +26,7 @@ class DaemonDevicesTest : public ::testing::Test {
   void SetUp() override {
     hca::sim::RegisterBackend();
     config_.device = "sim; sim:sim1";  // spaces around items are trimmed
+    config_.admin_uids = {0};          // the sessions here are root's; Sessions needs an admin
     config_.cache.background_maintenance = false;
     config_.cache.pool.low_watermark = 2;
     config_.cache.pool.high_watermark = 4;

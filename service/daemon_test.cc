@@ -103,7 +103,7 @@ TEST_F(DaemonTest, AllowListAndTokens) {
   auto refused = daemon_->OpenSession(PeerCredentials{1, 65534, 65534});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
   SessionGrant s = Open();
-  EXPECT_TRUE(s.admin);
+  EXPECT_FALSE(s.admin) << "root is not admin unless --admin_uids or --admin_gids says so";
   EXPECT_EQ(s.token.size(), 32u);
   auto id = daemon_->Authenticate(s.token);
   ASSERT_TRUE(id.ok());
@@ -144,7 +144,7 @@ TEST_F(DaemonTest, ClosingASessionReturnsEverything) {
   EXPECT_EQ(Stat("cache", "live_registrations"), 2);
   ASSERT_TRUE(daemon_->CloseSession(s.id).ok());
   EXPECT_EQ(Stat("cache", "live_registrations"), 0);
-  EXPECT_EQ(Stat("cache", "bytes_backed"), 0);
+  EXPECT_EQ(Stat("cache", "backed_bytes"), 0);
   EXPECT_EQ(Stat("daemon", "memory_mapped_bytes"), 0);
   EXPECT_EQ(Stat("daemon", "sessions_open"), 0);
   EXPECT_EQ(Stat("cache", "keys_in_use"), keys_before);
@@ -219,9 +219,9 @@ TEST_F(DaemonTest, DrainClosesEverySessionAndRefusesNewWork) {
 }
 
 TEST_F(DaemonTest, SessionsIsAdminOnly) {
-  SessionGrant admin = Open();
   DaemonConfig config;
   config.allow_uids = {0, 4242};
+  config.admin_uids = {0};
   config.cache.background_maintenance = false;
   auto d = Daemon::Create(config, nullptr);
   ASSERT_TRUE(d.ok());
@@ -229,13 +229,40 @@ TEST_F(DaemonTest, SessionsIsAdminOnly) {
   ASSERT_TRUE(user.ok()) << user.status();
   EXPECT_FALSE(user->admin);
   EXPECT_EQ((*d)->Sessions(user->id).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*d)->RequireAdmin(user->id, "Drain").code(), absl::StatusCode::kPermissionDenied);
   auto root = (*d)->OpenSession(PeerCredentials{2, 0, 0});
   ASSERT_TRUE(root.ok());
+  EXPECT_TRUE(root->admin);
+  EXPECT_TRUE((*d)->RequireAdmin(root->id, "Drain").ok());
   auto all = (*d)->Sessions(root->id);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].peer.uid, 4242u);
-  (void)admin;
+}
+
+TEST_F(DaemonTest, RootIsNotAdminUnlessListed) {
+  SessionGrant root = Open(0);  // the default config: no admin at all
+  EXPECT_FALSE(root.admin);
+  EXPECT_EQ(daemon_->Sessions(root.id).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(daemon_->RequireAdmin(root.id, "Drain").code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(DaemonTest, AdminByGid) {
+  DaemonConfig config;
+  config.allow_gids = {77, 78};
+  config.admin_gids = {77};
+  config.cache.background_maintenance = false;
+  auto d = Daemon::Create(config, nullptr);
+  ASSERT_TRUE(d.ok());
+  auto op = (*d)->OpenSession(PeerCredentials{1, 5000, 77});
+  auto user = (*d)->OpenSession(PeerCredentials{2, 5001, 78});
+  auto root = (*d)->OpenSession(PeerCredentials{3, 0, 0});
+  ASSERT_TRUE(op.ok() && user.ok());
+  EXPECT_EQ(root.status().code(), absl::StatusCode::kPermissionDenied)
+      << "root is not on an allow-list of gids";
+  EXPECT_TRUE(op->admin);
+  EXPECT_FALSE(user->admin);
+  EXPECT_TRUE((*d)->Sessions(op->id).ok());
 }
 
 TEST_F(DaemonTest, OnDemandMemoryIsServedAndPrefetched) {

@@ -1,5 +1,6 @@
 #include "api/internal/http_endpoint.h"
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -291,25 +292,42 @@ class HttpEndpointImpl final : public HttpEndpoint {
   std::thread thread_;  // last: started once everything above is built
 };
 
-// Binds and listens on 127.0.0.1:`port`; returns the socket and the port it got.
-absl::StatusOr<std::pair<int, uint16_t>> Listen(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return base::ErrnoToStatus(errno, "metrics: socket");
+// Binds and listens on `host`:`port`; returns the socket and the port it got.
+absl::StatusOr<std::pair<int, uint16_t>> Listen(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  if (int err = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); err != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot resolve '", host, "': ", gai_strerror(err)));
+  }
+  const addrinfo& a = *found;
+  int fd = socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    const int err = errno;
+    freeaddrinfo(found);
+    return base::ErrnoToStatus(err, "metrics: socket");
+  }
   int one = 1;
   (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // restarts in TIME_WAIT
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_storage sa{};
   socklen_t len = sizeof(sa);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, SOMAXCONN) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    const int err = errno;
+  const bool ok = bind(fd, a.ai_addr, a.ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  const int err = errno;
+  freeaddrinfo(found);
+  if (!ok) {
     close(fd);
     return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on 127.0.0.1:", port, ": ", base::ErrnoName(err)));
+        absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", base::ErrnoName(err)));
   }
-  return std::make_pair(fd, ntohs(sa.sin_port));
+  const uint16_t got = sa.ss_family == AF_INET6
+                           ? ntohs(reinterpret_cast<const sockaddr_in6*>(&sa)->sin6_port)
+                           : ntohs(reinterpret_cast<const sockaddr_in*>(&sa)->sin_port);
+  return std::make_pair(fd, got);
 }
 
 }  // namespace
@@ -319,7 +337,7 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   if (options.max_connections == 0 || options.max_head_bytes == 0) {
     return absl::InvalidArgumentError("http endpoint: max_connections and max_head_bytes > 0");
   }
-  absl::StatusOr<std::pair<int, uint16_t>> listening = Listen(port);
+  absl::StatusOr<std::pair<int, uint16_t>> listening = Listen(options.host, port);
   if (!listening.ok()) return listening.status();
   const int listen_fd = listening->first;
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);

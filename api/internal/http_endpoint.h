@@ -1,5 +1,6 @@
-// The HTTP server under api/metrics_server.h: answers GET of one path on 127.0.0.1 with a body
-// made on demand, and no client, however slow or idle, can delay another's answer.
+// The HTTP server under api/metrics_server.h: answers GET of one path (on 127.0.0.1 unless told
+// another address) with a body made on demand, and no client, however slow or idle, can delay
+// another's answer.
 //
 // How: one thread, epoll, non-blocking sockets, and nothing on that thread ever waits for a
 // client. Each connection has its own request parser (api/http_request.h) and response buffer
@@ -32,6 +33,9 @@
 namespace regcache::api::internal {
 
 struct HttpEndpointOptions {
+  // The address to listen on: an IPv4 or IPv6 address ("0.0.0.0", "::", "10.0.0.5") or a name
+  // that resolves to one (the first answer is used).
+  std::string host = "127.0.0.1";
   std::string path = "/metrics";  // GET of this path: 200; other paths 404; other methods 405
   std::string content_type = "text/plain";
   size_t max_connections = 64;
@@ -47,10 +51,10 @@ class HttpEndpoint {
   // What the server still reads (and drops) after its answer before it closes.
   static constexpr size_t kLingerBytes = 64 << 10;
 
-  // Binds 127.0.0.1:`port` (0: any free port, see port()) and starts the serving thread.
+  // Binds options.host:`port` (0: any free port, see port()) and starts the serving thread.
   // `body` makes the 200 answer's body; it runs on that thread, so it must not block for long
-  // (every connection waits while it runs). kUnavailable when the port cannot be bound;
-  // kInvalidArgument for max_connections or max_head_bytes of 0.
+  // (every connection waits while it runs). kUnavailable when the address cannot be bound (or does
+  // not resolve); kInvalidArgument for max_connections or max_head_bytes of 0.
   static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(uint16_t port,
                                                              const HttpEndpointOptions& options,
                                                              std::function<std::string()> body);

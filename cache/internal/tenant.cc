@@ -133,7 +133,7 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
     (void)t.device()->DestroyKey(rec.device.key);
     return added;
   }
-  t.stats().bytes_backed.Add(static_cast<int64_t>(spec.length));
+  t.stats().backed_bytes.Add(static_cast<int64_t>(spec.length));
   NotifyAdded(t, rec);
   return rec.id;
 }
@@ -150,7 +150,7 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       b->removing = true;  // new layouts refuse it from now on
       if (b->users == 0) {
         auto rec = t.backings.Remove(backing);
-        t.stats().bytes_backed.Sub(static_cast<int64_t>(rec->length));
+        t.stats().backed_bytes.Sub(static_cast<int64_t>(rec->length));
         NotifyRemoving(t, *rec);
         return t.device()->DestroyKey(rec->device.key);
       }
@@ -197,7 +197,7 @@ absl::Status CloseTenant(Tenant& t) {
       NotifyRemoving(t, *b);
       absl::Status s = t.device()->DestroyKey(b->device.key);
       if (!s.ok() && first.ok()) first = s;
-      t.stats().bytes_backed.Sub(static_cast<int64_t>(b->length));
+      t.stats().backed_bytes.Sub(static_cast<int64_t>(b->length));
     }
     t.pool.reset();  // destroys free and quarantined keys
   }

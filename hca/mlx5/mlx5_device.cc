@@ -136,7 +136,7 @@ class Mlx5Device final : public Device {
       return s;
     }
     stats_.backings_registered.Inc();
-    stats_.bytes_registered.Inc(length);
+    stats_.registered_bytes.Inc(length);
     if (options.on_demand) {
       base::MutexLock lock(&mu_);
       odp_backings_.emplace(KeyIndex(mr->lkey), true);

@@ -39,7 +39,7 @@ namespace regcache::hca::mlx5 {
   COUNTER(mkeys_destroyed, "indirect mkeys destroyed")                          \
   COUNTER(command_errors, "DevX commands that failed")                          \
   COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")               \
-  COUNTER(bytes_registered, "bytes registered by ibv_reg_mr")                   \
+  COUNTER(registered_bytes, "bytes registered by ibv_reg_mr")                   \
   COUNTER(prefetches, "ibv_advise_mr prefetches that succeeded")                \
   COUNTER(queues_created, "UMR queue pairs created")                            \
   COUNTER(endpoints_created, "target endpoints created")                        \

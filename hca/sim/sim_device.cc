@@ -492,7 +492,7 @@ absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uin
   RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
                                         AccessKind::kRemoteWrite, &segs));
   CopyIn(segs, data);
-  dev_->mutable_stats().bytes_moved.Inc(data.size());
+  dev_->mutable_stats().moved_bytes.Inc(data.size());
   return absl::OkStatus();
 }
 
@@ -502,7 +502,7 @@ absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> o
   RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
                                         AccessKind::kRemoteRead, &segs));
   CopyOut(segs, out);
-  dev_->mutable_stats().bytes_moved.Inc(out.size());
+  dev_->mutable_stats().moved_bytes.Inc(out.size());
   return absl::OkStatus();
 }
 

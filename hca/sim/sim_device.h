@@ -67,7 +67,7 @@ namespace regcache::hca::sim {
 #define HCA_SIM_STATS(COUNTER, GAUGE, HISTOGRAM)                              \
   COUNTER(translations, "accesses translated successfully")                   \
   COUNTER(translation_errors, "accesses refused by a key check")              \
-  COUNTER(bytes_moved, "bytes moved by the peer data path")                   \
+  COUNTER(moved_bytes, "bytes moved by the peer data path")                   \
   COUNTER(peer_reads, "peer RDMA READs")                                      \
   COUNTER(peer_writes, "peer RDMA WRITEs")                                    \
   COUNTER(peer_atomics, "peer atomics")                                       \

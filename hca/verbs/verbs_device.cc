@@ -107,7 +107,7 @@ class VerbsDevice final : public Device {
       return s;
     }
     c_->stats().backings_registered.Inc();
-    c_->stats().bytes_registered.Inc(length);
+    c_->stats().registered_bytes.Inc(length);
     Backing b;
     b.key = mr->lkey;
     b.pd = pd;

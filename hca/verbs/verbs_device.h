@@ -44,7 +44,7 @@ namespace regcache::hca::verbs {
   COUNTER(bind_errors, "binds completed with an error or refused before posting") \
   COUNTER(queue_recoveries, "bind queue pairs reset after an error")              \
   COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")                 \
-  COUNTER(bytes_registered, "bytes registered by ibv_reg_mr")                     \
+  COUNTER(registered_bytes, "bytes registered by ibv_reg_mr")                     \
   COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                 \
   COUNTER(endpoints_connected, "target endpoints connected")                      \
   GAUGE(live_windows, "memory windows allocated")                                 \

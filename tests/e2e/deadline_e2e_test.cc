@@ -30,7 +30,9 @@ class DeadlineE2e : public ::testing::Test {
   virtual std::vector<std::string> Flags() { return {}; }
 
   void SetUp() override {
-    daemon_ = std::make_unique<regcache::testing::Regcached>(Flags());
+    std::vector<std::string> flags = Flags();
+    flags.push_back(regcache::testing::AdminSelfFlag());  // the Drain below is refused for time
+    daemon_ = std::make_unique<regcache::testing::Regcached>(flags);
     rc::ClientOptions o;
     o.fast_path = false;  // everything over gRPC, as the raw calls below
     o.client_cache = false;

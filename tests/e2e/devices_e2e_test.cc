@@ -39,7 +39,8 @@ class DevicesE2e : public ::testing::Test {
       GTEST_SKIP() << "two named devices in one daemon are the sim's (this run: "
                    << regcache::testing::TestDevice() << ")";
     }
-    daemon_ = std::make_unique<Regcached>(std::vector<std::string>{"--device=sim;sim:sim1"});
+    daemon_ = std::make_unique<Regcached>(
+        std::vector<std::string>{"--device=sim;sim:sim1", regcache::testing::AdminSelfFlag()});
   }
 
   absl::StatusOr<std::unique_ptr<rc::Client>> Connect(const std::string& device,

@@ -179,7 +179,7 @@ std::pair<int, std::string> Ctl(const Regcached& d, const std::string& args) {
 }
 
 TEST(EndpointE2e, RegcachectlListsAndUsesASessionsEndpoints) {
-  Regcached d;
+  Regcached d({regcache::testing::AdminSelfFlag()});  // --session names another session
   std::unique_ptr<rc::Client> c = Connect(d);
   ASSERT_NE(c, nullptr);
   auto mem = c->AllocateMemory(1 << 20);

@@ -26,6 +26,10 @@ inline std::string TestDevice() {
   return d != nullptr && *d != '\0' ? d : "sim";
 }
 
+// The flag that makes the test's own uid admin: no session is admin unless regcached is told
+// whose (root included).
+inline std::string AdminSelfFlag() { return "--admin_uids=" + std::to_string(getuid()); }
+
 // A regcached on the test device in its own temp socket dir, stopped with SIGTERM.
 class Regcached {
  public:

@@ -221,7 +221,7 @@ TEST_F(VerbsPeerE2e, AWindowsRkeyWorksAndDiesWithItsParent) {
 }
 
 TEST_F(VerbsPeerE2e, AClientCrashTearsDownItsKeysAndEndpoints) {
-  Regcached d;
+  Regcached d({regcache::testing::AdminSelfFlag()});  // Sessions
   Peer peer;
   const rc::RemoteQp peer_qp = peer.address();
   int up[2];
@@ -295,7 +295,7 @@ TEST_F(VerbsPeerE2e, AClientCrashTearsDownItsKeysAndEndpoints) {
 }
 
 TEST_F(VerbsPeerE2e, RegcachectlWorksAgainstTheDaemon) {
-  Regcached d;
+  Regcached d({regcache::testing::AdminSelfFlag()});  // regcachectl sessions
   auto c = Connect(d);
   ASSERT_NE(c, nullptr);
   for (const char* cmd : {"status", "stats", "sessions"}) {
