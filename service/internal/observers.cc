@@ -9,8 +9,7 @@
 namespace regcache::service::internal {
 
 absl::StatusOr<SessionGrant> ObserverTable::Open(SessionId id, const PeerCredentials& peer,
-                                                  bool admin,
-                                                  absl::StatusOr<DeviceSlot*> device) {
+                                                 bool admin, absl::StatusOr<DeviceSlot*> device) {
   if (!device.ok()) return device.status();
   ASSIGN_OR_RETURN(std::string token, NewToken());
   {
