@@ -273,6 +273,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   }
   // Open names the session's device; the daemon answers Welcome, or Error when it refused.
   OpenMsg open = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+  open.flags = options.observer ? kOpenObserver : 0;
   absl::Status sent = SetDeviceName(options.device, open.device);
   if (sent.ok()) sent = SendControlMessage(fd, &open, sizeof(open), -1);
   if (!sent.ok()) {
@@ -294,6 +295,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return base::Annotate(s, "regcached session");
   }
   WelcomeMsg welcome = reply->As<WelcomeMsg>();
+  if ((welcome.observer != 0) != options.observer) {
+    CloseFds(&reply->fds);
+    close(fd);
+    return absl::InternalError(absl::StrCat("control socket: asked for ",
+                                            options.observer ? "an observer" : "a session",
+                                            ", the Welcome is not one"));
+  }
   std::unique_ptr<internal::RingClient> ring;
   if (options.fast_path && reply->fds.size() == 2) {
     auto mapped = internal::RingClient::Create(reply->fds[0], reply->fds[1], welcome.session_id,

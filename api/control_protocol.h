@@ -11,16 +11,17 @@
 //   0      4        6       8         12          16
 //   | magic | version | type | length | reserved=0 | body (length - 16 bytes) ...
 //
-// magic "RCCS" (0x52434353), version 3, length = header + body, exactly the size of the type's
+// magic "RCCS" (0x52434353), version 4, length = header + body, exactly the size of the type's
 // struct below. All fields are host byte order (the socket never leaves the host). The receiver
 // copies the datagram out first and validates every field of the copy; a datagram that is too
 // short, too long, of an unknown magic/version/type or with a length that does not match its
 // type gets an Error reply (never a crash), and any descriptors that came with it are closed.
 //
 // The conversation:
-//   client -> Open      {device name; empty: the daemon's first device}, the first message,
-//                       right after connect: a daemon serves several devices and the session
-//                       lives on one of them.
+//   client -> Open      {device name; empty: the daemon's first device; flags}, the first
+//                       message, right after connect: a daemon serves several devices and the
+//                       session lives on one of them. With kOpenObserver in flags the
+//                       connection is an observer instead (below).
 //   daemon -> Welcome   SO_PEERCRED and the device -> Daemon::OpenSession, then either
 //                       Welcome{session id, token, admin, ring_channels, grant_slots, the
 //                       device: index, name, node GUID, port, GID} with TWO fds (SCM_RIGHTS:
@@ -34,6 +35,15 @@
 //                       would lose the Error that says why. A connection that sends anything
 //                       but Open first gets an Error and is closed; one that sends nothing is
 //                       closed after kOpenTimeout.
+//                       An observer (Open with kOpenObserver: regcachectl's read-only
+//                       commands) is authenticated by SO_PEERCRED and the allow-list like a
+//                       session, but gets no device resources: no PD, no pool, no rings. Its
+//                       Welcome has observer = 1, no fds, and a token that serves the read-only
+//                       gRPC calls only (Status, Stats, Sessions, ListKeys, ListEndpoints,
+//                       ListMemory, with the admin checks on the observer's peer credentials);
+//                       every call that would change or hold something is refused with
+//                       PERMISSION_DENIED. Observers are not sessions: they are counted in no
+//                       session count and hold no session slot.
 //   client -> Hello     optional: the daemon answers with the Welcome again, without fds (the
 //                       files are sent once per session).
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
@@ -72,7 +82,13 @@ namespace regcache::api {
 inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
 // 2: the Welcome carries the fast path's geometry and files. 3: the client opens its session
 // with Open, naming its device, and the Welcome says which device the session lives on.
-inline constexpr uint16_t kControlVersion = 3;
+// 4: Open carries flags (kOpenObserver) and the Welcome says whether it is an observer's; a
+// version-3 daemon would have refused the flag as a non-zero reserved field, a version-3 client
+// would not know a Welcome without fds may be an observer's.
+inline constexpr uint16_t kControlVersion = 4;
+// OpenMsg::flags.
+inline constexpr uint32_t kOpenObserver = 1;  // a read-only observer, not a session
+inline constexpr uint32_t kOpenKnownFlags = kOpenObserver;
 // How long a new connection may take to send its Open.
 inline constexpr absl::Duration kOpenTimeout = absl::Seconds(10);
 // Device names in Open and Welcome: NUL-padded, at most this many bytes.
@@ -111,14 +127,16 @@ struct OpenMsg {
   // The device the session lives on, NUL-padded (a name of exactly kDeviceNameBytes bytes has
   // no NUL); all zero: the daemon's first device.
   char device[kDeviceNameBytes] = {};
-  uint64_t reserved = 0;  // must be 0
+  uint32_t flags = 0;     // kOpen* bits; the daemon refuses unknown bits
+  uint32_t reserved = 0;  // must be 0
 };
 struct WelcomeMsg {
   ControlHeader header;
   uint64_t session_id = 0;
   char token[32] = {};  // hex digits, not NUL-terminated
   uint8_t admin = 0;
-  uint8_t pad[3] = {};
+  uint8_t observer = 0;  // 1: an observer's Welcome (no fds, read-only token)
+  uint8_t pad[2] = {};
   // The fast path's geometry (service/shm_protocol.h); the first Welcome's two fds are its
   // files. The client checks both against the files' headers and sizes.
   uint32_t ring_channels = 0;

@@ -82,7 +82,7 @@ TEST_F(SocketPair, WelcomeCarriesTheGeometryAndBothFastPathFiles) {
   ASSERT_EQ(pipe(a), 0);
   ASSERT_EQ(pipe(b), 0);
   WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
-  EXPECT_EQ(w.header.version, 3) << "the Welcome naming the session's device is version 3";
+  EXPECT_EQ(w.header.version, 4) << "the Welcome that may be an observer's is version 4";
   w.session_id = 9;
   w.device_index = 1;
   w.node_guid = 0x0002c90300abcdefull;

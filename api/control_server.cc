@@ -163,8 +163,10 @@ class ControlServerImpl final : public ControlServer {
       absl::StatusOr<std::string> device = DeviceNameOf(open.device);
       if (!device.ok()) {
         grant = device.status();
-      } else if (open.reserved != 0) {
-        grant = absl::InvalidArgumentError("Open: reserved field is not 0");
+      } else if (open.reserved != 0 || (open.flags & ~kOpenKnownFlags) != 0) {
+        grant = absl::InvalidArgumentError("Open: reserved field or unknown flags are not 0");
+      } else if ((open.flags & kOpenObserver) != 0) {
+        grant = daemon_->OpenObserver(peer, *device);
       } else {
         grant = daemon_->OpenSession(peer, *device);
       }
@@ -189,12 +191,19 @@ class ControlServerImpl final : public ControlServer {
       --pending_;
     }
     WelcomeMsg w = Welcome(*grant);
-    absl::Status sent = SendControlMessage(fd, &w, sizeof(w), absl::MakeConstSpan(files));
+    absl::Status sent =
+        SendControlMessage(fd, &w, sizeof(w), absl::MakeConstSpan(files, grant->observer ? 0 : 2));
     for (int f : files) {
       if (f >= 0) close(f);
     }
     if (!sent.ok()) {
       Drop(fd, sent.ToString());
+      return;
+    }
+    // Observers (regcachectl's read-only commands, readiness probes) log at debug level only.
+    if (grant->observer) {
+      RC_LOG(DEBUG) << "control: observer " << grant->id << " opened for pid=" << peer.pid
+                    << " uid=" << peer.uid;
       return;
     }
     RC_LOG(INFO) << "control: session " << grant->id << " opened for pid=" << peer.pid
@@ -309,6 +318,7 @@ class ControlServerImpl final : public ControlServer {
     w.session_id = grant.id;
     std::memcpy(w.token, grant.token.data(), std::min(grant.token.size(), sizeof(w.token)));
     w.admin = grant.admin ? 1 : 0;
+    w.observer = grant.observer ? 1 : 0;
     w.ring_channels = grant.ring_channels;
     w.grant_slots = grant.grant_slots;
     w.device_index = grant.device.index;
@@ -322,11 +332,13 @@ class ControlServerImpl final : public ControlServer {
   // Forgets the connection, closes it and its session.
   void Drop(int fd, absl::string_view why) {
     service::SessionId session = 0;
+    bool observer = false;
     {
       base::MutexLock l(&mu_);
       auto it = by_fd_.find(fd);
       if (it == by_fd_.end()) return;
       session = it->second.grant.id;
+      observer = it->second.grant.observer;
       if (session == 0) {
         --pending_;
       } else {
@@ -338,6 +350,12 @@ class ControlServerImpl final : public ControlServer {
     close(fd);
     if (session == 0) {
       RC_LOG(INFO) << "control: connection closed before its session opened (" << why << ")";
+      return;
+    }
+    if (observer) {  // it holds nothing: nothing to wait for
+      absl::Status closed = daemon_->CloseSession(session);
+      RC_LOG(DEBUG) << "control: observer " << session << " closed (" << why << ")"
+                    << (closed.ok() ? "" : ": ") << closed.message();
       return;
     }
     // Off this thread: the close waits for the session's calls in flight.

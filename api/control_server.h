@@ -7,7 +7,8 @@
 // closed here once sent) unprompted — or, refused, an
 // Error, and closes the connection. On EOF, a reset, or a client that stops reading, it calls
 // Daemon::CloseSession, which runs every key of the session through the lifecycle and unmaps
-// its memory.
+// its memory. An Open with kOpenObserver gets Daemon::OpenObserver instead: a Welcome without
+// files and a read-only token, logged at debug level only; its EOF just forgets it.
 //
 // One thread serves every connection with epoll. It never blocks on a client: sends are
 // MSG_DONTWAIT, and a client whose receive queue is full is dropped (its session closed).

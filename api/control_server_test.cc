@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/control_protocol.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
@@ -55,8 +56,9 @@ class ControlServerTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  // Connects, opens a session on the first device and closes the Welcome's files.
-  void Open() {
+  // Connects, opens a session (or with kOpenObserver an observer) on the first device and closes
+  // the Welcome's files, keeping their count and the Welcome.
+  void Open(uint32_t flags = 0) {
     sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     ASSERT_GE(sock_, 0);
     sockaddr_un sa{};
@@ -66,10 +68,13 @@ class ControlServerTest : public ::testing::Test {
     std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
     ASSERT_EQ(connect(sock_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
     OpenMsg open = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+    open.flags = flags;
     ASSERT_TRUE(SendControlMessage(sock_, &open, sizeof(open), -1).ok());
     auto welcome = ReceiveControlMessage(sock_, absl::Seconds(10));
     ASSERT_TRUE(welcome.ok()) << welcome.status();
     ASSERT_EQ(welcome->type, ControlType::kWelcome);
+    welcome_fds_ = welcome->fds.size();
+    welcome_ = welcome->As<WelcomeMsg>();
     CloseFds(&welcome->fds);
   }
 
@@ -100,7 +105,59 @@ class ControlServerTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<ControlServer> control_;
   int sock_ = -1;
+  size_t welcome_fds_ = 0;
+  WelcomeMsg welcome_{};
 };
+
+TEST_F(ControlServerTest, AnObserverGetsAWelcomeWithoutFilesAndNoSession) {
+  Open(kOpenObserver);
+  EXPECT_EQ(welcome_.observer, 1);
+  EXPECT_EQ(welcome_fds_, 0u) << "an observer has no fast path";
+  EXPECT_NE(welcome_.session_id, 0u);
+  EXPECT_EQ(daemon_->Status().sessions, 0u) << "an observer is not a session";
+  auto id = daemon_->Authenticate(std::string(welcome_.token, sizeof(welcome_.token)));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(daemon_->Register(*id, 4096, 4096, hca::kLocalWrite).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Its control requests are refused the same way.
+  ExportPdMsg pd = MakeControlMessage<ExportPdMsg>(ControlType::kExportPd);
+  pd.nonce = 5;
+  ASSERT_TRUE(SendControlMessage(sock_, &pd, sizeof(pd), -1).ok());
+  auto reply = ReceiveControlMessage(sock_, absl::Seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->type, ControlType::kError);
+  EXPECT_EQ(StatusFromErrorMessage(reply->As<ErrorMsg>()).code(),
+            absl::StatusCode::kPermissionDenied);
+  // Closing the connection ends the observer.
+  close(sock_);
+  sock_ = -1;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (control_->connections() > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(control_->connections(), 0u);
+  EXPECT_EQ(
+      daemon_->Authenticate(std::string(welcome_.token, sizeof(welcome_.token))).status().code(),
+      absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(ControlServerTest, AnOpenWithUnknownFlagsIsRefused) {
+  sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock_, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::string path = dir_ + "/" + kControlSocketName;
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(connect(sock_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  OpenMsg open = MakeControlMessage<OpenMsg>(ControlType::kOpen);
+  open.flags = 0x80;
+  ASSERT_TRUE(SendControlMessage(sock_, &open, sizeof(open), -1).ok());
+  auto reply = ReceiveControlMessage(sock_, absl::Seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->type, ControlType::kError);
+  absl::Status refused = StatusFromErrorMessage(reply->As<ErrorMsg>());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("flags"), absl::string_view::npos) << refused;
+}
 
 TEST_F(ControlServerTest, ImportFdWithTheWrongDescriptorCountSaysHowMany) {
   static_assert(kMaxControlFds == 4, "the messages below");

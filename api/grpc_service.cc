@@ -307,6 +307,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status Drain(grpc::ServerContext* ctx, const pb::DrainRequest*,
                      pb::DrainResponse*) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // an observer only reads
       RETURN_IF_ERROR(daemon_->RequireAdmin(s, "Drain"));
       // Run checked the deadline (with its margin) first: a Drain that starts is answered OK
       // however long it takes, never DEADLINE_EXCEEDED for an action that was carried out.
@@ -347,6 +348,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status PeerWrite(grpc::ServerContext* ctx, const pb::PeerWriteRequest* req,
                          pb::PeerWriteResponse*) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // an observer may not act on another
       ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
       const std::string& d = req->data();
       return daemon_->PeerWrite(
@@ -359,6 +361,7 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status PeerRead(grpc::ServerContext* ctx, const pb::PeerReadRequest* req,
                         pb::PeerReadResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
+      RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // reads through the device: not an observer's
       ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
       if (req->length() > kMaxPeerRead) {
         return absl::InvalidArgumentError(

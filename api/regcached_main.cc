@@ -20,10 +20,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "api/control_server.h"
 #include "api/grpc_service.h"
+#include "api/internal/build_info.h"
 #include "api/internal/sd_notify.h"
 #include "api/metrics_server.h"
 #include "base/errno_status.h"
@@ -249,6 +251,9 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("regcached --device=sim --socket_dir=/run/regcache [flags]");
+  absl::FlagsUsageConfig usage_config;  // --version: this binary's version and build type
+  usage_config.version_string = [] { return regcache::api::internal::VersionString("regcached"); };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   regcache::service::DaemonConfig config;
   if (!ConfigFromFlags(&config)) return 2;

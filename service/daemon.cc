@@ -20,6 +20,7 @@
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/memory_budget.h"
+#include "service/internal/observers.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_keys.h"
 #include "service/internal/session_shm.h"
@@ -85,6 +86,14 @@ class DaemonImpl final : public Daemon {
 
   absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
                                            absl::string_view device) override;
+  absl::StatusOr<SessionGrant> OpenObserver(const PeerCredentials& peer,
+                                            absl::string_view device) override {
+    RETURN_IF_ERROR(internal::CheckObserverAllowed(peer, access_.MayOpenSession(peer)));
+    return observers_.Open(sessions_.NewId(), peer, access_.IsAdmin(peer), devices_->Find(device));
+  }
+  absl::Status CheckMayChange(SessionId session) override {
+    return observers_.Find(session) ? internal::ObserverRefusal(session) : absl::OkStatus();
+  }
   absl::StatusOr<DeviceIdentity> SessionDevice(SessionId session) override {
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     return (**pin).device->Identity();
@@ -150,11 +159,13 @@ class DaemonImpl final : public Daemon {
     return Keys(**pin).RingQuery(**pin, handle);
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
+    if (observers_.Find(session)) return std::vector<cache::RegistrationInfo>{};
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
     return s.device->cache->List(s.tenant);
   }
   absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
+    if (observers_.Find(session)) return cache::TenantUsage{};
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
     return s.device->cache->Usage(s.tenant);
@@ -175,6 +186,7 @@ class DaemonImpl final : public Daemon {
     return s.endpoints->Destroy(endpoint);
   }
   absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(SessionId session) override {
+    if (observers_.Find(session)) return std::vector<EndpointInfo>{};
     ASSIGN_OR_RETURN(auto pin, Pin(session));
     Session& s = **pin;
     base::MutexLock lock(&s.mu);
@@ -236,6 +248,7 @@ class DaemonImpl final : public Daemon {
   internal::RefusalLog refusals_;
   SessionTable sessions_;
   base::stats::Registration tenant_registration_;  // reads sessions_: unregistered first
+  internal::ObserverTable observers_;              // ids from sessions_
 };
 
 absl::Status DaemonImpl::RefuseSession(const PeerCredentials& peer, absl::Status why) {
@@ -253,7 +266,9 @@ absl::Status DaemonImpl::StartFastPath(Session& s) {
 
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
   if (draining()) return absl::UnavailableError("regcached is draining");
-  return sessions_.Pin(id);
+  absl::StatusOr<std::unique_ptr<SessionRef>> pin = sessions_.Pin(id);
+  if (!pin.ok() && observers_.Find(id)) return internal::ObserverRefusal(id);
+  return pin;
 }
 
 absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer,
@@ -316,7 +331,8 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
 }
 
 absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
-  const std::optional<SessionId> id = sessions_.FindToken(token);
+  std::optional<SessionId> id = sessions_.FindToken(token);
+  if (!id.has_value()) id = observers_.FindToken(token);
   if (token.size() != 32 || !id.has_value()) {
     stats_.auth_failures.Inc();
     return absl::UnauthenticatedError("missing or unknown session token");
@@ -325,11 +341,16 @@ absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
 }
 
 absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
+  if (std::optional<internal::Observer> o = observers_.Find(session)) return o->admin;
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
   return s->admin;
 }
 
 absl::Status DaemonImpl::RequireAdmin(SessionId session, absl::string_view action) {
+  if (std::optional<internal::Observer> o = observers_.Find(session)) {
+    if (o->admin) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(action, " needs an admin uid or gid"));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
   if (s->admin) return absl::OkStatus();
   const std::string why = absl::StrFormat(
@@ -367,6 +388,7 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
 }
 
 absl::Status DaemonImpl::CloseSession(SessionId session) {
+  if (observers_.Remove(session)) return absl::OkStatus();  // it holds nothing
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Remove(session));
   s->grants->Closing();
   s->ring->Stop();               // before `ops`: the worker's call in flight holds it shared
@@ -467,6 +489,7 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
 }
 
 absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session) {
+  if (observers_.Find(session)) return std::vector<MemoryInfo>{};
   ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
@@ -540,7 +563,6 @@ DaemonStatus DaemonImpl::Status() {
 }
 
 absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) {
-  ASSIGN_OR_RETURN(auto me, Pin(caller));
   RETURN_IF_ERROR(RequireAdmin(caller, "listing sessions"));
   return AllSessions();
 }

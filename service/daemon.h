@@ -175,6 +175,7 @@ struct SessionGrant {
   SessionId id = 0;
   std::string token;  // 32 hex digits; the client presents it on every call
   bool admin = false;
+  bool observer = false;  // Daemon::OpenObserver's: read-only, no files, no device resources
   // The fast path's files (service/shm_protocol.h), for the transport to pass to the client
   // (SCM_RIGHTS) and then close: they are owned by the caller of OpenSession. -1 in copies
   // the transport keeps.
@@ -276,6 +277,20 @@ class Daemon {
   // kResourceExhausted past max_sessions_per_device on that device too.
   virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
                                                    absl::string_view device = {}) = 0;
+  // An observer (service/internal/observers.h): a token for the read-only calls only — Status,
+  // Stats (Usage answers an empty usage), Sessions and IsAdmin (admin decided on `peer` as for a
+  // session), ListKeys / ListEndpoints / ListMemory (empty for the observer itself; another
+  // session's with admin) — with no device resources and counted in no session count. Every
+  // call that would change or hold something answers kPermissionDenied for it. CloseSession
+  // ends it. kPermissionDenied when the peer is not on the allow-list; kNotFound for a device
+  // the daemon does not serve (the grant names the device, for the caller's information);
+  // kResourceExhausted past internal::kMaxObservers. Allowed while draining (probes read the
+  // draining daemon's status). The grant has observer = true and no fds.
+  virtual absl::StatusOr<SessionGrant> OpenObserver(const PeerCredentials& peer,
+                                                    absl::string_view device = {}) = 0;
+  // OK when `session` is not an observer; kPermissionDenied (naming why) for an observer. For
+  // transports whose mutating calls act on another session than the caller's (admin calls).
+  virtual absl::Status CheckMayChange(SessionId session) = 0;
   // The device the session lives on (every grant of the session belongs to it). kNotFound for
   // an unknown or closed session.
   virtual absl::StatusOr<DeviceIdentity> SessionDevice(SessionId session) = 0;

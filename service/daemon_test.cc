@@ -334,5 +334,68 @@ TEST_F(DaemonTest, ReregisterGrowsInPlaceAndIsBoundToTheSession) {
   ::munmap(cm.client, cm.length);
 }
 
+// An observer: a token for the read-only calls, no device resources, in no session count;
+// every call that would change or hold something is refused with kPermissionDenied.
+TEST_F(DaemonTest, ObserverReadsButHoldsAndChangesNothing) {
+  SessionGrant s = Open();
+  ClientMemory cm = Allocate(s.id, 1 << 16);
+  const uint64_t va = reinterpret_cast<uint64_t>(cm.client);
+  ASSERT_TRUE(daemon_->Register(s.id, va, 4096, kRw).ok());
+  const int64_t opened = Stat("daemon", "sessions_opened");
+
+  auto o = daemon_->OpenObserver(PeerCredentials{::getpid(), 0, 0});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->observer);
+  EXPECT_FALSE(o->admin) << "root is admin only if listed, observer or not";
+  EXPECT_EQ(o->channel_fd, -1) << "no fast path files";
+  EXPECT_EQ(o->state_fd, -1);
+  EXPECT_NE(o->id, s.id);
+  auto auth = daemon_->Authenticate(o->token);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  EXPECT_EQ(*auth, o->id);
+
+  EXPECT_EQ(daemon_->Status().sessions, 1u) << "an observer is not a session";
+  EXPECT_EQ(Stat("daemon", "sessions_opened"), opened);
+  EXPECT_EQ(Stat("daemon", "sessions_open"), 1);
+  EXPECT_EQ(daemon_->Sessions(o->id).status().code(), absl::StatusCode::kPermissionDenied)
+      << "an observer not on the admin list lists no sessions";
+  auto own = daemon_->ListKeys(o->id);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_TRUE(own->empty());
+  auto theirs = daemon_->ListKeys(s.id);  // the transport's admin check picked the target
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(theirs->size(), 1u);
+  EXPECT_TRUE(daemon_->Usage(o->id).ok());
+  EXPECT_TRUE(daemon_->ListEndpoints(o->id).ok());
+  EXPECT_TRUE(daemon_->ListMemory(o->id).ok());
+
+  const auto denied = [](const absl::Status& st) {
+    return st.code() == absl::StatusCode::kPermissionDenied &&
+           st.message().find("observer") != absl::string_view::npos;
+  };
+  EXPECT_TRUE(denied(daemon_->Register(o->id, va, 4096, kRw).status()));
+  EXPECT_TRUE(denied(daemon_->AllocateMemory(o->id, 1 << 16, false).status()));
+  EXPECT_TRUE(denied(daemon_->Release(o->id, 1)));
+  EXPECT_TRUE(denied(daemon_->Invalidate(o->id, 1)));
+  EXPECT_TRUE(denied(daemon_->AttachMemory(o->id, 1, va, false)));
+  EXPECT_TRUE(denied(daemon_->DetachMemory(o->id, 1)));
+  EXPECT_TRUE(denied(daemon_->PeerWrite(o->id, 1, va, {})));
+  EXPECT_TRUE(denied(daemon_->ExportPd(o->id).status()));
+  EXPECT_TRUE(denied(daemon_->CheckMayChange(o->id)));
+  EXPECT_TRUE(daemon_->CheckMayChange(s.id).ok());
+
+  EXPECT_TRUE(daemon_->CloseSession(o->id).ok());
+  EXPECT_EQ(daemon_->Authenticate(o->token).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(daemon_->Status().sessions, 1u);
+  EXPECT_EQ(Stat("daemon", "sessions_closed"), 0) << "closing an observer closes no session";
+}
+
+TEST_F(DaemonTest, ObserverNeedsTheAllowListAndAKnownDevice) {
+  auto stranger = daemon_->OpenObserver(PeerCredentials{::getpid(), 12345, 12345});
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied) << stranger.status();
+  auto nosuch = daemon_->OpenObserver(PeerCredentials{::getpid(), 0, 0}, "nosuch");
+  EXPECT_EQ(nosuch.status().code(), absl::StatusCode::kNotFound) << nosuch.status();
+}
+
 }  // namespace
 }  // namespace regcache::service

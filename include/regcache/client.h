@@ -92,6 +92,14 @@ struct ClientOptions {
   // daemon that serves several NICs (its --device list). Empty (default): the daemon's first
   // device. A name the daemon does not serve fails Connect with kNotFound listing those it does.
   std::string device;
+  // A read-only observer instead of a session (regcachectl's status, stats, sessions, keys;
+  // readiness probes): authenticated by the daemon like a session (its allow-list, and the admin
+  // calls on this process's credentials) but holding nothing on the daemon — no PD, no pool, no
+  // fast path — and counted in no session count. Status, Stats, Sessions, ListKeys,
+  // ListEndpoints and ListMemory work (the observer's own lists are empty; session_id() is the
+  // observer's id); every call that would change or hold something (Register, memory,
+  // endpoints, Drain, the peer calls) fails with kPermissionDenied. Default false.
+  bool observer = false;
 };
 
 // The NIC a session lives on (Client::device()): every key of the session belongs to it, so a
