@@ -16,6 +16,7 @@
 #include "service/internal/attach_memory.h"
 #include "service/internal/backing_page.h"
 #include "service/internal/client_regions.h"
+#include "service/internal/daemon_stats.h"
 #include "service/internal/device_set.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
@@ -31,28 +32,10 @@
 namespace regcache::service {
 namespace {
 
-#define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                       \
-  COUNTER(sessions_opened, "sessions opened")                                  \
-  COUNTER(sessions_refused, "sessions refused (allow-list, draining, limit)")  \
-  COUNTER(sessions_closed, "sessions closed (disconnect, death or drain)")     \
-  COUNTER(auth_failures, "calls with a missing or unknown session token")      \
-  COUNTER(memory_allocated, "memfd arenas created for clients")                \
-  COUNTER(memory_imported, "client memory files imported")                     \
-  COUNTER(memory_refused, "memory requests refused")                           \
-  GAUGE(sessions_open, "sessions open now")                                    \
-  GAUGE(memory_mapped_bytes, "bytes of shareable memory mapped by the daemon") \
-  HISTOGRAM(session_close_ns, "time to run a closing session's keys through the lifecycle")
-
-RC_DEFINE_STATS(DaemonStats, REGCACHE_DAEMON_STATS);
-
-using internal::GrantTable;
 using internal::Memory;
-using internal::NewToken;
 using internal::RingServer;
 using internal::Session;
 using internal::SessionRef;
-using internal::SessionShm;
-using internal::SessionTable;
 using internal::SlottedGrant;
 
 class DaemonImpl final : public Daemon {
@@ -237,7 +220,7 @@ class DaemonImpl final : public Daemon {
   std::unique_ptr<internal::DeviceSet> devices_;  // set by OpenDevices, constant after
   const absl::Time started_;
   internal::MemoryBudget budget_{config_.max_bytes_total};  // outlives every session's memory
-  DaemonStats stats_;
+  internal::DaemonStats stats_;
   internal::RingStats ring_stats_;
   base::stats::Registration stats_registration_;
   base::stats::Registration ring_stats_registration_;
@@ -246,7 +229,7 @@ class DaemonImpl final : public Daemon {
   std::atomic<bool> draining_{false};
   const internal::AccessPolicy access_;
   internal::RefusalLog refusals_;
-  SessionTable sessions_;
+  internal::SessionTable sessions_;
   base::stats::Registration tenant_registration_;  // reads sessions_: unregistered first
   internal::ObserverTable observers_;              // ids from sessions_
 };
@@ -258,8 +241,9 @@ absl::Status DaemonImpl::RefuseSession(const PeerCredentials& peer, absl::Status
 }
 
 absl::Status DaemonImpl::StartFastPath(Session& s) {
-  ASSIGN_OR_RETURN(s.shm, SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
-  s.grants = std::make_unique<GrantTable>(s.shm.get());
+  ASSIGN_OR_RETURN(s.shm,
+                   internal::SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
+  s.grants = std::make_unique<internal::GrantTable>(s.shm.get());
   ASSIGN_OR_RETURN(s.ring, RingServer::Start(&s, &Keys(s), &ring_stats_));
   return absl::OkStatus();
 }
@@ -296,7 +280,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   s->peer = peer;
   s->admin = access_.IsAdmin(peer);
   s->opened = absl::Now();
-  ASSIGN_OR_RETURN(s->token, NewToken());
+  ASSIGN_OR_RETURN(s->token, internal::NewToken());
   cache::TenantOptions to;
   to.max_keys = config_.max_keys_per_session;
   to.max_backed_bytes = config_.max_bytes_per_session;
@@ -347,10 +331,10 @@ absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
 }
 
 absl::Status DaemonImpl::RequireAdmin(SessionId session, absl::string_view action) {
-  if (std::optional<internal::Observer> o = observers_.Find(session)) {
-    if (o->admin) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat(action, " needs an admin uid or gid"));
-  }
+  std::optional<internal::Observer> o = observers_.Find(session);
+  if (o)
+    return o->admin ? absl::OkStatus()
+                    : absl::PermissionDeniedError(absl::StrCat(action, ": not admin"));
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
   if (s->admin) return absl::OkStatus();
   const std::string why = absl::StrFormat(
@@ -568,12 +552,7 @@ absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) 
 }
 
 std::vector<base::stats::Sample> DaemonImpl::TenantStats() {
-  std::vector<internal::TenantSession> use;
-  for (auto& s : sessions_.All()) {
-    base::MutexLock lock(&s->mu);  // held briefly by design (service/internal/attach_memory.h)
-    use.push_back({s->peer.uid, s->mapped_bytes, s->memories.size() + s->regions.size()});
-  }
-  return internal::TenantSamples(use, config_.metrics_max_tenants);
+  return internal::TenantSamples(sessions_.TenantUse(), config_.metrics_max_tenants);
 }
 
 std::vector<SessionInfo> DaemonImpl::AllSessions() {

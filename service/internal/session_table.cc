@@ -91,4 +91,13 @@ std::vector<SessionId> SessionTable::Ids() const {
   return ids;
 }
 
+std::vector<TenantSession> SessionTable::TenantUse() const {
+  std::vector<TenantSession> use;
+  for (auto& s : All()) {
+    base::MutexLock lock(&s->mu);
+    use.push_back({s->peer.uid, s->mapped_bytes, s->memories.size() + s->regions.size()});
+  }
+  return use;
+}
+
 }  // namespace regcache::service::internal

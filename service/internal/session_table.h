@@ -33,6 +33,7 @@
 #include "service/internal/ring_server.h"
 #include "service/internal/session_shm.h"
 #include "service/internal/shared_memory.h"
+#include "service/internal/tenant_stats.h"
 
 namespace regcache::service::internal {
 
@@ -134,6 +135,9 @@ class SessionTable {
   // kNotFound if no session has this id.
   absl::StatusOr<std::shared_ptr<Session>> Remove(SessionId id) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Session>> All() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Each session's peer uid, mapped bytes and memories (tenant_stats.h), each read under its
+  // own lock, briefly (attach_memory.h).
+  std::vector<TenantSession> TenantUse() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<SessionId> Ids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
