@@ -203,22 +203,8 @@ absl::Status ClientImpl::RawCall(const std::string& method, const std::string& b
   grpc::GenericStub generic(channel_);
   grpc::ClientContext ctx;
   Prepare(&ctx);
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
-  base::Mutex mu;
-  base::CondVar cv;
-  bool done = false;    // guarded by mu
-  grpc::Status result;  // guarded by mu
-  generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-    base::MutexLock l(&mu);
-    result = std::move(s);
-    done = true;
-    cv.SignalAll();
-  });
-  base::MutexLock l(&mu);
-  while (!done) cv.Wait(&mu);  // the call's deadline bounds the wait
-  return FromGrpcStatus(result);
+  return FromGrpcStatus(BlockingRawCall(generic, &ctx, method, bytes, &response));
 }
 
 }  // namespace regcache::api::internal

@@ -77,25 +77,10 @@ absl::StatusOr<std::string> CheckHealth(const std::string& target, absl::string_
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
-  base::Mutex mu;
-  base::CondVar cv;
-  bool done = false;    // guarded by mu
-  grpc::Status result;  // guarded by mu
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   base::MutexLock l(&mu);
-                   result = std::move(s);
-                   done = true;
-                   cv.SignalAll();
-                 });
-  {
-    base::MutexLock l(&mu);
-    while (!done) cv.Wait(&mu);  // the call's deadline bounds the wait
-    if (!result.ok()) return FromGrpcStatus(result);
-  }
+  grpc::Status result =
+      BlockingRawCall(stub, &ctx, "/grpc.health.v1.Health/Check", request_bytes, &response);
+  if (!result.ok()) return FromGrpcStatus(result);
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return absl::InternalError("health response: unreadable");
   std::string bytes;
