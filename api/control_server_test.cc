@@ -131,13 +131,15 @@ TEST_F(ControlServerTest, AnObserverGetsAWelcomeWithoutFilesAndNoSession) {
   // Closing the connection ends the observer.
   close(sock_);
   sock_ = -1;
+  // The connection is forgotten first and the observer ended just after, both on the control
+  // thread: wait for the second.
+  const std::string token(welcome_.token, sizeof(welcome_.token));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (control_->connections() > 0 && absl::Now() < deadline)
+  while ((control_->connections() > 0 || daemon_->Authenticate(token).ok()) &&
+         absl::Now() < deadline)
     absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(control_->connections(), 0u);
-  EXPECT_EQ(
-      daemon_->Authenticate(std::string(welcome_.token, sizeof(welcome_.token))).status().code(),
-      absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(daemon_->Authenticate(token).status().code(), absl::StatusCode::kUnauthenticated);
 }
 
 TEST_F(ControlServerTest, AnOpenWithUnknownFlagsIsRefused) {
@@ -162,7 +164,12 @@ TEST_F(ControlServerTest, AnOpenWithUnknownFlagsIsRefused) {
 TEST_F(ControlServerTest, ImportFdWithTheWrongDescriptorCountSaysHowMany) {
   static_assert(kMaxControlFds == 4, "the messages below");
   Open();
-  // The daemon is in this process: its copies of the descriptors count too.
+  // The daemon is in this process: its copies of the descriptors count too. It closes its copies
+  // of the Welcome's files just after sending them; a Hello answered on the same thread comes
+  // after that close.
+  HelloMsg first = MakeControlMessage<HelloMsg>(ControlType::kHello);
+  ASSERT_TRUE(SendControlMessage(sock_, &first, sizeof(first), -1).ok());
+  ASSERT_TRUE(ReceiveControlMessage(sock_, absl::Seconds(10)).ok());
   const size_t before = OpenFdCount();
   struct Case {
     size_t fds;
