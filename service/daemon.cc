@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
@@ -26,6 +27,8 @@
 #include "service/internal/shared_memory.h"
 
 namespace regcache::service {
+
+constexpr absl::string_view kDrain = base::reason::kDraining;
 namespace {
 
 #define REGCACHE_DAEMON_STATS(COUNTER, GAUGE, HISTOGRAM)                       \
@@ -249,7 +252,7 @@ absl::Status DaemonImpl::StartFastPath(Session& s) {
 }
 
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
-  if (draining()) return absl::UnavailableError("regcached is draining");
+  if (draining()) return base::WithReason(absl::UnavailableError("regcached is draining"), kDrain);
   return sessions_.Pin(id);
 }
 
@@ -257,25 +260,34 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
                                                      absl::string_view device) {
   if (draining()) {
     stats_.sessions_refused.Inc();
-    return absl::UnavailableError("regcached is draining");
+    return base::WithReason(absl::UnavailableError("regcached is draining"), kDrain);
   }
   if (!Allowed(peer)) {
     stats_.sessions_refused.Inc();
     RC_LOG(WARNING) << "session refused: pid " << peer.pid << " uid " << peer.uid << " gid "
                     << peer.gid << " is not on the allow-list";
-    return absl::PermissionDeniedError(
-        absl::StrFormat("uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
+    return base::WithReason(
+        absl::PermissionDeniedError(
+            absl::StrFormat("uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid)),
+        base::reason::kPeerNotAllowed,
+        {{"uid", std::to_string(peer.uid)}, {"gid", std::to_string(peer.gid)}});
   }
   if (sessions_.size() >= config_.max_sessions) {
     stats_.sessions_refused.Inc();
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("session limit %d reached", config_.max_sessions));
+    return base::WithReason(absl::ResourceExhaustedError(
+                                absl::StrFormat("session limit %d reached", config_.max_sessions)),
+                            base::reason::kSessionLimitReached,
+                            {{"limit", std::to_string(config_.max_sessions)}});
   }
   absl::StatusOr<internal::DeviceSlot*> slot = devices_->Find(device);
   if (slot.ok() && config_.max_sessions_per_device != 0 &&
       (*slot)->sessions.load() >= config_.max_sessions_per_device) {
-    slot = absl::ResourceExhaustedError(absl::StrFormat(
-        "session limit %d of device %s reached", config_.max_sessions_per_device, (*slot)->name()));
+    slot = base::WithReason(
+        absl::ResourceExhaustedError(absl::StrFormat("session limit %d of device %s reached",
+                                                     config_.max_sessions_per_device,
+                                                     (*slot)->name())),
+        base::reason::kSessionLimitReached,
+        {{"limit", std::to_string(config_.max_sessions_per_device)}, {"device", (*slot)->name()}});
   }
   if (!slot.ok()) {
     stats_.sessions_refused.Inc();
@@ -324,7 +336,8 @@ absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
   const std::optional<SessionId> id = sessions_.FindToken(token);
   if (token.size() != 32 || !id.has_value()) {
     stats_.auth_failures.Inc();
-    return absl::UnauthenticatedError("missing or unknown session token");
+    return base::WithReason(absl::UnauthenticatedError("missing or unknown session token"),
+                            base::reason::kSessionUnknown);
   }
   return *id;
 }
@@ -536,7 +549,10 @@ DaemonStatus DaemonImpl::Status() {
 
 absl::StatusOr<std::vector<SessionInfo>> DaemonImpl::Sessions(SessionId caller) {
   ASSIGN_OR_RETURN(auto me, Pin(caller));
-  if (!(**me).admin) return absl::PermissionDeniedError("listing sessions needs an admin uid");
+  if (!(**me).admin) {
+    return base::WithReason(absl::PermissionDeniedError("listing sessions needs an admin uid"),
+                            base::reason::kAdminRequired);
+  }
   std::vector<SessionInfo> out;
   for (auto& s : sessions_.All()) {
     SessionInfo info;

@@ -12,17 +12,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "api/regcache.pb.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
+#include "regcache/v1/regcache.pb.h"
 #include "service/daemon.h"
 
 namespace regcache::api::internal {
 
 namespace pb = ::regcache::v1;
 
-// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_NONE.
+// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_UNSPECIFIED.
 absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode);
 
 void ToProto(const cache::KeyGrant& g, uint32_t device_index, pb::KeyGrant* out);
