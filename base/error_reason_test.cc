@@ -26,8 +26,8 @@ TEST(ErrorReason, OkAndPlainErrorsHaveNone) {
 }
 
 TEST(ErrorReason, NewlinesInValuesCannotForgeEntries) {
-  absl::Status s = WithReason(absl::NotFoundError("x"), reason::kSessionUnknown,
-                              {{"name", "a\nforged=1"}});
+  absl::Status s =
+      WithReason(absl::NotFoundError("x"), reason::kSessionUnknown, {{"name", "a\nforged=1"}});
   std::optional<ErrorReason> r = GetErrorReason(s);
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->metadata.size(), 1u);

@@ -10,6 +10,7 @@ packages=(
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
   libucx-dev ccache clang-format
+  golang-github-gogo-googleapis-dev npm  # google/rpc protos (error details); buf for the API tests
   "$@"
 )
 

@@ -37,12 +37,12 @@ absl::StatusOr<service::SessionId> SessionCalls::Authenticate(grpc::ServerContex
 absl::Status SessionCalls::RequireAdmin(service::SessionId s, absl::string_view what) {
   ASSIGN_OR_RETURN(bool admin, daemon_->IsAdmin(s));
   if (admin) return absl::OkStatus();
-  return base::WithReason(absl::PermissionDeniedError(absl::StrCat(what, " needs an admin session")),
-                          base::reason::kAdminRequired);
+  return base::WithReason(
+      absl::PermissionDeniedError(absl::StrCat(what, " needs an admin session")),
+      base::reason::kAdminRequired);
 }
 
-absl::StatusOr<service::SessionId> SessionCalls::Target(service::SessionId caller,
-                                                        uint64_t named) {
+absl::StatusOr<service::SessionId> SessionCalls::Target(service::SessionId caller, uint64_t named) {
   if (named == 0 || named == caller) return caller;
   RETURN_IF_ERROR(RequireAdmin(caller, "acting on another session"));
   return named;

@@ -39,8 +39,7 @@ std::string NextPageToken(absl::string_view list, uint64_t scope, uint64_t last)
 template <typename T, typename IdFn>
 std::string TakePage(std::vector<T>& items, IdFn id, absl::string_view list, uint64_t scope,
                      const PageSpec& spec) {
-  std::sort(items.begin(), items.end(),
-            [&](const T& a, const T& b) { return id(a) < id(b); });
+  std::sort(items.begin(), items.end(), [&](const T& a, const T& b) { return id(a) < id(b); });
   auto first = std::find_if(items.begin(), items.end(),
                             [&](const T& item) { return id(item) > spec.after; });
   items.erase(items.begin(), first);

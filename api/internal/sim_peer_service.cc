@@ -25,8 +25,7 @@ grpc::Status SimPeerServiceImpl::PeerWrite(grpc::ServerContext* ctx,
   });
 }
 
-grpc::Status SimPeerServiceImpl::PeerRead(grpc::ServerContext* ctx,
-                                          const pb::PeerReadRequest* req,
+grpc::Status SimPeerServiceImpl::PeerRead(grpc::ServerContext* ctx, const pb::PeerReadRequest* req,
                                           pb::PeerReadResponse* resp) {
   return calls_.Run(ctx, [&](SessionId s) -> absl::Status {
     ASSIGN_OR_RETURN(SessionId target, calls_.Target(s, req->session_id()));
