@@ -50,21 +50,27 @@ namespace {
 // This thread's last message. A fixed buffer (trivially destructible: no thread-exit work in a
 // library that may be dlopen'ed and dlclose'd by an FFI host); long messages are truncated.
 thread_local char last_error[1024];
+// Its reason (rc::ErrorReason; reasons are at most 63 characters), "" when it has none.
+thread_local char last_reason[64];
 
 regcache_code_t SetError(regcache_code_t code, const char* message) {
   std::snprintf(last_error, sizeof(last_error), "%s", message == nullptr ? "" : message);
+  last_reason[0] = '\0';
   return code;
 }
 
 regcache_code_t Ok() {
   last_error[0] = '\0';
+  last_reason[0] = '\0';
   return REGCACHE_OK;
 }
 
 regcache_code_t FromStatus(const absl::Status& s) {
   if (s.ok()) return Ok();
   std::string msg(s.message());
-  return SetError(static_cast<regcache_code_t>(s.code()), msg.c_str());
+  const regcache_code_t code = SetError(static_cast<regcache_code_t>(s.code()), msg.c_str());
+  std::snprintf(last_reason, sizeof(last_reason), "%s", rc::ErrorReason(s).c_str());
+  return code;
 }
 
 regcache_code_t Invalid(const char* what) {
@@ -197,6 +203,8 @@ regcache_code_t BatchRan(const absl::Status& first_failure) {
 extern "C" {
 
 const char* regcache_last_error(void) { return last_error; }
+
+const char* regcache_last_error_reason(void) { return last_reason; }
 
 const char* regcache_code_name(int code) {
   static const char* const kNames[] = {"OK",

@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@
 #include "api/internal/client_impl.h"
 #include "api/internal/client_testing.h"
 #include "base/errno_status.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "service/shm_futex.h"
 
@@ -38,6 +41,17 @@ absl::StatusOr<KeyRef> Client::AcquireWindow(uint64_t parent, uint64_t offset, u
                                              uint32_t access) {
   ASSIGN_OR_RETURN(Key k, Window(parent, offset, length, access));
   return KeyRef(this, k);
+}
+
+std::string ErrorReason(const absl::Status& status) {
+  std::optional<base::ErrorReason> r = base::GetErrorReason(status);
+  return r.has_value() ? r->reason : std::string();
+}
+
+std::map<std::string, std::string> ErrorMetadata(const absl::Status& status) {
+  std::optional<base::ErrorReason> r = base::GetErrorReason(status);
+  if (!r.has_value()) return {};
+  return std::map<std::string, std::string>(r->metadata.begin(), r->metadata.end());
 }
 
 absl::StatusOr<int64_t> StatsSnapshot::Get(const std::string& component,
@@ -76,7 +90,8 @@ ClientImpl::ClientImpl(int control_fd, const WelcomeMsg& welcome,
       device_(DeviceOf(welcome)),
       token_(welcome.token, sizeof(welcome.token)),
       channel_(std::move(channel)),
-      stub_(pb::RegCache::NewStub(channel_)),
+      stub_(pb::RegCacheService::NewStub(channel_)),
+      sim_peer_stub_(pb::SimPeerService::NewStub(channel_)),
       options_(options) {
   if (ring_ != nullptr && options_.client_cache) {
     grants_ = std::make_unique<GrantCache>(
@@ -103,7 +118,7 @@ absl::StatusOr<Memory> ClientImpl::AllocateMemory(uint64_t length, bool hugetlb,
   req.set_length(length);
   req.set_hugetlb(hugetlb);
   pb::AllocateMemoryResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::AllocateMemory, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::AllocateMemory, req, &resp));
   ASSIGN_OR_RETURN(int fd, TakeMemoryFd(resp.memory_id()));
   return MapAndAttach(resp.memory_id(), fd, 0, resp.length(), on_demand);
 }
@@ -128,7 +143,7 @@ absl::Status ClientImpl::DetachMemory(const Memory& memory) {
   pb::DetachMemoryRequest req;
   req.set_memory_id(memory.id);
   pb::DetachMemoryResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::DetachMemory, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::DetachMemory, req, &resp));
   base::MutexLock l(&maps_mu_);
   auto it = maps_.find(memory.id);
   if (it != maps_.end()) {
@@ -206,7 +221,7 @@ absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t of
     pb::DetachMemoryRequest req;
     req.set_memory_id(id);
     pb::DetachMemoryResponse resp;
-    (void)Call(&pb::RegCache::Stub::DetachMemory, req, &resp);
+    (void)Call(&pb::RegCacheService::Stub::DetachMemory, req, &resp);
     return s;
   }
   pb::AttachMemoryRequest req;
@@ -214,13 +229,13 @@ absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t of
   req.set_client_va(reinterpret_cast<uint64_t>(p));
   req.set_on_demand(on_demand);
   pb::AttachMemoryResponse resp;
-  absl::Status attached = Call(&pb::RegCache::Stub::AttachMemory, req, &resp);
+  absl::Status attached = Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);
   if (!attached.ok()) {
     munmap(p, length);
     pb::DetachMemoryRequest dreq;
     dreq.set_memory_id(id);
     pb::DetachMemoryResponse dresp;
-    (void)Call(&pb::RegCache::Stub::DetachMemory, dreq, &dresp);
+    (void)Call(&pb::RegCacheService::Stub::DetachMemory, dreq, &dresp);
     return attached;
   }
   Memory m{id, p, length};

@@ -84,7 +84,7 @@ absl::StatusOr<EndpointInfo> ClientImpl::CreateEndpoint(const RemoteQp& peer, ui
   ToProto(peer, req.mutable_peer());
   req.set_access(access);
   pb::CreateEndpointResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::CreateEndpoint, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::CreateEndpoint, req, &resp));
   return FromProto(resp.endpoint());
 }
 
@@ -92,39 +92,60 @@ absl::Status ClientImpl::DestroyEndpoint(uint64_t id) {
   pb::DestroyEndpointRequest req;
   req.set_endpoint_id(id);
   pb::DestroyEndpointResponse resp;
-  return Call(&pb::RegCache::Stub::DestroyEndpoint, req, &resp);
+  return Call(&pb::RegCacheService::Stub::DestroyEndpoint, req, &resp);
+}
+
+absl::Status ClientImpl::AllPages(
+    const std::function<absl::StatusOr<std::string>(const std::string&)>& page) {
+  std::string token;
+  do {
+    ASSIGN_OR_RETURN(std::string next, page(token));
+    // Each page starts after the last id of the one before, so a daemon that repeats a token
+    // is broken; stop rather than loop.
+    if (!next.empty() && next == token) return absl::InternalError("the daemon repeated a page");
+    token = std::move(next);
+  } while (!token.empty());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<EndpointInfo>> ClientImpl::ListEndpoints(uint64_t session) {
-  pb::ListEndpointsRequest req;
-  req.set_session_id(session);
-  pb::ListEndpointsResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ListEndpoints, req, &resp));
   std::vector<EndpointInfo> out;
-  for (const pb::EndpointInfo& e : resp.endpoints()) out.push_back(FromProto(e));
+  RETURN_IF_ERROR(AllPages([&](const std::string& token) -> absl::StatusOr<std::string> {
+    pb::ListEndpointsRequest req;
+    req.set_session_id(session);
+    req.set_page_token(token);
+    pb::ListEndpointsResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::ListEndpoints, req, &resp));
+    for (const pb::EndpointInfo& e : resp.endpoints()) out.push_back(FromProto(e));
+    return resp.next_page_token();
+  }));
   return out;
 }
 
 absl::StatusOr<std::vector<KeyInfo>> ClientImpl::ListKeys(uint64_t session) {
-  pb::ListKeysRequest req;
-  req.set_session_id(session);
-  pb::ListKeysResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ListKeys, req, &resp));
   std::vector<KeyInfo> out;
-  for (const pb::KeyInfo& k : resp.keys()) out.push_back(FromProto(k));
+  RETURN_IF_ERROR(AllPages([&](const std::string& token) -> absl::StatusOr<std::string> {
+    pb::ListKeysRequest req;
+    req.set_session_id(session);
+    req.set_page_token(token);
+    pb::ListKeysResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::ListKeys, req, &resp));
+    for (const pb::KeyInfo& k : resp.keys()) out.push_back(FromProto(k));
+    return resp.next_page_token();
+  }));
   return out;
 }
 
 absl::Status ClientImpl::Ping() {
   pb::PingRequest req;
   pb::PingResponse resp;
-  return Call(&pb::RegCache::Stub::Ping, req, &resp);
+  return Call(&pb::RegCacheService::Stub::Ping, req, &resp);
 }
 
 absl::StatusOr<StatsSnapshot> ClientImpl::Stats() {
   pb::StatsRequest req;
   pb::StatsResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Stats, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Stats, req, &resp));
   StatsSnapshot out;
   out.session = FromProto(resp.session_usage());
   for (const pb::Stat& s : resp.stats()) {
@@ -137,7 +158,7 @@ absl::StatusOr<StatsSnapshot> ClientImpl::Stats() {
 absl::StatusOr<DaemonInfo> ClientImpl::Status() {
   pb::StatusRequest req;
   pb::StatusResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Status, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Status, req, &resp));
   DaemonInfo info{resp.device(),    resp.backend(), resp.sessions(),  resp.draining(),
                   resp.uptime_ms(), resp.peer(),    resp.endpoints(), resp.device_selection()};
   for (const pb::DeviceInfo& d : resp.devices()) {
@@ -156,21 +177,25 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
 }
 
 absl::StatusOr<std::vector<SessionRecord>> ClientImpl::Sessions() {
-  pb::SessionsRequest req;
-  pb::SessionsResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Sessions, req, &resp));
   std::vector<SessionRecord> out;
-  for (const pb::SessionInfo& s : resp.sessions()) {
-    out.push_back(SessionRecord{s.session_id(), s.pid(), s.uid(), s.gid(), s.admin(),
-                                FromProto(s.usage()), s.memories(), s.device()});
-  }
+  RETURN_IF_ERROR(AllPages([&](const std::string& token) -> absl::StatusOr<std::string> {
+    pb::SessionsRequest req;
+    req.set_page_token(token);
+    pb::SessionsResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Sessions, req, &resp));
+    for (const pb::SessionInfo& s : resp.sessions()) {
+      out.push_back(SessionRecord{s.session_id(), s.pid(), s.uid(), s.gid(), s.admin(),
+                                  FromProto(s.usage()), s.memories(), s.device()});
+    }
+    return resp.next_page_token();
+  }));
   return out;
 }
 
 absl::Status ClientImpl::Drain() {
   pb::DrainRequest req;
   pb::DrainResponse resp;
-  return Call(&pb::RegCache::Stub::Drain, req, &resp);
+  return Call(&pb::RegCacheService::Stub::Drain, req, &resp);
 }
 
 absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
@@ -182,7 +207,7 @@ absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::stri
   req.set_session_id(session);
   req.set_endpoint_id(endpoint);
   pb::PeerWriteResponse resp;
-  return Call(&pb::RegCache::Stub::PeerWrite, req, &resp);
+  return Call(&pb::SimPeerService::Stub::PeerWrite, req, &resp);
 }
 
 absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
@@ -194,7 +219,7 @@ absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, u
   req.set_session_id(session);
   req.set_endpoint_id(endpoint);
   pb::PeerReadResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::PeerRead, req, &resp));
+  RETURN_IF_ERROR(Call(&pb::SimPeerService::Stub::PeerRead, req, &resp));
   return resp.data();
 }
 

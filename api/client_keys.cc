@@ -92,13 +92,13 @@ absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t leng
   req.set_access(access);
   req.set_prefetch(ToProto(prefetch));
   req.set_call_id(NextCallId());
-  pb::KeyGrant resp;
-  absl::Status s = Call(&pb::RegCache::Stub::Register, req, &resp);
+  pb::RegisterResponse resp;
+  absl::Status s = Call(&pb::RegCacheService::Stub::Register, req, &resp);
   if (!s.ok()) {
     ForgetIfLost(s, {req.call_id()});
     return s;
   }
-  return FromProto(resp);
+  return FromProto(resp.grant());
 }
 
 void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
@@ -130,7 +130,7 @@ absl::Status ClientImpl::Release(uint64_t handle) {
     pb::ReleaseRequest req;
     req.set_handle(handle);
     pb::ReleaseResponse resp;
-    return Call(&pb::RegCache::Stub::Release, req, &resp);
+    return Call(&pb::RegCacheService::Stub::Release, req, &resp);
   }
   if (grants_ != nullptr) {
     GrantCache::ReleaseOutcome o = grants_->Release(handle);
@@ -150,7 +150,7 @@ absl::Status ClientImpl::Invalidate(uint64_t handle) {
     pb::InvalidateRequest req;
     req.set_handle(handle);
     pb::InvalidateResponse resp;
-    return Call(&pb::RegCache::Stub::Invalidate, req, &resp);
+    return Call(&pb::RegCacheService::Stub::Invalidate, req, &resp);
   }
   // Out of the cache first: from now on no thread of ours gets it from a hit.
   const uint32_t holds = grants_ != nullptr ? grants_->Forget(handle) : 0;
@@ -194,13 +194,13 @@ absl::StatusOr<Key> ClientImpl::Window(uint64_t parent, uint64_t offset, uint64_
   req.set_length(length);
   req.set_access(access);
   req.set_call_id(NextCallId());
-  pb::KeyGrant resp;
-  absl::Status s = Call(&pb::RegCache::Stub::Window, req, &resp);
+  pb::WindowResponse resp;
+  absl::Status s = Call(&pb::RegCacheService::Stub::Window, req, &resp);
   if (!s.ok()) {
     ForgetIfLost(s, {req.call_id()});
     return s;
   }
-  return FromProto(resp);
+  return FromProto(resp.grant());
 }
 
 absl::Status ClientImpl::Prefetch(const void* addr, uint64_t length, bool write,
@@ -212,16 +212,16 @@ absl::Status ClientImpl::Prefetch(const void* addr, uint64_t length, bool write,
   req.set_write(write);
   req.set_mode(ToProto(mode));
   pb::PrefetchResponse resp;
-  return Call(&pb::RegCache::Stub::Prefetch, req, &resp);
+  return Call(&pb::RegCacheService::Stub::Prefetch, req, &resp);
 }
 
 absl::StatusOr<KeyInfo> ClientImpl::Query(uint64_t handle) {
   if (ring_ != nullptr) return RingQuery(*ring_, handle);
   pb::QueryRequest req;
   req.set_handle(handle);
-  pb::KeyInfo resp;
-  RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Query, req, &resp));
-  return FromProto(resp);
+  pb::QueryResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Query, req, &resp));
+  return FromProto(resp.key());
 }
 
 // --- Re-registration --------------------------------------------------------------------------
@@ -234,9 +234,9 @@ absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, ui
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
     req.set_access(access);
-    pb::KeyGrant resp;
-    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::Reregister, req, &resp));
-    return FromProto(resp);
+    pb::ReregisterResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Reregister, req, &resp));
+    return FromProto(resp.grant());
   }
   if (grants_ != nullptr) {
     GrantCache::Sole t = grants_->TakeSole(handle);
@@ -270,7 +270,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
       r->set_call_id(NextCallId());
     }
     pb::RegisterBatchResponse resp;
-    absl::Status s = Call(&pb::RegCache::Stub::RegisterBatch, req, &resp);
+    absl::Status s = Call(&pb::RegCacheService::Stub::RegisterBatch, req, &resp);
     if (!s.ok()) {
       std::vector<uint64_t> ids;
       for (const pb::RegisterRequest& r : req.items()) ids.push_back(r.call_id());
@@ -318,7 +318,7 @@ absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
     pb::ReleaseBatchRequest req;
     req.mutable_handles()->Add(handles.begin(), handles.end());
     pb::ReleaseBatchResponse resp;
-    RETURN_IF_ERROR(Call(&pb::RegCache::Stub::ReleaseBatch, req, &resp));
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::ReleaseBatch, req, &resp));
     RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), handles.size()));
     std::vector<absl::Status> out;
     for (const pb::ItemStatus& r : resp.results()) out.push_back(FromItemStatus(r));

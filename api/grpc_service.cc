@@ -10,18 +10,25 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "api/control_protocol.h"
 #include "api/internal/call_ledger.h"
+#include "api/internal/grpc_calls.h"
 #include "api/internal/grpc_status.h"
+#include "api/internal/paging.h"
 #include "api/internal/proto_convert.h"
-#include "api/regcache.grpc.pb.h"
+#include "api/internal/sim_peer_service.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "cache/lifecycle.h"
+#include "regcache/v1/regcache.grpc.pb.h"
 
 namespace regcache::api {
 namespace {
@@ -29,10 +36,6 @@ namespace {
 namespace pb = ::regcache::v1;
 using service::SessionId;
 
-// A call with less than this left counts as past its deadline. gRPC carries a deadline as a
-// whole number of milliseconds, rounded up, so a call sent with no time left arrives with up to
-// a millisecond "left"; work done then would be answered after the client gave up on it.
-constexpr std::chrono::milliseconds kDeadlineMargin{2};
 // Calls with less than this left (or none set) ask, after making a key, whether the client
 // cancelled (Kept). It is wide because the deadline the server sees can run late by far more
 // than the transit: gRPC converts it to a relative timeout from a clock each side caches per
@@ -40,28 +43,43 @@ constexpr std::chrono::milliseconds kDeadlineMargin{2};
 // here with 146 ms left. The clients' own calls carry 10 s, so they never pay for the question.
 constexpr std::chrono::milliseconds kCancelCheckWindow{1000};
 
-// OK while the call still has time; the status to return otherwise. Deliberately not
-// ServerContext::IsCancelled(): on the sync server it plucks the call's completion queue, which
-// measured at ~80 us per call here — more than the whole empty RPC. A cancelled client gets
-// no reply anyway; the deadline is what bounds the work.
-absl::Status CheckDeadline(grpc::ServerContext* ctx) {
-  if (ctx->deadline() - std::chrono::system_clock::now() < kDeadlineMargin) {
-    return absl::DeadlineExceededError(
-        "the deadline passed (or less than 2 ms was left) before the work was done");
-  }
-  return absl::OkStatus();
-}
-
 using internal::CheckBatchSize;
+using internal::CheckDeadline;
 using internal::FromProto;
 using internal::PrefetchFromProto;
-using internal::Through;
 using internal::ToProto;
 
-class RegCacheServiceImpl final : public pb::RegCache::Service {
+// Health of the services (grpc.health.v1): SERVING for "" and each service's full name from
+// the start, NOT_SERVING for all of them once a drain starts (and for good).
+class ServingHealth {
  public:
-  RegCacheServiceImpl(service::Daemon* daemon, FdSender* fds, std::function<void()> on_drain)
-      : daemon_(daemon), fds_(fds), on_drain_(std::move(on_drain)) {}
+  void Attach(grpc::HealthCheckServiceInterface* health, const std::vector<std::string>& services) {
+    base::MutexLock l(&mu_);
+    health_ = health;
+    for (const std::string& name : services) health_->SetServingStatus(name, !draining_);
+    health_->SetServingStatus("", !draining_);
+  }
+  void Draining() {
+    base::MutexLock l(&mu_);
+    draining_ = true;
+    if (health_ != nullptr) health_->SetServingStatus(false);  // every service, "" included
+  }
+
+ private:
+  base::Mutex mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class RegCacheServiceImpl final : public pb::RegCacheService::Service {
+ public:
+  RegCacheServiceImpl(service::Daemon* daemon, FdSender* fds, std::function<void()> on_drain,
+                      ServingHealth* health)
+      : daemon_(daemon),
+        fds_(fds),
+        on_drain_(std::move(on_drain)),
+        health_(health),
+        session_calls_(daemon) {}
 
   grpc::Status Ping(grpc::ServerContext*, const pb::PingRequest*, pb::PingResponse*) override {
     return grpc::Status::OK;
@@ -98,10 +116,14 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return Run(ctx, [&](SessionId s) { return daemon_->DetachMemory(s, req->memory_id()); });
   }
 
-  grpc::Status ListMemory(grpc::ServerContext* ctx, const pb::ListMemoryRequest*,
+  grpc::Status ListMemory(grpc::ServerContext* ctx, const pb::ListMemoryRequest* req,
                           pb::ListMemoryResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(internal::PageSpec page,
+                       internal::ParsePage("memory", s, req->page_size(), req->page_token()));
       ASSIGN_OR_RETURN(std::vector<service::MemoryInfo> list, daemon_->ListMemory(s));
+      resp->set_next_page_token(internal::TakePage(
+          list, [](const service::MemoryInfo& m) { return m.id; }, "memory", s, page));
       for (const service::MemoryInfo& m : list) {
         pb::MemoryInfo* o = resp->add_memory();
         o->set_memory_id(m.id);
@@ -118,13 +140,13 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   }
 
   grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
-                        pb::KeyGrant* resp) override {
+                        pb::RegisterResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch,
                        PrefetchFromProto(req->prefetch()));
       ASSIGN_OR_RETURN(cache::KeyGrant g,
                        daemon_->Register(s, req->va(), req->length(), req->access(), prefetch));
-      return Deliver(ctx, s, req->call_id(), g, resp);
+      return Deliver(ctx, s, req->call_id(), g, resp->mutable_grant());
     });
   }
 
@@ -137,11 +159,11 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   }
 
   grpc::Status Window(grpc::ServerContext* ctx, const pb::WindowRequest* req,
-                      pb::KeyGrant* resp) override {
+                      pb::WindowResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->CreateWindow(s, req->parent(), req->offset(),
                                                                 req->length(), req->access()));
-      return Deliver(ctx, s, req->call_id(), g, resp);
+      return Deliver(ctx, s, req->call_id(), g, resp->mutable_grant());
     });
   }
 
@@ -151,11 +173,11 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   }
 
   grpc::Status Reregister(grpc::ServerContext* ctx, const pb::ReregisterRequest* req,
-                          pb::KeyGrant* resp) override {
+                          pb::ReregisterResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Reregister(s, req->handle(), req->va(),
                                                               req->length(), req->access()));
-      ToProto(g, DeviceIndex(s), resp);
+      ToProto(g, DeviceIndex(s), resp->mutable_grant());
       return absl::OkStatus();
     });
   }
@@ -213,10 +235,10 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   }
 
   grpc::Status Query(grpc::ServerContext* ctx, const pb::QueryRequest* req,
-                     pb::KeyInfo* resp) override {
+                     pb::QueryResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::RegistrationInfo r, daemon_->Query(s, req->handle()));
-      ToProto(r, resp);
+      ToProto(r, resp->mutable_key());
       return absl::OkStatus();
     });
   }
@@ -224,8 +246,12 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status ListKeys(grpc::ServerContext* ctx, const pb::ListKeysRequest* req,
                         pb::ListKeysResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(SessionId target, session_calls_.Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(internal::PageSpec page,
+                       internal::ParsePage("keys", target, req->page_size(), req->page_token()));
       ASSIGN_OR_RETURN(std::vector<cache::RegistrationInfo> keys, daemon_->ListKeys(target));
+      resp->set_next_page_token(internal::TakePage(
+          keys, [](const cache::RegistrationInfo& r) { return r.handle; }, "keys", target, page));
       for (const cache::RegistrationInfo& r : keys) ToProto(r, resp->add_keys());
       return absl::OkStatus();
     });
@@ -283,10 +309,14 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Sessions(grpc::ServerContext* ctx, const pb::SessionsRequest*,
+  grpc::Status Sessions(grpc::ServerContext* ctx, const pb::SessionsRequest* req,
                         pb::SessionsResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
+      ASSIGN_OR_RETURN(internal::PageSpec page,
+                       internal::ParsePage("sessions", 0, req->page_size(), req->page_token()));
       ASSIGN_OR_RETURN(std::vector<service::SessionInfo> list, daemon_->Sessions(s));
+      resp->set_next_page_token(internal::TakePage(
+          list, [](const service::SessionInfo& i) { return i.id; }, "sessions", 0, page));
       for (const service::SessionInfo& i : list) {
         pb::SessionInfo* o = resp->add_sessions();
         o->set_session_id(i.id);
@@ -308,9 +338,11 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
                      pb::DrainResponse*) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // an observer only reads
-      RETURN_IF_ERROR(daemon_->RequireAdmin(s, "Drain"));
+      RETURN_IF_ERROR(session_calls_.RequireAdmin(s, "Drain"));
       // Run checked the deadline (with its margin) first: a Drain that starts is answered OK
       // however long it takes, never DEADLINE_EXCEEDED for an action that was carried out.
+      // Health turns NOT_SERVING first, so probes see the drain from its start.
+      health_->Draining();
       absl::Status drained = daemon_->Drain();
       if (on_drain_) on_drain_();
       return drained;
@@ -338,61 +370,19 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
   grpc::Status ListEndpoints(grpc::ServerContext* ctx, const pb::ListEndpointsRequest* req,
                              pb::ListEndpointsResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
-      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(SessionId target, session_calls_.Target(s, req->session_id()));
+      ASSIGN_OR_RETURN(
+          internal::PageSpec page,
+          internal::ParsePage("endpoints", target, req->page_size(), req->page_token()));
       ASSIGN_OR_RETURN(std::vector<service::EndpointInfo> list, daemon_->ListEndpoints(target));
+      resp->set_next_page_token(internal::TakePage(
+          list, [](const service::EndpointInfo& e) { return e.id; }, "endpoints", target, page));
       for (const service::EndpointInfo& e : list) ToProto(e, resp->add_endpoints());
       return absl::OkStatus();
     });
   }
 
-  grpc::Status PeerWrite(grpc::ServerContext* ctx, const pb::PeerWriteRequest* req,
-                         pb::PeerWriteResponse*) override {
-    return Run(ctx, [&](SessionId s) -> absl::Status {
-      RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // an observer may not act on another
-      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
-      const std::string& d = req->data();
-      return daemon_->PeerWrite(
-          target, req->rkey(), req->addr(),
-          absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()),
-          Through(req->endpoint_id()));
-    });
-  }
-
-  grpc::Status PeerRead(grpc::ServerContext* ctx, const pb::PeerReadRequest* req,
-                        pb::PeerReadResponse* resp) override {
-    return Run(ctx, [&](SessionId s) -> absl::Status {
-      RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // reads through the device: not an observer's
-      ASSIGN_OR_RETURN(SessionId target, Target(s, req->session_id()));
-      if (req->length() > kMaxPeerRead) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("PeerRead length ", req->length(), " above ", kMaxPeerRead));
-      }
-      ASSIGN_OR_RETURN(std::vector<uint8_t> data,
-                       daemon_->PeerRead(target, req->rkey(), req->addr(), req->length(),
-                                         Through(req->endpoint_id())));
-      resp->set_data(reinterpret_cast<const char*>(data.data()), data.size());
-      return absl::OkStatus();
-    });
-  }
-
  private:
-  static constexpr uint64_t kMaxPeerRead = 1 << 20;
-
-  // The session named by the call's token.
-  absl::StatusOr<SessionId> Authenticate(grpc::ServerContext* ctx) {
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kSessionMetadataKey);
-    if (it == md.end()) {
-      return absl::UnauthenticatedError(absl::StrCat("missing ", kSessionMetadataKey,
-                                                     " metadata (connect the control socket "
-                                                     "first and present its token)"));
-    }
-    if (md.count(kSessionMetadataKey) != 1) {
-      return absl::UnauthenticatedError("more than one session token");
-    }
-    return daemon_->Authenticate(absl::string_view(it->second.data(), it->second.size()));
-  }
-
   // The index of the session's device, which every grant of the session names (0 if the
   // session closed meanwhile: its grants are gone anyway).
   uint32_t DeviceIndex(SessionId s) {
@@ -427,13 +417,16 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
         (ctx->deadline() == std::chrono::system_clock::time_point::max() ||
          left < kCancelCheckWindow) &&
         ctx->IsCancelled()) {
-      late = absl::CancelledError("the client gave up on the call");
+      late = base::WithReason(absl::CancelledError("the client gave up on the call"),
+                              base::reason::kCallAbandoned);
     }
     if (late.ok() && call_id != 0) {
       if (calls_.PruneDue())
         calls_.Prune([&](uint64_t id) { return daemon_->SessionDevice(id).ok(); });
       if (!calls_.Made(s, call_id, g.handle)) {
-        late = absl::CancelledError("the client forgot this call (ForgetCalls) before it ended");
+        late = base::WithReason(
+            absl::CancelledError("the client forgot this call (ForgetCalls) before it ended"),
+            base::reason::kCallAbandoned, {{"call_id", std::to_string(call_id)}});
       }
     }
     if (late.ok()) return late;
@@ -449,40 +442,47 @@ class RegCacheServiceImpl final : public pb::RegCache::Service {
     return absl::OkStatus();
   }
 
-  // The session a call acts on: the caller's, or (admin only) the one it names.
-  absl::StatusOr<SessionId> Target(SessionId caller, uint64_t named) {
-    if (named == 0 || named == caller) return caller;
-    RETURN_IF_ERROR(daemon_->RequireAdmin(caller, "acting on another session"));
-    return named;
-  }
-
   template <typename Fn>
   grpc::Status Run(grpc::ServerContext* ctx, Fn&& fn) {
-    absl::Status s = CheckDeadline(ctx);
-    if (s.ok()) {
-      absl::StatusOr<SessionId> session = Authenticate(ctx);
-      s = session.ok() ? fn(*session) : session.status();
-    }
-    return ToGrpcStatus(s);
+    return session_calls_.Run(ctx, std::forward<Fn>(fn));
   }
 
   service::Daemon* daemon_;
   FdSender* fds_;
   std::function<void()> on_drain_;
+  ServingHealth* health_;
+  internal::SessionCalls session_calls_;
   internal::CallLedger calls_;
 };
 
+// Every gRPC service of the daemon: the object Start registers and the server owns.
+struct Services {
+  ServingHealth health;
+  std::unique_ptr<RegCacheServiceImpl> regcache;
+  std::unique_ptr<internal::SimPeerServiceImpl> sim_peer;  // when a device simulates a peer
+};
+
+// True when a device of the daemon simulates a remote peer (the sim): SimPeerService is served.
+bool HasSimulatedPeer(service::Daemon* daemon) {
+  for (const service::DeviceStatus& d : daemon->Status().devices) {
+    if (d.capabilities.peer) return true;
+  }
+  return false;
+}
+
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(std::unique_ptr<RegCacheServiceImpl> service, std::unique_ptr<grpc::Server> server,
+  GrpcServerImpl(std::unique_ptr<Services> services, std::unique_ptr<grpc::Server> server,
                  std::string unix_target)
-      : service_(std::move(service)),
+      : services_(std::move(services)),
         server_(std::move(server)),
         unix_target_(std::move(unix_target)) {}
   ~GrpcServerImpl() override { Shutdown(absl::ZeroDuration()); }
 
+  void Draining() override { services_->health.Draining(); }
   void Shutdown(absl::Duration grace) override {
     std::call_once(shutdown_once_, [&] {
+      services_->health.Draining();
       server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
       server_->Wait();
     });
@@ -490,7 +490,7 @@ class GrpcServerImpl final : public GrpcServer {
   std::string unix_target() const override { return unix_target_; }
 
  private:
-  std::unique_ptr<RegCacheServiceImpl> service_;
+  std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;
   std::string unix_target_;
   std::once_flag shutdown_once_;
@@ -508,7 +508,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* d
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  auto service = std::make_unique<RegCacheServiceImpl>(daemon, fds, options.on_drain);
+  auto services = std::make_unique<Services>();
+  services->regcache =
+      std::make_unique<RegCacheServiceImpl>(daemon, fds, options.on_drain, &services->health);
+  std::vector<std::string> names = {pb::RegCacheService::service_full_name()};
+  if (HasSimulatedPeer(daemon)) {
+    services->sim_peer = std::make_unique<internal::SimPeerServiceImpl>(daemon);
+    names.push_back(pb::SimPeerService::service_full_name());
+  }
   grpc::ServerBuilder builder;
   int unix_port = 0;
   builder.AddListeningPort(unix_target, grpc::InsecureServerCredentials(), &unix_port);
@@ -518,7 +525,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* d
                              grpc::InsecureServerCredentials(), &tcp_port);
   }
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  builder.RegisterService(service.get());
+  builder.RegisterService(services->regcache.get());
+  if (services->sim_peer != nullptr) builder.RegisterService(services->sim_peer.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || unix_port == 0) {
     return absl::UnavailableError(absl::StrCat("gRPC: cannot listen on ", unix_target));
@@ -531,12 +539,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* d
   // The allow-list (peer credentials on the control socket, then the session token) is the
   // policy, not the file mode: any local user may dial.
   chmod(path.c_str(), 0666);
-  server->GetHealthCheckService()->SetServingStatus(true);
+  services->health.Attach(server->GetHealthCheckService(), names);
   RC_LOG(INFO) << "gRPC listening on " << unix_target
                << (options.tcp_port != 0 ? absl::StrCat(" and 127.0.0.1:", options.tcp_port)
-                                         : std::string());
+                                         : std::string())
+               << " (" << absl::StrJoin(names, ", ") << ")";
   return std::unique_ptr<GrpcServer>(
-      new GrpcServerImpl(std::move(service), std::move(server), std::move(unix_target)));
+      new GrpcServerImpl(std::move(services), std::move(server), std::move(unix_target)));
 }
 
 }  // namespace regcache::api

@@ -1,5 +1,13 @@
-// The gRPC transport of regcached: the regcache.v1.RegCache service (api/regcache.proto) over
-// service::Daemon, plus the standard health and reflection services.
+// The gRPC transport of regcached: the regcache.v1.RegCacheService service
+// (api/proto/regcache/v1/regcache.proto; conventions in docs/api.md) over service::Daemon, the
+// simulated peer's regcache.v1.SimPeerService when a device simulates one (the sim;
+// api/internal/sim_peer_service.h), and the standard health and reflection services.
+//
+// Health: SERVING for "" and for each service's full name ("regcache.v1.RegCacheService") while
+// serving; NOT_SERVING for all of them from the moment a drain starts (Draining(), an admin
+// Drain, Shutdown).
+//
+// Lists (ListKeys, ListMemory, ListEndpoints, Sessions) are paged: api/internal/paging.h.
 //
 // Listening: unix:<socket_dir>/grpc.sock always; 127.0.0.1:<tcp_port> when tcp_port != 0 (the
 // address is fixed to loopback: a daemon that hands out keys to local memory has no business
@@ -8,13 +16,15 @@
 // Every call except Ping and Status must carry the session token from the control socket in
 // the metadata key "x-regcache-session" (api/control_protocol.h); the service resolves it with
 // Daemon::Authenticate (UNAUTHENTICATED when missing or unknown). Sessions and Drain need an
-// admin session; ListKeys, ListEndpoints, PeerWrite and PeerRead may name another session
-// (session_id), which also needs an admin session (PERMISSION_DENIED otherwise) — that is how
-// regcachectl lists every session's keys and endpoints and acts as "the remote peer" of a
-// client on the sim device. CreateEndpoint and DestroyEndpoint act on the caller's session
-// only (docs/endpoints.md).
+// admin session; ListKeys, ListEndpoints and SimPeerService's PeerWrite and PeerRead may name
+// another session (session_id), which also needs an admin session (PERMISSION_DENIED otherwise) —
+// that is how regcachectl lists every session's keys and endpoints and acts as "the remote peer" of
+// a client on the sim device. CreateEndpoint and DestroyEndpoint act on the caller's session only
+// (docs/endpoints.md).
 //
-// Errors: absl codes map 1:1 onto gRPC codes (api/internal/grpc_status.h). Requests larger than
+// Errors: absl codes map 1:1 onto gRPC codes, and a reason the daemon attached
+// (base/error_reason.h) travels as a google.rpc.ErrorInfo in the status details
+// (api/internal/grpc_status.h). Requests larger than
 // max_receive_message_bytes are refused by gRPC with RESOURCE_EXHAUSTED; requests that do not
 // parse are refused by gRPC (INTERNAL) before reaching the service.
 //
@@ -75,8 +85,12 @@ class GrpcServer {
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(service::Daemon* daemon, FdSender* fds,
                                                            const GrpcServerOptions& options);
   virtual ~GrpcServer() = default;
+  // A drain has started: health (grpc.health.v1) answers NOT_SERVING from now on for "" and
+  // for every service's name, so probes and load balancers stop sending work while the daemon
+  // finishes what it has. Idempotent; an admin Drain call does the same by itself.
+  virtual void Draining() = 0;
   // Stops accepting calls, lets calls in flight finish until `grace` passes, cancels the rest.
-  // Idempotent.
+  // Health turns NOT_SERVING first. Idempotent.
   virtual void Shutdown(absl::Duration grace) = 0;
   // The target clients dial: "unix:<socket_dir>/grpc.sock".
   virtual std::string unix_target() const = 0;

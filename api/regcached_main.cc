@@ -235,6 +235,7 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
 
   // Drain: new sessions and calls get UNAVAILABLE from here on; every session is closed (each
   // key through the lifecycle, memory unmapped) once its calls in flight finished.
+  (*grpc)->Draining();  // health answers NOT_SERVING from here on
   absl::Status drained = (*daemon)->Drain();
   (*grpc)->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_drain_grace_ms)));
   (*control)->Stop();

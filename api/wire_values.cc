@@ -5,9 +5,9 @@
 // converted by name at the proto boundary, in grpc_service.cc.) Nothing here runs.
 #include <cstdint>
 
-#include "api/regcache.pb.h"
 #include "hca/device.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.pb.h"
 
 namespace regcache::api {
 namespace {
@@ -35,7 +35,7 @@ static_assert(pb::Access_MAX == pb::ACCESS_REMOTE_ATOMIC);
 static_assert(sizeof(RemoteQp{}.gid) == sizeof(hca::EndpointAddress{}.gid));
 static_assert(sizeof(RemoteQp{}.lid) == sizeof(hca::EndpointAddress{}.lid));
 
-static_assert(pb::PREFETCH_NONE == static_cast<int>(PrefetchMode::kNone));
+static_assert(pb::PREFETCH_UNSPECIFIED == static_cast<int>(PrefetchMode::kNone));
 static_assert(pb::PREFETCH_SYNC == static_cast<int>(PrefetchMode::kSync));
 static_assert(pb::PREFETCH_ASYNC == static_cast<int>(PrefetchMode::kAsync));
 static_assert(pb::Prefetch_MAX == pb::PREFETCH_ASYNC);

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
@@ -346,8 +347,9 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
       // Not live: revoked and still held, or gone since Resolve.
       const uint64_t s = r->hot->state.load(std::memory_order_acquire);
       if (internal::st::PublishedAs(s, internal::HandleGen(handle))) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("handle 0x%x was already invalidated", handle));
+        return base::WithReason(absl::FailedPreconditionError(
+                                    absl::StrFormat("handle 0x%x was already invalidated", handle)),
+                                base::reason::kKeyRevoked, {{"handle", std::to_string(handle)}});
       }
       return internal::NoSuchHandle(handle);
     }

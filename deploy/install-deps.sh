@@ -11,6 +11,7 @@ packages=(
   libibverbs-dev ibverbs-providers libjemalloc-dev
   libucx-dev ccache clang-format python3-yaml
   prometheus  # promtool: the /metrics test runs `promtool check metrics` (docs/metrics.md)
+  golang-github-gogo-googleapis-dev npm  # google/rpc protos (error details); buf for the API tests
   "$@"
 )
 

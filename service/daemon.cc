@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
@@ -31,6 +32,10 @@
 
 namespace regcache::service {
 namespace {
+
+absl::Status Draining() {
+  return base::WithReason(absl::UnavailableError("regcached is draining"), base::reason::kDraining);
+}
 
 using internal::Memory;
 using internal::RingServer;
@@ -71,7 +76,10 @@ class DaemonImpl final : public Daemon {
                                            absl::string_view device) override;
   absl::StatusOr<SessionGrant> OpenObserver(const PeerCredentials& peer,
                                             absl::string_view device) override {
-    RETURN_IF_ERROR(internal::CheckObserverAllowed(peer, access_.MayOpenSession(peer)));
+    if (absl::Status may = access_.CheckMayOpenSession(peer); !may.ok()) {
+      refusals_.Refused(peer, "observer", may.message());
+      return may;
+    }
     return observers_.Open(sessions_.NewId(), peer, access_.IsAdmin(peer), devices_->Find(device));
   }
   absl::Status CheckMayChange(SessionId session) override {
@@ -83,7 +91,6 @@ class DaemonImpl final : public Daemon {
   }
   absl::StatusOr<SessionId> Authenticate(absl::string_view token) override;
   absl::Status CloseSession(SessionId session) override;
-  absl::StatusOr<bool> IsAdmin(SessionId session) override;
   absl::Status RequireAdmin(SessionId session, absl::string_view action) override;
 
   absl::StatusOr<AllocatedMemory> AllocateMemory(SessionId session, uint64_t length,
@@ -249,7 +256,7 @@ absl::Status DaemonImpl::StartFastPath(Session& s) {
 }
 
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
-  if (draining()) return absl::UnavailableError("regcached is draining");
+  if (draining()) return Draining();
   absl::StatusOr<std::unique_ptr<SessionRef>> pin = sessions_.Pin(id);
   if (!pin.ok() && observers_.Find(id)) return internal::ObserverRefusal(id);
   return pin;
@@ -257,22 +264,17 @@ absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
 
 absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer,
                                                      absl::string_view device) {
-  if (draining()) return RefuseSession(peer, absl::UnavailableError("regcached is draining"));
-  if (!access_.MayOpenSession(peer)) {
-    return RefuseSession(peer, absl::PermissionDeniedError(absl::StrFormat(
-                                   "uid %d / gid %d is not allowed to use regcached (the "
-                                   "allow-list: --allow_uids, --allow_gids)",
-                                   peer.uid, peer.gid)));
+  if (draining()) return RefuseSession(peer, Draining());
+  if (absl::Status may = access_.CheckMayOpenSession(peer); !may.ok()) {
+    return RefuseSession(peer, may);
   }
   if (sessions_.size() >= config_.max_sessions) {
-    return RefuseSession(peer, absl::ResourceExhaustedError(absl::StrFormat(
-                                   "session limit %d reached", config_.max_sessions)));
+    return RefuseSession(peer, internal::SessionLimitReached(config_.max_sessions, ""));
   }
   absl::StatusOr<internal::DeviceSlot*> slot = devices_->Find(device);
   if (slot.ok() && config_.max_sessions_per_device != 0 &&
       (*slot)->sessions.load() >= config_.max_sessions_per_device) {
-    slot = absl::ResourceExhaustedError(absl::StrFormat(
-        "session limit %d of device %s reached", config_.max_sessions_per_device, (*slot)->name()));
+    slot = internal::SessionLimitReached(config_.max_sessions_per_device, (*slot)->name());
   }
   if (!slot.ok()) return RefuseSession(peer, slot.status());
   auto s = std::make_shared<Session>();
@@ -319,29 +321,27 @@ absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
   if (!id.has_value()) id = observers_.FindToken(token);
   if (token.size() != 32 || !id.has_value()) {
     stats_.auth_failures.Inc();
-    return absl::UnauthenticatedError("missing or unknown session token");
+    return base::WithReason(absl::UnauthenticatedError("missing or unknown session token"),
+                            base::reason::kSessionUnknown);
   }
   return *id;
 }
 
-absl::StatusOr<bool> DaemonImpl::IsAdmin(SessionId session) {
-  if (std::optional<internal::Observer> o = observers_.Find(session)) return o->admin;
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
-  return s->admin;
-}
-
 absl::Status DaemonImpl::RequireAdmin(SessionId session, absl::string_view action) {
-  std::optional<internal::Observer> o = observers_.Find(session);
-  if (o)
-    return o->admin ? absl::OkStatus()
-                    : absl::PermissionDeniedError(absl::StrCat(action, ": not admin"));
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
-  if (s->admin) return absl::OkStatus();
+  PeerCredentials peer;
+  if (std::optional<internal::Observer> o = observers_.Find(session)) {
+    if (o->admin) return absl::OkStatus();
+    peer = o->peer;
+  } else {
+    ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions_.Find(session));
+    if (s->admin) return absl::OkStatus();
+    peer = s->peer;
+  }
   const std::string why = absl::StrFormat(
       "%s needs an admin session (uid %d / gid %d is not on --admin_uids / --admin_gids)", action,
-      s->peer.uid, s->peer.gid);
-  refusals_.Refused(s->peer, "admin call", absl::StrFormat("session %d: %s", session, why));
-  return absl::PermissionDeniedError(why);
+      peer.uid, peer.gid);
+  refusals_.Refused(peer, "admin call", absl::StrFormat("session %d: %s", session, why));
+  return base::WithReason(absl::PermissionDeniedError(why), base::reason::kAdminRequired);
 }
 
 absl::Status DaemonImpl::CloseLocked(Session& s) {

@@ -278,7 +278,7 @@ class Daemon {
   virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
                                                    absl::string_view device = {}) = 0;
   // An observer (service/internal/observers.h): a token for the read-only calls only — Status,
-  // Stats (Usage answers an empty usage), Sessions and IsAdmin (admin decided on `peer` as for a
+  // Stats (Usage answers an empty usage), Sessions (with admin, decided on `peer` as for a
   // session), ListKeys / ListEndpoints / ListMemory (empty for the observer itself; another
   // session's with admin) — with no device resources and counted in no session count. Every
   // call that would change or hold something answers kPermissionDenied for it. CloseSession
@@ -300,10 +300,9 @@ class Daemon {
   // serving completes), destroys its endpoints, then runs every key of the session through the
   // lifecycle and unmaps its memory. kNotFound if the session is unknown or already closed.
   virtual absl::Status CloseSession(SessionId session) = 0;
-  virtual absl::StatusOr<bool> IsAdmin(SessionId session) = 0;
-  // OK if `session` is admin; else kPermissionDenied saying that `action` needs an admin session,
-  // and the refusal is logged with the session's peer credentials (rate-limited). kNotFound if
-  // the session is unknown.
+  // OK if `session` (or observer) is admin; else kPermissionDenied (reason ADMIN_REQUIRED)
+  // saying that `action` needs an admin session, and the refusal is logged with the peer's
+  // credentials (rate-limited). kNotFound if the session is unknown.
   virtual absl::Status RequireAdmin(SessionId session, absl::string_view action) = 0;
 
   // --- Memory ---

@@ -42,9 +42,9 @@
 #include "api/internal/grpc_status.h"
 #include "api/internal/ring_client.h"
 #include "api/internal/ring_keys.h"
-#include "api/regcache.grpc.pb.h"
 #include "base/mutex.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.grpc.pb.h"
 
 namespace regcache::api::internal {
 
@@ -140,15 +140,22 @@ class ClientImpl final : public Client {
   // calls `ids` made. Best effort, with a short deadline of its own.
   void ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids);
 
-  template <typename Req, typename Resp>
-  absl::Status Call(grpc::Status (pb::RegCache::Stub::*method)(grpc::ClientContext*, const Req&,
-                                                               Resp*),
+  // The stub of each service the client calls (Call picks by the method's class).
+  pb::RegCacheService::Stub* StubOf(pb::RegCacheService::Stub*) { return stub_.get(); }
+  pb::SimPeerService::Stub* StubOf(pb::SimPeerService::Stub*) { return sim_peer_stub_.get(); }
+
+  template <typename Stub, typename Req, typename Resp>
+  absl::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                     const Req& req, Resp* resp) {
     if (closed_.load()) return absl::FailedPreconditionError("client closed");
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    return FromGrpcStatus((stub_.get()->*method)(&ctx, req, resp));
+    return FromGrpcStatus((StubOf(static_cast<Stub*>(nullptr))->*method)(&ctx, req, resp));
   }
+
+  // Every page of a paged List call (docs/api.md): `page(token)` fetches the page `token` names
+  // (the first for "") and returns the next page's token, "" after the last.
+  absl::Status AllPages(const std::function<absl::StatusOr<std::string>(const std::string&)>& page);
 
   // --- The control socket (api/client.cc) ---
   // Receives control messages until `ready()` holds; stashes the rest. One thread receives
@@ -225,7 +232,8 @@ class ClientImpl final : public Client {
   std::string token_ ABSL_GUARDED_BY(token_mu_);
   bool send_token_ ABSL_GUARDED_BY(token_mu_) = true;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::RegCache::Stub> stub_;
+  std::unique_ptr<pb::RegCacheService::Stub> stub_;
+  std::unique_ptr<pb::SimPeerService::Stub> sim_peer_stub_;  // served on the sim only
   const ClientOptions options_;
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> next_nonce_{1};

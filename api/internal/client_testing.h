@@ -17,7 +17,7 @@ namespace regcache::api::testing {
 // REQUIRES for each `client` below: a client from Client::Connect (this library's only
 // implementation).
 
-// Sends `bytes` as the serialized request of `method` ("/regcache.v1.RegCache/Register") and
+// Sends `bytes` as the serialized request of `method` ("/regcache.v1.RegCacheService/Register") and
 // returns the call's status.
 absl::Status RawCall(Client& client, const std::string& method, const std::string& bytes);
 

@@ -1,8 +1,15 @@
 // absl::Status <-> grpc::Status. The canonical codes have the same numeric values on both sides
 // (absl::StatusCode and grpc::StatusCode both follow google.rpc.Code), so the mapping is 1:1 and
 // the message is preserved. Codes outside the canonical range become UNKNOWN.
-#ifndef REGCACHE_API_GRPC_STATUS_H_
-#define REGCACHE_API_GRPC_STATUS_H_
+//
+// Error reasons (base/error_reason.h) cross too: an absl::Status with a reason payload becomes a
+// grpc::Status whose error_details (the grpc-status-details-bin trailer) is a serialized
+// google.rpc.Status {code, message, details: [google.rpc.ErrorInfo {reason, domain
+// kErrorDomain, metadata}]}, the convention every gRPC client library reads; FromGrpcStatus
+// turns such an ErrorInfo (of our domain) back into the payload, so api::ErrorReason
+// (include/regcache/client.h) sees what the daemon attached.
+#ifndef REGCACHE_API_INTERNAL_GRPC_STATUS_H_
+#define REGCACHE_API_INTERNAL_GRPC_STATUS_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/status.h>
@@ -10,8 +17,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace regcache::api {
+
+// google.rpc.ErrorInfo.domain of every reason regcached sends.
+inline constexpr absl::string_view kErrorDomain = "regcache.io";
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
@@ -23,4 +34,4 @@ grpc::Status BlockingRawCall(grpc::GenericStub& stub, grpc::ClientContext* ctx,
                              grpc::ByteBuffer* response);
 
 }  // namespace regcache::api
-#endif  // REGCACHE_API_GRPC_STATUS_H_
+#endif  // REGCACHE_API_INTERNAL_GRPC_STATUS_H_

@@ -5,10 +5,10 @@
 
 namespace regcache::api::internal {
 
-// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_NONE.
+// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_UNSPECIFIED.
 absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode) {
   switch (mode) {
-    case pb::PREFETCH_NONE:
+    case pb::PREFETCH_UNSPECIFIED:
       return std::nullopt;
     case pb::PREFETCH_SYNC:
       return odp::PrefetchMode::kSync;

@@ -1,6 +1,7 @@
-// Between the daemon's values and the gRPC API's messages (api/regcache.proto): grants, key and
-// usage listings, device and endpoint descriptions, batch item statuses, and the request fields
-// that need checking where the proto is looser than the daemon's types. Internal to api/.
+// Between the daemon's values and the gRPC API's messages (api/proto/regcache/v1/regcache.proto):
+// grants, key and usage listings, device and endpoint descriptions, batch item statuses, and the
+// request fields that need checking where the proto is looser than the daemon's types. Internal to
+// api/.
 //
 // Thread safety: pure functions.
 #ifndef REGCACHE_API_INTERNAL_PROTO_CONVERT_H_
@@ -12,17 +13,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "api/regcache.pb.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
+#include "regcache/v1/regcache.pb.h"
 #include "service/daemon.h"
 
 namespace regcache::api::internal {
 
 namespace pb = ::regcache::v1;
 
-// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_NONE.
+// The wire's prefetch mode as the daemon spells it: nullopt for PREFETCH_UNSPECIFIED.
 absl::StatusOr<std::optional<odp::PrefetchMode>> PrefetchFromProto(int mode);
 
 void ToProto(const cache::KeyGrant& g, uint32_t device_index, pb::KeyGrant* out);

@@ -22,13 +22,13 @@ STARTUP_TIMEOUT_S = 10
 class Daemon:
     """regcached --device=sim in a fresh temp dir; stopped with SIGTERM (bounded)."""
 
-    def __init__(self):
+    def __init__(self, *flags):
         binary = os.environ.get("REGCACHED")
         if not binary:
             raise unittest.SkipTest("REGCACHED (the regcached binary) is not set")
         self.dir = tempfile.mkdtemp(prefix="regcache-py-")
         self.proc = subprocess.Popen([binary, "--device=sim", f"--socket_dir={self.dir}",
-                                      "--log_level=warning"])
+                                      "--log_level=warning", *flags])
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if all(os.path.exists(os.path.join(self.dir, s))
@@ -137,7 +137,8 @@ class ClientTest(unittest.TestCase):
         self.assertCode(regcache.NOT_FOUND, self.client.release, k1)
 
     def test_errors_map_to_their_codes(self):
-        self.assertCode(regcache.INVALID_ARGUMENT, self.client.allocate, 0)
+        e = self.assertCode(regcache.INVALID_ARGUMENT, self.client.allocate, 0)
+        self.assertEqual(e.reason, "", "a bad argument has no reason beyond its code")
         self.assertCode(regcache.INVALID_ARGUMENT, self.client.register, self.mem.data, 0, RW)
         e = self.assertCode(regcache.INVALID_ARGUMENT, self.client.register, None, 4096, RW)
         self.assertIn("addr", e.message)
@@ -150,6 +151,21 @@ class ClientTest(unittest.TestCase):
                         regcache.Memory(0xdead0000, 0, 4096))
         # The session still works after all of that.
         self.client.release(self.client.register(self.mem, 4096, RW))
+
+    def test_the_daemon_reason_reaches_python(self):
+        # A quota of 8 MiB: the second 4 MiB arena of a session fits, a third does not.
+        small = Daemon("--max_bytes_per_session=8388608")
+        try:
+            client = regcache.Client(small.dir, call_timeout_ms=5000)
+            try:
+                client.allocate(4 << 20)
+                client.allocate(4 << 20)
+                e = self.assertCode(regcache.RESOURCE_EXHAUSTED, client.allocate, 4 << 20)
+                self.assertEqual(e.reason, "MEMORY_QUOTA_EXCEEDED", e)
+            finally:
+                client.close()
+        finally:
+            small.stop()
 
     def test_registered_context_releases(self):
         with self.client.registered(self.mem, 8192, RW) as key:

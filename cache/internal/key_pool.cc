@@ -1,8 +1,11 @@
 #include "cache/internal/key_pool.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_format.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
@@ -49,11 +52,25 @@ uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
 
 absl::Status KeyPool::AtLimit(int cls) const {
   if (budget_refused_) {
-    return absl::ResourceExhaustedError(budget_->Describe(total_keys(), total_entries()));
+    return base::WithReason(
+        absl::ResourceExhaustedError(budget_->Describe(total_keys(), total_entries())),
+        base::reason::kDeviceKeyBudgetExhausted,
+        {{"limit", std::to_string(budget_->total())},
+         {"used", std::to_string(budget_->used())},
+         {"tenants", std::to_string(budget_->tenants())},
+         {"fair_share", std::to_string(budget_->FairShare())},
+         {"held", std::to_string(total_keys())},
+         {"entries_limit", std::to_string(budget_->total_entries())},
+         {"entries_used", std::to_string(budget_->used_entries())},
+         {"entries_fair_share", std::to_string(budget_->FairEntryShare())},
+         {"entries_held", std::to_string(total_entries())}});
   }
-  return absl::ResourceExhaustedError(
-      absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls,
-                      classes_[cls].capacity, options_.max_keys_per_class));
+  return base::WithReason(
+      absl::ResourceExhaustedError(
+          absl::StrFormat("key class %d (%d entries) is at its limit of %d keys", cls,
+                          classes_[cls].capacity, options_.max_keys_per_class)),
+      base::reason::kKeyPoolExhausted,
+      {{"limit", std::to_string(options_.max_keys_per_class)}, {"class", std::to_string(cls)}});
 }
 
 absl::Status KeyPool::Create(int cls, uint32_t count) {
@@ -92,9 +109,17 @@ absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
     absl::Status s = Create(cls, batch);
     if (!s.ok() || c.free.empty()) {
       stats_->pool_exhausted.Inc();
-      return absl::ResourceExhaustedError(absl::StrFormat(
+      absl::Status out = absl::ResourceExhaustedError(absl::StrFormat(
           "key pool exhausted for class %d (%d entries): %s; %d keys wait in quarantine", cls,
           c.capacity, s.ok() ? "no key created" : s.message(), quarantine_.size()));
+      // The budget's (or the class limit's) reason, when that is why no key was made.
+      if (auto why = s.GetPayload(base::kErrorReasonTypeUrl)) {
+        out.SetPayload(base::kErrorReasonTypeUrl, *why);
+        return out;
+      }
+      return base::WithReason(
+          out, base::reason::kKeyPoolExhausted,
+          {{"class", std::to_string(cls)}, {"quarantined", std::to_string(quarantine_.size())}});
     }
   }
   c.used = true;

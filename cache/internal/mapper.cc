@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
@@ -42,8 +43,11 @@ absl::StatusOr<TakenKey> TryReserve(Tenant& t, int cls, bool& quota_refused)
   if (t.closing) return absl::NotFoundError("tenant is closing");
   if (t.options.max_keys != 0 && t.live >= t.options.max_keys) {
     quota_refused = true;
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("key quota: %d keys live, limit %d", t.live, t.options.max_keys));
+    return base::WithReason(
+        absl::ResourceExhaustedError(
+            absl::StrFormat("key quota: %d keys live, limit %d", t.live, t.options.max_keys)),
+        base::reason::kKeyQuotaExceeded,
+        {{"limit", std::to_string(t.options.max_keys)}, {"used", std::to_string(t.live)}});
   }
   quota_refused = false;
   ASSIGN_OR_RETURN(TakenKey taken, t.pool->Take(cls, base::MonotonicNow()));
@@ -219,8 +223,9 @@ absl::Status HoldParent(Registration* p, Handle handle) {
   for (;;) {
     if (!st::PublishedAs(ps, gen)) return NoSuchHandle(handle);
     if ((ps & st::kDead) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("registration 0x%x was invalidated", handle));
+      return base::WithReason(absl::FailedPreconditionError(
+                                  absl::StrFormat("registration 0x%x was invalidated", handle)),
+                              base::reason::kKeyRevoked, {{"handle", std::to_string(handle)}});
     }
     if ((ps & st::kWindow) != 0) {
       return absl::InvalidArgumentError("a window cannot be the parent of a window");

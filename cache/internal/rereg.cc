@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
@@ -48,8 +49,10 @@ absl::Status ReadHandle(const Tenant& t, Handle handle, Plan& p) {
   const uint64_t s = p.r->hot->state.load(std::memory_order_acquire);
   if (!st::PublishedAs(s, HandleGen(handle))) return NoSuchHandle(handle);
   if ((s & st::kDead) != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "handle 0x%x was invalidated or is being re-registered by another call", handle));
+    return base::WithReason(
+        absl::FailedPreconditionError(absl::StrFormat(
+            "handle 0x%x was invalidated or is being re-registered by another call", handle)),
+        base::reason::kKeyRevoked, {{"handle", std::to_string(handle)}});
   }
   if (Holders(t, p.r->slot, s) <= 0) {
     return absl::FailedPreconditionError(

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "cache/backing_observer.h"
 #include "cache/internal/holds.h"
@@ -42,8 +43,9 @@ absl::Status TooManyRecords() {
 absl::Status CheckHandleTenant(const Tenant& t, Handle handle) {
   if (handle == 0) return absl::InvalidArgumentError("handle 0 is never valid");
   if (HandleTenantSlot(handle) != t.slot) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("handle 0x%x belongs to another tenant", handle));
+    return base::WithReason(absl::PermissionDeniedError(
+                                absl::StrFormat("handle 0x%x belongs to another tenant", handle)),
+                            base::reason::kHandleNotOwned, {{"handle", std::to_string(handle)}});
   }
   return absl::OkStatus();
 }
@@ -116,9 +118,13 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
   if (t.options.max_backed_bytes != 0 &&
       t.backings.total_bytes() + spec.length > t.options.max_backed_bytes) {
     t.stats().quota_refusals.Inc();
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("memory quota: %d bytes attached + %d > limit %d", t.backings.total_bytes(),
-                        spec.length, t.options.max_backed_bytes));
+    return base::WithReason(absl::ResourceExhaustedError(absl::StrFormat(
+                                "memory quota: %d bytes attached + %d > limit %d",
+                                t.backings.total_bytes(), spec.length, t.options.max_backed_bytes)),
+                            base::reason::kMemoryQuotaExceeded,
+                            {{"limit_bytes", std::to_string(t.options.max_backed_bytes)},
+                             {"used_bytes", std::to_string(t.backings.total_bytes())},
+                             {"requested_bytes", std::to_string(spec.length)}});
   }
   BackingRecord rec;
   rec.id = t.next_backing++;

@@ -20,8 +20,10 @@
 // cannot be sealed and are refused). Registrations use this process's own virtual addresses.
 //
 // Errors are the daemon's canonical codes: those each call of cache/reg_cache.h lists, plus
-// the session's own (service/daemon.h). Every call
-// has a deadline (ClientOptions::call_timeout).
+// the session's own (service/daemon.h). Where one code has several causes the daemon names the
+// cause: ErrorReason(status) ("KEY_QUOTA_EXCEEDED", "MEMORY_QUOTA_EXCEEDED", ...; docs/api.md)
+// and ErrorMetadata(status) (the numbers behind it). Every call has a deadline
+// (ClientOptions::call_timeout).
 //
 // Thread safety: all methods may be called concurrently, except Close and destruction.
 // Destroying the client closes the session: the daemon invalidates every key of it.
@@ -32,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +75,14 @@ enum class PrefetchMode : uint32_t {
   kSync = 1,
   kAsync = 2,
 };
+
+// The stable reason regcached gave for an error (google.rpc.ErrorInfo.reason of domain
+// "regcache.io"; the table is in docs/api.md), e.g. "KEY_QUOTA_EXCEEDED"; "" when `status` is
+// OK or carries none. Calls over gRPC carry one where the daemon knows it; errors of the
+// fast path's rings (ClientOptions::fast_path) carry the code and message only.
+std::string ErrorReason(const absl::Status& status);
+// The numbers behind the reason (ErrorInfo.metadata: "limit", "used", ...); empty without one.
+std::map<std::string, std::string> ErrorMetadata(const absl::Status& status);
 
 struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(10);  // deadline of every call; default 10 s

@@ -182,6 +182,10 @@ typedef struct regcache_endpoint {
 /* The message of this thread's last call into this library: "" after a success. The pointer
  * stays valid until this thread's next call into the library. Never NULL. */
 REGCACHE_API const char* regcache_last_error(void);
+/* The stable reason of the calling thread's last error, when the daemon gave one (docs/api.md:
+ * "KEY_QUOTA_EXCEEDED", "MEMORY_QUOTA_EXCEEDED", ...); "" otherwise. Valid until the thread's
+ * next call. */
+REGCACHE_API const char* regcache_last_error_reason(void);
 
 /* "INVALID_ARGUMENT" for REGCACHE_INVALID_ARGUMENT, ...; "UNKNOWN_CODE" for anything else. */
 REGCACHE_API const char* regcache_code_name(int code);

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 
 namespace regcache::service::internal {
@@ -28,6 +30,16 @@ bool AccessPolicy::MayOpenSession(const PeerCredentials& peer) const {
   return Contains(allow_uids_, peer.uid) || Contains(allow_gids_, peer.gid);
 }
 
+absl::Status AccessPolicy::CheckMayOpenSession(const PeerCredentials& peer) const {
+  if (MayOpenSession(peer)) return absl::OkStatus();
+  return base::WithReason(
+      absl::PermissionDeniedError(absl::StrFormat("uid %d / gid %d is not allowed to use regcached "
+                                                  "(the allow-list: --allow_uids, --allow_gids)",
+                                                  peer.uid, peer.gid)),
+      base::reason::kPeerNotAllowed,
+      {{"uid", std::to_string(peer.uid)}, {"gid", std::to_string(peer.gid)}});
+}
+
 bool AccessPolicy::IsAdmin(const PeerCredentials& peer) const {
   return Contains(admin_uids_, peer.uid) || Contains(admin_gids_, peer.gid);
 }
@@ -39,6 +51,18 @@ std::string AccessPolicy::DescribeAdmins() const {
   }
   return absl::StrCat("admin: uids [", absl::StrJoin(admin_uids_, ","), "] gids [",
                       absl::StrJoin(admin_gids_, ","), "]");
+}
+
+absl::Status SessionLimitReached(uint32_t limit, absl::string_view device) {
+  if (device.empty()) {
+    return base::WithReason(
+        absl::ResourceExhaustedError(absl::StrFormat("session limit %d reached", limit)),
+        base::reason::kSessionLimitReached, {{"limit", std::to_string(limit)}});
+  }
+  return base::WithReason(absl::ResourceExhaustedError(absl::StrFormat(
+                              "session limit %d of device %s reached", limit, device)),
+                          base::reason::kSessionLimitReached,
+                          {{"limit", std::to_string(limit)}, {"device", std::string(device)}});
 }
 
 RefusalLog::RefusalLog(absl::Duration interval, Clock now)

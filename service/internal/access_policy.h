@@ -23,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
@@ -36,6 +37,9 @@ class AccessPolicy {
   AccessPolicy(const DaemonConfig& config, uid_t self);
 
   bool MayOpenSession(const PeerCredentials& peer) const;
+  // OK, or PERMISSION_DENIED (reason PEER_NOT_ALLOWED, the uid and gid) when `peer` may not open
+  // a session or an observer.
+  absl::Status CheckMayOpenSession(const PeerCredentials& peer) const;
   bool IsAdmin(const PeerCredentials& peer) const;
   // For the startup log: who is admin ("admin: uids [0] gids []", or that nobody is).
   std::string DescribeAdmins() const;
@@ -47,6 +51,10 @@ class AccessPolicy {
   std::vector<uint32_t> admin_gids_;
   uid_t self_;
 };
+
+// RESOURCE_EXHAUSTED (reason SESSION_LIMIT_REACHED) for a session limit of `limit`: the
+// daemon's (`device` empty) or one device's.
+absl::Status SessionLimitReached(uint32_t limit, absl::string_view device);
 
 class RefusalLog {
  public:

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 
 namespace regcache::service::internal {
@@ -51,9 +52,12 @@ absl::StatusOr<EndpointInfo> SessionEndpoints::Create(hca::Device* device, hca::
   }
   if (absl::Status s = CheckEndpointRequest(remote, access); !s.ok()) return refused(s);
   if (limit != 0 && entries_.size() >= limit) {
-    return refused(absl::ResourceExhaustedError(absl::StrFormat(
-        "endpoint limit: the session holds %d endpoints, the limit is %d (--max_endpoints)",
-        entries_.size(), limit)));
+    return refused(base::WithReason(
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "endpoint limit: the session holds %d endpoints, the limit is %d (--max_endpoints)",
+            entries_.size(), limit)),
+        base::reason::kEndpointLimitReached,
+        {{"limit", std::to_string(limit)}, {"used", std::to_string(entries_.size())}}));
   }
   absl::StatusOr<std::unique_ptr<hca::Endpoint>> ep =
       device->CreateEndpoint(pd, hca::EndpointOptions{access});

@@ -1,6 +1,7 @@
 #include "service/internal/observers.h"
 
 #include "absl/strings/str_format.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "service/internal/device_set.h"
@@ -57,19 +58,14 @@ size_t ObserverTable::size() const {
   return by_id_.size();
 }
 
-absl::Status CheckObserverAllowed(const PeerCredentials& peer, bool allowed) {
-  if (allowed) return absl::OkStatus();
-  RC_LOG(WARNING) << "observer refused: pid " << peer.pid << " uid " << peer.uid << " gid "
-                  << peer.gid << " is not on the allow-list";
-  return absl::PermissionDeniedError(
-      absl::StrFormat("uid %d / gid %d is not allowed to use regcached", peer.uid, peer.gid));
-}
-
 absl::Status ObserverRefusal(SessionId id) {
-  return absl::PermissionDeniedError(absl::StrFormat(
-      "%d is a read-only observer connection (Open with the observer flag): it may only read "
-      "(status, stats, sessions, keys, endpoints, memory); this call needs a session of its own",
-      id));
+  return base::WithReason(
+      absl::PermissionDeniedError(absl::StrFormat(
+          "%d is a read-only observer connection (Open with the observer flag): it may only read "
+          "(status, stats, sessions, keys, endpoints, memory); this call needs a session of its "
+          "own",
+          id)),
+      base::reason::kObserverReadOnly);
 }
 
 }  // namespace regcache::service::internal

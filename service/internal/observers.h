@@ -56,10 +56,6 @@ class ObserverTable {
   absl::flat_hash_map<std::string, SessionId> by_token_ ABSL_GUARDED_BY(mu_);
 };
 
-// OK when `allowed` (the daemon's allow-list said so for `peer`); otherwise logs the refusal
-// with the peer's credentials and returns kPermissionDenied.
-absl::Status CheckObserverAllowed(const PeerCredentials& peer, bool allowed);
-
 // The kPermissionDenied answer to a call an observer may not make: it names the observer and
 // says what the caller needs instead.
 absl::Status ObserverRefusal(SessionId id);

@@ -1,6 +1,7 @@
 #include "service/internal/session_keys.h"
 
 #include "absl/strings/str_format.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "odp/register.h"
 
@@ -12,7 +13,8 @@ SessionKeys::SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const 
 
 absl::Status SessionKeys::Open() const {
   if (draining_->load(std::memory_order_acquire)) {
-    return absl::UnavailableError("regcached is draining");
+    return base::WithReason(absl::UnavailableError("regcached is draining"),
+                            base::reason::kDraining);
   }
   return absl::OkStatus();
 }

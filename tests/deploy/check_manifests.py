@@ -28,14 +28,6 @@ try:
 except ImportError:
     sys.exit("check_manifests: python3-yaml is missing (deploy/install-deps.sh installs it)")
 
-# Flags and commands issue 17's other parts add (the metrics listen address, `regcachectl
-# health`). Until those land in this tree they may be missing from the binaries' help; once they
-# are merged, empty these sets so that a missing one fails again.
-EXPECTED_FROM_ISSUE_17 = {
-    "regcached_flags": set(),
-    "regcachectl_commands": set(),
-}
-
 errors = []
 notes = []
 
@@ -76,9 +68,6 @@ def flag_value(args, name):
 def check_flags(where, names, known):
     for n in names:
         if n in known:
-            continue
-        if n in EXPECTED_FROM_ISSUE_17["regcached_flags"]:
-            notes.append(f"{where}: --{n} not in this build yet (expected from issue 17)")
             continue
         errors.append(f"{where}: regcached has no flag --{n}")
 
@@ -122,11 +111,7 @@ def probe_socket_dirs_and_ports(where, container, ctl_out):
             for w in words[:1]:
                 if re.search(rf"(^|[\s|\[]){re.escape(w)}($|[\s|\]])", ctl_out):
                     continue
-                if w in EXPECTED_FROM_ISSUE_17["regcachectl_commands"]:
-                    notes.append(f"{where}: regcachectl {w} not in this build yet (expected "
-                                 "from issue 17)")
-                else:
-                    errors.append(f"{where}: {kind}: regcachectl has no command '{w}'")
+                errors.append(f"{where}: {kind}: regcachectl has no command '{w}'")
         for k in ("grpc", "httpGet", "tcpSocket"):
             if k in probe:
                 port = probe[k].get("port")

@@ -12,10 +12,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/internal/client_testing.h"
-#include "api/regcache.pb.h"
 #include "base/mutex.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -46,7 +46,8 @@ int64_t Stat(rc::Client& c, const std::string& component, const std::string& nam
 absl::Status InvalidateBehindTheLibrary(rc::Client& c, uint64_t handle) {
   regcache::v1::InvalidateRequest req;
   req.set_handle(handle);
-  return rc::testing::RawCall(c, "/regcache.v1.RegCache/Invalidate", req.SerializeAsString());
+  return rc::testing::RawCall(c, "/regcache.v1.RegCacheService/Invalidate",
+                              req.SerializeAsString());
 }
 
 // Waits (bounded) until `cond` holds.

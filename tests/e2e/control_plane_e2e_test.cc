@@ -19,9 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
 #include "api/internal/client_testing.h"
-#include "api/regcache.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -56,7 +56,7 @@ class SlowAttach : public ::testing::Test {
     auto observer = rc::Client::Connect(daemon_->dir(), options_);
     ASSERT_TRUE(observer.ok()) << observer.status();
     observer_ = std::move(*observer);
-    stub_ = pb::RegCache::NewStub(
+    stub_ = pb::RegCacheService::NewStub(
         grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
                             grpc::InsecureChannelCredentials()));
     // A's memory: created by the daemon (its fd goes to A's control socket, unread), then
@@ -64,13 +64,13 @@ class SlowAttach : public ::testing::Test {
     pb::AllocateMemoryRequest alloc;
     alloc.set_length(1 << 20);
     pb::AllocateMemoryResponse mem;
-    ASSERT_TRUE(Call(&pb::RegCache::Stub::AllocateMemory, alloc, &mem).ok());
+    ASSERT_TRUE(Call(&pb::RegCacheService::Stub::AllocateMemory, alloc, &mem).ok());
     attach_ = std::thread([this, id = mem.memory_id()] {
       pb::AttachMemoryRequest req;
       req.set_memory_id(id);
       req.set_client_va(0x7f0000000000);
       pb::AttachMemoryResponse resp;
-      (void)Call(&pb::RegCache::Stub::AttachMemory, req, &resp);  // fails or not: A may go
+      (void)Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);  // fails or not: A may go
       attach_done_ = true;
     });
     // The attach is inside the device now.
@@ -103,7 +103,7 @@ class SlowAttach : public ::testing::Test {
   rc::ClientOptions options_;
   std::unique_ptr<rc::Client> a_;
   std::unique_ptr<rc::Client> observer_;
-  std::unique_ptr<pb::RegCache::Stub> stub_;
+  std::unique_ptr<pb::RegCacheService::Stub> stub_;
   std::thread attach_;
   std::atomic<bool> attach_done_{false};
 };

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
 #include "api/internal/client_testing.h"
-#include "api/regcache.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -41,7 +41,7 @@ class DeadlineE2e : public ::testing::Test {
     client_ = std::move(*c);
     channel_ = grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
                                    grpc::InsecureChannelCredentials());
-    stub_ = pb::RegCache::NewStub(channel_);
+    stub_ = pb::RegCacheService::NewStub(channel_);
     // Connected before the calls with no time: a connection attempt those calls cut short
     // would put the channel into back-off and fail the later calls that do have time.
     ASSERT_TRUE(
@@ -60,7 +60,7 @@ class DeadlineE2e : public ::testing::Test {
   std::unique_ptr<regcache::testing::Regcached> daemon_;
   std::unique_ptr<rc::Client> client_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::RegCache::Stub> stub_;
+  std::unique_ptr<pb::RegCacheService::Stub> stub_;
 };
 
 TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
@@ -76,16 +76,16 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
     reg.set_va(base + (i % 16) * 65536);
     reg.set_length(4096 * (1 + i % 4));
     reg.set_access(kRw);
-    pb::KeyGrant grant;
+    pb::RegisterResponse grant;
     // No time at all, and less than the daemon's 2 ms margin.
     const auto left = std::chrono::microseconds(i % 2 == 0 ? 0 : 500);
-    grpc::Status s = Call(&pb::RegCache::Stub::Register, reg, &grant, left);
+    grpc::Status s = Call(&pb::RegCacheService::Stub::Register, reg, &grant, left);
     if (s.ok()) {
       // The reply arrived: the caller holds the key and releases it. gRPC sends a deadline in
       // whole milliseconds and its client enforces it by a timer, so even a call sent with no
       // time left is sometimes answered before the timer fires.
       ++made;
-      EXPECT_TRUE(client_->Release(grant.handle()).ok());
+      EXPECT_TRUE(client_->Release(grant.grant().handle()).ok());
     } else {
       ++refused;
       EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
@@ -105,14 +105,16 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
   }
   pb::RegisterBatchResponse results;
   EXPECT_FALSE(
-      Call(&pb::RegCache::Stub::RegisterBatch, batch, &results, std::chrono::microseconds(0)).ok());
+      Call(&pb::RegCacheService::Stub::RegisterBatch, batch, &results, std::chrono::microseconds(0))
+          .ok());
   // The daemon cannot know whether a reply reached the client: gRPC hands it the deadline as a
   // relative timeout in whole milliseconds from clocks each side caches, and on a loaded host a
   // call sent with no time left can arrive with tens of ms to go. The client names the calls it
   // gave up on; whatever they made is released, now or when they end.
   pb::ForgetCallsResponse forgot;
   ASSERT_TRUE(
-      Call(&pb::RegCache::Stub::ForgetCalls, gave_up, &forgot, std::chrono::seconds(10)).ok());
+      Call(&pb::RegCacheService::Stub::ForgetCalls, gave_up, &forgot, std::chrono::seconds(10))
+          .ok());
   // Nothing of the session is held: every key that exists has no holder.
   auto keys = client_->ListKeys();
   ASSERT_TRUE(keys.ok()) << keys.status();
@@ -124,9 +126,10 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
   reg.set_va(base);
   reg.set_length(4096);
   reg.set_access(kRw);
-  pb::KeyGrant grant;
-  ASSERT_TRUE(Call(&pb::RegCache::Stub::Register, reg, &grant, std::chrono::seconds(10)).ok());
-  EXPECT_TRUE(client_->Release(grant.handle()).ok());
+  pb::RegisterResponse grant;
+  ASSERT_TRUE(
+      Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::seconds(10)).ok());
+  EXPECT_TRUE(client_->Release(grant.grant().handle()).ok());
 }
 
 TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
@@ -146,40 +149,41 @@ TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
   };
   // A finished call, forgotten: its hold is released, once.
   reg.set_call_id(1);
-  pb::KeyGrant grant;
-  ASSERT_TRUE(Call(&pb::RegCache::Stub::Register, reg, &grant, ten_s).ok());
+  pb::RegisterResponse grant;
+  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s).ok());
   EXPECT_EQ(holders(), 1u);
   pb::ForgetCallsRequest forget;
   forget.add_call_ids(1);
   pb::ForgetCallsResponse forgot;
-  ASSERT_TRUE(Call(&pb::RegCache::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   EXPECT_EQ(forgot.released(), 1u);
-  ASSERT_TRUE(Call(&pb::RegCache::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   EXPECT_EQ(forgot.released(), 0u);
   EXPECT_EQ(holders(), 0u);
   // A call forgotten before it arrives (its request overtaken by the forget): it makes the key,
   // releases it again and answers CANCELLED.
   forget.set_call_ids(0, 2);
-  ASSERT_TRUE(Call(&pb::RegCache::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   reg.set_call_id(2);
-  grpc::Status late = Call(&pb::RegCache::Stub::Register, reg, &grant, ten_s);
+  grpc::Status late = Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::CANCELLED) << late.error_message();
   EXPECT_EQ(holders(), 0u);
   // Call id 0 names no call.
   forget.set_call_ids(0, 0);
-  EXPECT_EQ(Call(&pb::RegCache::Stub::ForgetCalls, forget, &forgot, ten_s).error_code(),
+  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(DeadlineE2e, DrainWithNoTimeLeftIsNotCarriedOut) {
   pb::DrainResponse resp;
-  grpc::Status s =
-      Call(&pb::RegCache::Stub::Drain, pb::DrainRequest(), &resp, std::chrono::microseconds(0));
+  grpc::Status s = Call(&pb::RegCacheService::Stub::Drain, pb::DrainRequest(), &resp,
+                        std::chrono::microseconds(0));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   // The daemon still serves: the refusal was the truth.
   pb::StatusResponse st;
   EXPECT_TRUE(
-      Call(&pb::RegCache::Stub::Status, pb::StatusRequest(), &st, std::chrono::seconds(10)).ok());
+      Call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st, std::chrono::seconds(10))
+          .ok());
   EXPECT_FALSE(st.draining());
 }
 
@@ -199,8 +203,9 @@ TEST_F(SlowDeviceDeadlineE2e, AKeyMadeTooLateIsReleasedAgain) {
   reg.set_va(reinterpret_cast<uint64_t>(mem->data));
   reg.set_length(8192);
   reg.set_access(kRw);
-  pb::KeyGrant grant;
-  grpc::Status s = Call(&pb::RegCache::Stub::Register, reg, &grant, std::chrono::milliseconds(10));
+  pb::RegisterResponse grant;
+  grpc::Status s =
+      Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::milliseconds(10));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   // The client gave up at 10 ms; the daemon finishes the map at about 30 ms, finds the deadline
   // gone and releases the key. Wait (bounded) until the miss was served, then nobody may hold

@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "api/control_protocol.h"
 #include "api/internal/client_testing.h"
-#include "api/regcache.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -149,7 +149,7 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
   const rc::WelcomeMsg w = welcome->As<rc::WelcomeMsg>();
   EXPECT_EQ(w.device_index, 1u);
   EXPECT_EQ(rc::DeviceNameOf(w.device).value_or("?"), "sim1");
-  auto stub = pb::RegCache::NewStub(
+  auto stub = pb::RegCacheService::NewStub(
       grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
                           grpc::InsecureChannelCredentials()));
   auto call = [&](auto method, const auto& req, auto* resp) {
@@ -159,7 +159,7 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
     return ((*stub).*method)(&ctx, req, resp);
   };
   pb::StatusResponse st;
-  ASSERT_TRUE(call(&pb::RegCache::Stub::Status, pb::StatusRequest(), &st).ok());
+  ASSERT_TRUE(call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st).ok());
   ASSERT_EQ(st.devices_size(), 2);
   EXPECT_EQ(st.devices(1).name(), "sim1");
   EXPECT_EQ(st.devices(1).node_guid(), w.node_guid);
@@ -170,20 +170,20 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
   pb::AllocateMemoryRequest alloc;
   alloc.set_length(1 << 16);
   pb::AllocateMemoryResponse mem;
-  ASSERT_TRUE(call(&pb::RegCache::Stub::AllocateMemory, alloc, &mem).ok());
+  ASSERT_TRUE(call(&pb::RegCacheService::Stub::AllocateMemory, alloc, &mem).ok());
   pb::AttachMemoryRequest attach;
   attach.set_memory_id(mem.memory_id());
   attach.set_client_va(0x7f0000000000);
   pb::AttachMemoryResponse attached;
-  ASSERT_TRUE(call(&pb::RegCache::Stub::AttachMemory, attach, &attached).ok());
+  ASSERT_TRUE(call(&pb::RegCacheService::Stub::AttachMemory, attach, &attached).ok());
   pb::RegisterRequest reg;
   reg.set_va(0x7f0000000000);
   reg.set_length(4096);
   reg.set_access(kRw);
-  pb::KeyGrant grant;
-  grpc::Status s = call(&pb::RegCache::Stub::Register, reg, &grant);
+  pb::RegisterResponse grant;
+  grpc::Status s = call(&pb::RegCacheService::Stub::Register, reg, &grant);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(grant.device_index(), 1u);
+  EXPECT_EQ(grant.grant().device_index(), 1u);
   ::close(fd);
 }
 

@@ -380,9 +380,12 @@ TEST(E2E, BadInputTable) {
        {"RESOURCE_EXHAUSTED"}},
       {"malformed request bytes",
        a.proc.get(),
-       "raw /regcache.v1.RegCache/Register ffffffffff",
+       "raw /regcache.v1.RegCacheService/Register ffffffffff",
        {"INTERNAL", "INVALID_ARGUMENT"}},
-      {"unknown method", a.proc.get(), "raw /regcache.v1.RegCache/Nope 00", {"UNIMPLEMENTED"}},
+      {"unknown method",
+       a.proc.get(),
+       "raw /regcache.v1.RegCacheService/Nope 00",
+       {"UNIMPLEMENTED"}},
       {"garbage on the control socket", a.proc.get(), "ctlgarbage", {"ok"}},
   };
   for (const Case& c : cases) {

@@ -16,10 +16,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "api/internal/client_testing.h"
-#include "api/regcache.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -131,15 +131,15 @@ TEST(EndpointE2e, LimitAndTheWiresChecks) {
   raw.mutable_peer()->set_qpn(5);
   raw.mutable_peer()->set_gid("abc");
   raw.set_access(rc::kRemoteRead);
-  absl::Status short_gid =
-      rc::testing::RawCall(*c, "/regcache.v1.RegCache/CreateEndpoint", raw.SerializeAsString());
+  absl::Status short_gid = rc::testing::RawCall(*c, "/regcache.v1.RegCacheService/CreateEndpoint",
+                                                raw.SerializeAsString());
   EXPECT_EQ(short_gid.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(short_gid.message(), HasSubstr("gid is 3 bytes"));
   raw.clear_peer();
-  EXPECT_THAT(
-      rc::testing::RawCall(*c, "/regcache.v1.RegCache/CreateEndpoint", raw.SerializeAsString())
-          .message(),
-      HasSubstr("missing"));
+  EXPECT_THAT(rc::testing::RawCall(*c, "/regcache.v1.RegCacheService/CreateEndpoint",
+                                   raw.SerializeAsString())
+                  .message(),
+              HasSubstr("missing"));
   EXPECT_EQ(c->ListEndpoints()->size(), 2u);  // nothing refused was kept
 }
 

@@ -230,6 +230,9 @@ class HealthTest(unittest.TestCase):
             code, out, _ = ctl("health", "-o", "json", socket_dir=daemon.dir)
             self.assertEqual(code, 0)
             self.assertEqual(json.loads(out), {"service": "", "status": "SERVING"})
+            for service in ("regcache.v1.RegCacheService", "regcache.v1.SimPeerService"):
+                code, out, _ = ctl("health", f"--service={service}", socket_dir=daemon.dir)
+                self.assertEqual((code, out), (0, "SERVING\n"), service)
             code, out, _ = ctl("health", "--service=no.such.Service", socket_dir=daemon.dir)
             self.assertEqual(code, 3, "an unknown service is not serving")
             code, out, err = ctl("drain", "-o", "json", socket_dir=daemon.dir)

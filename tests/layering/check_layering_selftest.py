@@ -47,7 +47,7 @@ expect("clean tree passes", {
     "hca/sim/s.cc": '#include "hca/device.h"\n#include "umr/w.h"\n',
     "cache/c_test.cc": '#include "hca/sim/sim.h"\n',  # tests may use the sim fake
     "hca/mlx5/m.cc": "#include <infiniband/mlx5dv.h>\n",
-    "api/g.cc": '#include <grpcpp/grpcpp.h>\n#include "api/regcache.pb.h"\n',
+    "api/g.cc": '#include <grpcpp/grpcpp.h>\n#include "regcache/v1/regcache.pb.h"\n',
     "api/daemon_main.cc": '#include "hca/sim/sim_device.h"\n',  # composition root
 }, 0, "layering: clean")
 expect("backend from library code is caught", {"api/server.cc": '#include "hca/sim/sim_device.h"\n'},

@@ -55,11 +55,13 @@ PREFETCH_ASYNC = 2
 
 
 class RegcacheError(Exception):
-    """A failed call: .code (canonical status code), .code_name ("NOT_FOUND"), .message."""
+    """A failed call: .code (canonical status code), .code_name ("NOT_FOUND"), .message, and
+    .reason, the daemon's stable reason ("KEY_QUOTA_EXCEEDED"; docs/api.md) or "" if none."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, reason=""):
         self.code = code
         self.message = message
+        self.reason = reason
         self.code_name = _lib.regcache_code_name(code).decode()
         super().__init__(f"{self.code_name}: {message}")
 
@@ -206,6 +208,7 @@ def _declare(lib):
     P = ctypes.POINTER
     signatures = {
         "regcache_last_error": (ctypes.c_char_p, []),
+        "regcache_last_error_reason": (ctypes.c_char_p, []),
         "regcache_code_name": (ctypes.c_char_p, [cint]),
         "regcache_connect": (cint, [ctypes.c_char_p, P(_Options), P(c_client)]),
         "regcache_connect_device": (cint, [ctypes.c_char_p, P(_Options), ctypes.c_char_p,
@@ -241,7 +244,8 @@ library_path = _lib._name
 
 def _check(code):
     if code != OK:
-        raise RegcacheError(code, _lib.regcache_last_error().decode(errors="replace"))
+        raise RegcacheError(code, _lib.regcache_last_error().decode(errors="replace"),
+                            _lib.regcache_last_error_reason().decode(errors="replace"))
 
 
 def _item_error(i, code):

@@ -1,0 +1,185 @@
+// The v1 API's conventions against a real regcached process (docs/api.md): every List call
+// pages in a stable order and the client library walks the pages by itself; a refused call
+// carries a google.rpc.ErrorInfo (reason, domain, numbers) in its status details next to the
+// canonical code. Unix sockets in a temp dir; every loop is bounded by its count.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "api/control_protocol.h"
+#include "api/internal/client_testing.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+#include "gtest/gtest.h"
+#include "regcache/client.h"
+#include "regcache/v1/regcache.grpc.pb.h"
+#include "tests/e2e/regcached_process.h"
+
+namespace {
+
+namespace rc = regcache::api;
+namespace pb = ::regcache::v1;
+
+constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
+constexpr uint64_t kPage = 4096;
+
+class ApiV1E2e : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> flags) {
+    daemon_ = std::make_unique<regcache::testing::Regcached>(std::move(flags));
+    rc::ClientOptions o;
+    o.fast_path = false;  // every call over gRPC: the errors below are gRPC's
+    o.client_cache = false;
+    auto c = rc::Client::Connect(daemon_->dir(), o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+    channel_ = grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = pb::RegCacheService::NewStub(channel_);
+  }
+
+  // A raw call on the client's session.
+  template <typename Method, typename Req, typename Resp>
+  grpc::Status Call(Method method, const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.AddMetadata(rc::kSessionMetadataKey, rc::testing::Token(*client_));
+    return ((*stub_).*method)(&ctx, req, resp);
+  }
+
+  // The ErrorInfo in a status's details (google.rpc.Status), as any gRPC client reads it.
+  static google::rpc::ErrorInfo InfoOf(const grpc::Status& s) {
+    google::rpc::Status details;
+    google::rpc::ErrorInfo info;
+    EXPECT_TRUE(details.ParseFromString(s.error_details())) << s.error_message();
+    EXPECT_EQ(details.code(), static_cast<int>(s.error_code()));
+    EXPECT_EQ(details.details_size(), 1);
+    if (details.details_size() == 1) {
+      EXPECT_TRUE(details.details(0).UnpackTo(&info));
+    }
+    EXPECT_EQ(info.domain(), "regcache.io");
+    return info;
+  }
+
+  std::unique_ptr<regcache::testing::Regcached> daemon_;
+  std::unique_ptr<rc::Client> client_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::RegCacheService::Stub> stub_;
+};
+
+TEST_F(ApiV1E2e, ListKeysPagesInHandleOrderAndTheClientWalksEveryPage) {
+  Start({});
+  constexpr int kKeys = 1100;  // more than the default page of 1000
+  auto mem = client_->AllocateMemory(kKeys * kPage);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  for (int i = 0; i < kKeys; ++i) {
+    auto k = client_->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw);
+    ASSERT_TRUE(k.ok()) << "register " << i << ": " << k.status();
+  }
+  // The client library fetches every page.
+  auto all = client_->ListKeys();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), static_cast<size_t>(kKeys));
+
+  // Raw pages of 97: each at most 97 keys, in ascending handle order across pages, each key
+  // once, and the last page says so with an empty token.
+  std::set<uint64_t> seen;
+  uint64_t last = 0;
+  std::string token;
+  int pages = 0;
+  for (; pages < 100; ++pages) {
+    pb::ListKeysRequest req;
+    req.set_page_size(97);
+    req.set_page_token(token);
+    pb::ListKeysResponse resp;
+    grpc::Status s = Call(&pb::RegCacheService::Stub::ListKeys, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_LE(resp.keys_size(), 97);
+    for (const pb::KeyInfo& k : resp.keys()) {
+      EXPECT_GT(k.handle(), last);
+      last = k.handle();
+      EXPECT_TRUE(seen.insert(k.handle()).second);
+    }
+    token = resp.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(pages + 1, (kKeys + 96) / 97);
+
+  // A token that is not one, or one of another list, is INVALID_ARGUMENT with its reason.
+  pb::ListKeysRequest bad;
+  bad.set_page_token("not-a-token");
+  pb::ListKeysResponse resp;
+  grpc::Status s = Call(&pb::RegCacheService::Stub::ListKeys, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(InfoOf(s).reason(), "INVALID_PAGE_TOKEN");
+  pb::ListMemoryRequest mem_page;
+  mem_page.set_page_size(1);
+  pb::ListMemoryResponse mem_resp;
+  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ListMemory, mem_page, &mem_resp).ok());
+  EXPECT_EQ(mem_resp.memory_size(), 1);
+  EXPECT_TRUE(mem_resp.next_page_token().empty());  // one memory: one page
+  pb::ListEndpointsRequest wrong_list;
+  wrong_list.set_page_token(
+      // a keys token handed to another list
+      [&] {
+        pb::ListKeysRequest r;
+        r.set_page_size(1);
+        pb::ListKeysResponse p;
+        EXPECT_TRUE(Call(&pb::RegCacheService::Stub::ListKeys, r, &p).ok());
+        return p.next_page_token();
+      }());
+  pb::ListEndpointsResponse ep_resp;
+  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ListEndpoints, wrong_list, &ep_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  pb::ListKeysRequest negative;
+  negative.set_page_size(-1);
+  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ListKeys, negative, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
+  Start({"--max_keys_per_session=3", "--max_bytes_per_session=1048576"});
+  auto mem = client_->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client_->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw).ok());
+  }
+  // Through the client library: the reason and the numbers.
+  auto over = client_->Register(static_cast<uint8_t*>(mem->data) + 3 * kPage, kPage, kRw);
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_EQ(rc::ErrorReason(over.status()), "KEY_QUOTA_EXCEEDED");
+  std::map<std::string, std::string> numbers = rc::ErrorMetadata(over.status());
+  EXPECT_EQ(numbers["limit"], "3");
+  EXPECT_EQ(numbers["used"], "3");
+  // On the wire: the ErrorInfo in the status details.
+  pb::RegisterRequest reg;
+  reg.set_va(reinterpret_cast<uint64_t>(mem->data) + 4 * kPage);
+  reg.set_length(kPage);
+  reg.set_access(kRw);
+  pb::RegisterResponse grant;
+  grpc::Status s = Call(&pb::RegCacheService::Stub::Register, reg, &grant);
+  ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  google::rpc::ErrorInfo info = InfoOf(s);
+  EXPECT_EQ(info.reason(), "KEY_QUOTA_EXCEEDED");
+  EXPECT_EQ(info.metadata().at("limit"), "3");
+  // The same code for memory, told apart by its reason.
+  auto more = client_->AllocateMemory(1 << 20);
+  ASSERT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted) << more.status();
+  EXPECT_EQ(rc::ErrorReason(more.status()), "MEMORY_QUOTA_EXCEEDED");
+  EXPECT_EQ(rc::ErrorMetadata(more.status())["limit_bytes"], "1048576");
+  // Errors without a known cause carry no details; the token's absence has its own reason.
+  EXPECT_TRUE(rc::ErrorReason(client_->Release(0)).empty());
+  grpc::ClientContext bare;
+  pb::ListKeysResponse keys;
+  grpc::Status unauth = stub_->ListKeys(&bare, pb::ListKeysRequest(), &keys);
+  EXPECT_EQ(unauth.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(InfoOf(unauth).reason(), "SESSION_TOKEN_MISSING");
+}
+
+}  // namespace
