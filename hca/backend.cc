@@ -84,16 +84,22 @@ std::vector<std::string> RegisteredBackends() {
 
 namespace {
 
-// "auto": mlx5, then verbs, then sim, the first that opens.
+// "auto": mlx5, then verbs, then sim, the first that opens. "auto:rdma": the same without the
+// sim, for deployments where a simulated device would hand out keys no peer can use.
 absl::StatusOr<std::unique_ptr<Device>> OpenAuto(const BackendSpec& spec,
                                                  const OpenOptions& options) {
-  if (!spec.device.empty() || !spec.params.empty()) {
-    return absl::InvalidArgumentError("device 'auto' takes no arguments");
+  const bool rdma_only = spec.device == "rdma";
+  if ((!spec.device.empty() && !rdma_only) || !spec.params.empty()) {
+    return absl::InvalidArgumentError(
+        "device 'auto' takes no arguments but 'rdma' (auto:rdma: a real RDMA device, never the "
+        "sim)");
   }
   std::vector<std::string> passed;
   OpenOptions each = options;
   each.selection = nullptr;
-  for (const char* name : {"mlx5", "verbs", "sim"}) {
+  std::vector<const char*> candidates = {"mlx5", "verbs"};
+  if (!rdma_only) candidates.push_back("sim");
+  for (const char* name : candidates) {
     absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice(name, each);
     if (!d.ok()) {
       passed.push_back(absl::StrCat(name, ": ", d.status().message()));
@@ -106,8 +112,8 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAuto(const BackendSpec& spec,
     }
     return d;
   }
-  return absl::NotFoundError(
-      absl::StrCat("device 'auto' found nothing to open: ", absl::StrJoin(passed, "; ")));
+  return absl::NotFoundError(absl::StrCat("device '", rdma_only ? "auto:rdma" : "auto",
+                                          "' found nothing to open: ", absl::StrJoin(passed, "; ")));
 }
 
 }  // namespace

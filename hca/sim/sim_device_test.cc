@@ -544,6 +544,12 @@ TEST(SimBackendTest, AutoFallsBackToTheSimAndSaysWhy) {
   EXPECT_THAT(why, ::testing::HasSubstr("not mlx5: no hca backend 'mlx5'"));
   EXPECT_THAT(why, ::testing::HasSubstr("not verbs: verbs: no RDMA devices on this machine"));
   EXPECT_EQ(OpenDevice("auto:x").status().code(), absl::StatusCode::kInvalidArgument);
+  // auto:rdma never falls back to the sim: with no RDMA device here (the sim registered and
+  // openable) it opens nothing, and says why for each real backend.
+  absl::Status rdma = OpenDevice("auto:rdma", o).status();
+  EXPECT_EQ(rdma.code(), absl::StatusCode::kNotFound) << rdma;
+  EXPECT_THAT(rdma.message(), ::testing::HasSubstr("device 'auto:rdma' found nothing to open"));
+  EXPECT_THAT(rdma.message(), ::testing::HasSubstr("verbs: no RDMA devices on this machine"));
   ASSERT_TRUE(OpenDevice("sim", o).ok());
   EXPECT_EQ(why, "named sim");
 }

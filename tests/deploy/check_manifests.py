@@ -139,7 +139,9 @@ def check_daemonset(src, known, ctl_out):
     for k in ("requests", "limits"):
         check({"cpu", "memory"} <= set(res.get(k, {})), f"DaemonSet: resources.{k} lacks cpu/memory")
     device = flag_value(args, "device")
-    check(device == "auto", f"DaemonSet: --device={device}, want auto (selected at start)")
+    check(device == "auto:rdma",
+          f"DaemonSet: --device={device}, want auto:rdma (a real RDMA device chosen at start, "
+          "never the sim)")
     # Ports: the metrics listen address's port is exposed.
     metrics = flag_value(args, "metrics_address")
     check(metrics is not None, "DaemonSet: no --metrics_address")
