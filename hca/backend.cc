@@ -112,8 +112,9 @@ absl::StatusOr<std::unique_ptr<Device>> OpenAuto(const BackendSpec& spec,
     }
     return d;
   }
-  return absl::NotFoundError(absl::StrCat("device '", rdma_only ? "auto:rdma" : "auto",
-                                          "' found nothing to open: ", absl::StrJoin(passed, "; ")));
+  return absl::NotFoundError(
+      absl::StrCat("device '", rdma_only ? "auto:rdma" : "auto",
+                   "' found nothing to open: ", absl::StrJoin(passed, "; ")));
 }
 
 }  // namespace
