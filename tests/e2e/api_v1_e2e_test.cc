@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
+#include "tests/e2e/raw_grpc_session.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -32,24 +33,9 @@ class ApiV1E2e : public ::testing::Test {
  protected:
   void Start(std::vector<std::string> flags) {
     daemon_ = std::make_unique<regcache::testing::Regcached>(std::move(flags));
-    rc::ClientOptions o;
-    o.fast_path = false;  // every call over gRPC: the errors below are gRPC's
-    o.client_cache = false;
-    auto c = rc::Client::Connect(daemon_->dir(), o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
-    channel_ = grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = pb::RegCacheService::NewStub(channel_);
-  }
-
-  // A raw call on the client's session.
-  template <typename Method, typename Req, typename Resp>
-  grpc::Status Call(Method method, const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    ctx.AddMetadata(rc::kSessionMetadataKey, rc::testing::Token(*client_));
-    return ((*stub_).*method)(&ctx, req, resp);
+    auto raw = regcache::testing::RawGrpcSession::Connect(daemon_->dir());
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_ = std::move(*raw);
   }
 
   // The ErrorInfo in a status's details (google.rpc.Status), as any gRPC client reads it.
@@ -67,22 +53,20 @@ class ApiV1E2e : public ::testing::Test {
   }
 
   std::unique_ptr<regcache::testing::Regcached> daemon_;
-  std::unique_ptr<rc::Client> client_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::RegCacheService::Stub> stub_;
+  regcache::testing::RawGrpcSession raw_;
 };
 
 TEST_F(ApiV1E2e, ListKeysPagesInHandleOrderAndTheClientWalksEveryPage) {
   Start({});
   constexpr int kKeys = 1100;  // more than the default page of 1000
-  auto mem = client_->AllocateMemory(kKeys * kPage);
+  auto mem = raw_.client->AllocateMemory(kKeys * kPage);
   ASSERT_TRUE(mem.ok()) << mem.status();
   for (int i = 0; i < kKeys; ++i) {
-    auto k = client_->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw);
+    auto k = raw_.client->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw);
     ASSERT_TRUE(k.ok()) << "register " << i << ": " << k.status();
   }
   // The client library fetches every page.
-  auto all = client_->ListKeys();
+  auto all = raw_.client->ListKeys();
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->size(), static_cast<size_t>(kKeys));
 
@@ -97,7 +81,7 @@ TEST_F(ApiV1E2e, ListKeysPagesInHandleOrderAndTheClientWalksEveryPage) {
     req.set_page_size(97);
     req.set_page_token(token);
     pb::ListKeysResponse resp;
-    grpc::Status s = Call(&pb::RegCacheService::Stub::ListKeys, req, &resp);
+    grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::ListKeys, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_LE(resp.keys_size(), 97);
     for (const pb::KeyInfo& k : resp.keys()) {
@@ -115,13 +99,13 @@ TEST_F(ApiV1E2e, ListKeysPagesInHandleOrderAndTheClientWalksEveryPage) {
   pb::ListKeysRequest bad;
   bad.set_page_token("not-a-token");
   pb::ListKeysResponse resp;
-  grpc::Status s = Call(&pb::RegCacheService::Stub::ListKeys, bad, &resp);
+  grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::ListKeys, bad, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(InfoOf(s).reason(), "INVALID_PAGE_TOKEN");
   pb::ListMemoryRequest mem_page;
   mem_page.set_page_size(1);
   pb::ListMemoryResponse mem_resp;
-  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ListMemory, mem_page, &mem_resp).ok());
+  ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ListMemory, mem_page, &mem_resp).ok());
   EXPECT_EQ(mem_resp.memory_size(), 1);
   EXPECT_TRUE(mem_resp.next_page_token().empty());  // one memory: one page
   pb::ListEndpointsRequest wrong_list;
@@ -131,27 +115,28 @@ TEST_F(ApiV1E2e, ListKeysPagesInHandleOrderAndTheClientWalksEveryPage) {
         pb::ListKeysRequest r;
         r.set_page_size(1);
         pb::ListKeysResponse p;
-        EXPECT_TRUE(Call(&pb::RegCacheService::Stub::ListKeys, r, &p).ok());
+        EXPECT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ListKeys, r, &p).ok());
         return p.next_page_token();
       }());
   pb::ListEndpointsResponse ep_resp;
-  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ListEndpoints, wrong_list, &ep_resp).error_code(),
+  EXPECT_EQ(raw_.Call(&pb::RegCacheService::Stub::ListEndpoints, wrong_list, &ep_resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   pb::ListKeysRequest negative;
   negative.set_page_size(-1);
-  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ListKeys, negative, &resp).error_code(),
+  EXPECT_EQ(raw_.Call(&pb::RegCacheService::Stub::ListKeys, negative, &resp).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
   Start({"--max_keys_per_session=3", "--max_bytes_per_session=1048576"});
-  auto mem = client_->AllocateMemory(1 << 20);
+  auto mem = raw_.client->AllocateMemory(1 << 20);
   ASSERT_TRUE(mem.ok()) << mem.status();
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(client_->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw).ok());
+    ASSERT_TRUE(
+        raw_.client->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw).ok());
   }
   // Through the client library: the reason and the numbers.
-  auto over = client_->Register(static_cast<uint8_t*>(mem->data) + 3 * kPage, kPage, kRw);
+  auto over = raw_.client->Register(static_cast<uint8_t*>(mem->data) + 3 * kPage, kPage, kRw);
   ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
   EXPECT_EQ(rc::ErrorReason(over.status()), "KEY_QUOTA_EXCEEDED");
   std::map<std::string, std::string> numbers = rc::ErrorMetadata(over.status());
@@ -163,21 +148,21 @@ TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
   reg.set_length(kPage);
   reg.set_access(kRw);
   pb::RegisterResponse grant;
-  grpc::Status s = Call(&pb::RegCacheService::Stub::Register, reg, &grant);
+  grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant);
   ASSERT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   google::rpc::ErrorInfo info = InfoOf(s);
   EXPECT_EQ(info.reason(), "KEY_QUOTA_EXCEEDED");
   EXPECT_EQ(info.metadata().at("limit"), "3");
   // The same code for memory, told apart by its reason.
-  auto more = client_->AllocateMemory(1 << 20);
+  auto more = raw_.client->AllocateMemory(1 << 20);
   ASSERT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted) << more.status();
   EXPECT_EQ(rc::ErrorReason(more.status()), "MEMORY_QUOTA_EXCEEDED");
   EXPECT_EQ(rc::ErrorMetadata(more.status())["limit_bytes"], "1048576");
   // Errors without a known cause carry no details; the token's absence has its own reason.
-  EXPECT_TRUE(rc::ErrorReason(client_->Release(0)).empty());
+  EXPECT_TRUE(rc::ErrorReason(raw_.client->Release(0)).empty());
   grpc::ClientContext bare;
   pb::ListKeysResponse keys;
-  grpc::Status unauth = stub_->ListKeys(&bare, pb::ListKeysRequest(), &keys);
+  grpc::Status unauth = raw_.stub->ListKeys(&bare, pb::ListKeysRequest(), &keys);
   EXPECT_EQ(unauth.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(InfoOf(unauth).reason(), "SESSION_TOKEN_MISSING");
 }

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
+#include "tests/e2e/raw_grpc_session.h"
 #include "tests/e2e/regcached_process.h"
 
 namespace {
@@ -33,38 +34,21 @@ class DeadlineE2e : public ::testing::Test {
     std::vector<std::string> flags = Flags();
     flags.push_back(regcache::testing::AdminSelfFlag());  // the Drain below is refused for time
     daemon_ = std::make_unique<regcache::testing::Regcached>(flags);
-    rc::ClientOptions o;
-    o.fast_path = false;  // everything over gRPC, as the raw calls below
-    o.client_cache = false;
-    auto c = rc::Client::Connect(daemon_->dir(), o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = std::move(*c);
-    channel_ = grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = pb::RegCacheService::NewStub(channel_);
+    auto raw = regcache::testing::RawGrpcSession::Connect(daemon_->dir());
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_ = std::move(*raw);
     // Connected before the calls with no time: a connection attempt those calls cut short
     // would put the channel into back-off and fail the later calls that do have time.
-    ASSERT_TRUE(
-        channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
-  }
-
-  // A call on the client's session whose deadline is `left` from now.
-  template <typename Method, typename Req, typename Resp>
-  grpc::Status Call(Method method, const Req& req, Resp* resp, std::chrono::microseconds left) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + left);
-    ctx.AddMetadata(rc::kSessionMetadataKey, rc::testing::Token(*client_));
-    return ((*stub_).*method)(&ctx, req, resp);
+    ASSERT_TRUE(raw_.channel->WaitForConnected(std::chrono::system_clock::now() +
+                                               std::chrono::seconds(10)));
   }
 
   std::unique_ptr<regcache::testing::Regcached> daemon_;
-  std::unique_ptr<rc::Client> client_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::RegCacheService::Stub> stub_;
+  regcache::testing::RawGrpcSession raw_;
 };
 
 TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
-  auto mem = client_->AllocateMemory(1 << 20);
+  auto mem = raw_.client->AllocateMemory(1 << 20);
   ASSERT_TRUE(mem.ok()) << mem.status();
   const uint64_t base = reinterpret_cast<uint64_t>(mem->data);
   int made = 0;
@@ -79,13 +63,13 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
     pb::RegisterResponse grant;
     // No time at all, and less than the daemon's 2 ms margin.
     const auto left = std::chrono::microseconds(i % 2 == 0 ? 0 : 500);
-    grpc::Status s = Call(&pb::RegCacheService::Stub::Register, reg, &grant, left);
+    grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, left);
     if (s.ok()) {
       // The reply arrived: the caller holds the key and releases it. gRPC sends a deadline in
       // whole milliseconds and its client enforces it by a timer, so even a call sent with no
       // time left is sometimes answered before the timer fires.
       ++made;
-      EXPECT_TRUE(client_->Release(grant.grant().handle()).ok());
+      EXPECT_TRUE(raw_.client->Release(grant.grant().handle()).ok());
     } else {
       ++refused;
       EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
@@ -104,19 +88,19 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
     item->set_access(kRw);
   }
   pb::RegisterBatchResponse results;
-  EXPECT_FALSE(
-      Call(&pb::RegCacheService::Stub::RegisterBatch, batch, &results, std::chrono::microseconds(0))
-          .ok());
+  EXPECT_FALSE(raw_.Call(&pb::RegCacheService::Stub::RegisterBatch, batch, &results,
+                         std::chrono::microseconds(0))
+                   .ok());
   // The daemon cannot know whether a reply reached the client: gRPC hands it the deadline as a
   // relative timeout in whole milliseconds from clocks each side caches, and on a loaded host a
   // call sent with no time left can arrive with tens of ms to go. The client names the calls it
   // gave up on; whatever they made is released, now or when they end.
   pb::ForgetCallsResponse forgot;
   ASSERT_TRUE(
-      Call(&pb::RegCacheService::Stub::ForgetCalls, gave_up, &forgot, std::chrono::seconds(10))
+      raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, gave_up, &forgot, std::chrono::seconds(10))
           .ok());
   // Nothing of the session is held: every key that exists has no holder.
-  auto keys = client_->ListKeys();
+  auto keys = raw_.client->ListKeys();
   ASSERT_TRUE(keys.ok()) << keys.status();
   for (const rc::KeyInfo& k : *keys) {
     EXPECT_EQ(k.holders, 0u) << "key " << k.handle << " over 0x" << std::hex << k.va;
@@ -128,12 +112,12 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
   reg.set_access(kRw);
   pb::RegisterResponse grant;
   ASSERT_TRUE(
-      Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::seconds(10)).ok());
-  EXPECT_TRUE(client_->Release(grant.grant().handle()).ok());
+      raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::seconds(10)).ok());
+  EXPECT_TRUE(raw_.client->Release(grant.grant().handle()).ok());
 }
 
 TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
-  auto mem = client_->AllocateMemory(1 << 20);
+  auto mem = raw_.client->AllocateMemory(1 << 20);
   ASSERT_TRUE(mem.ok()) << mem.status();
   const auto ten_s = std::chrono::seconds(10);
   pb::RegisterRequest reg;
@@ -141,7 +125,7 @@ TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
   reg.set_length(4096);
   reg.set_access(kRw);
   auto holders = [&] {
-    auto keys = client_->ListKeys();
+    auto keys = raw_.client->ListKeys();
     EXPECT_TRUE(keys.ok()) << keys.status();
     uint64_t n = 0;
     for (const rc::KeyInfo& k : keys.value_or(std::vector<rc::KeyInfo>{})) n += k.holders;
@@ -150,40 +134,40 @@ TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
   // A finished call, forgotten: its hold is released, once.
   reg.set_call_id(1);
   pb::RegisterResponse grant;
-  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s).ok());
+  ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s).ok());
   EXPECT_EQ(holders(), 1u);
   pb::ForgetCallsRequest forget;
   forget.add_call_ids(1);
   pb::ForgetCallsResponse forgot;
-  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   EXPECT_EQ(forgot.released(), 1u);
-  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   EXPECT_EQ(forgot.released(), 0u);
   EXPECT_EQ(holders(), 0u);
   // A call forgotten before it arrives (its request overtaken by the forget): it makes the key,
   // releases it again and answers CANCELLED.
   forget.set_call_ids(0, 2);
-  ASSERT_TRUE(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+  ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
   reg.set_call_id(2);
-  grpc::Status late = Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s);
+  grpc::Status late = raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::CANCELLED) << late.error_message();
   EXPECT_EQ(holders(), 0u);
   // Call id 0 names no call.
   forget.set_call_ids(0, 0);
-  EXPECT_EQ(Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).error_code(),
+  EXPECT_EQ(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(DeadlineE2e, DrainWithNoTimeLeftIsNotCarriedOut) {
   pb::DrainResponse resp;
-  grpc::Status s = Call(&pb::RegCacheService::Stub::Drain, pb::DrainRequest(), &resp,
-                        std::chrono::microseconds(0));
+  grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::Drain, pb::DrainRequest(), &resp,
+                             std::chrono::microseconds(0));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   // The daemon still serves: the refusal was the truth.
   pb::StatusResponse st;
-  EXPECT_TRUE(
-      Call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st, std::chrono::seconds(10))
-          .ok());
+  EXPECT_TRUE(raw_.Call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st,
+                        std::chrono::seconds(10))
+                  .ok());
   EXPECT_FALSE(st.draining());
 }
 
@@ -197,7 +181,7 @@ class SlowDeviceDeadlineE2e : public DeadlineE2e {
 
 TEST_F(SlowDeviceDeadlineE2e, AKeyMadeTooLateIsReleasedAgain) {
   if (regcache::testing::TestDevice() != "sim") GTEST_SKIP() << "the slow device is the sim's";
-  auto mem = client_->AllocateMemory(1 << 20);
+  auto mem = raw_.client->AllocateMemory(1 << 20);
   ASSERT_TRUE(mem.ok()) << mem.status();
   pb::RegisterRequest reg;
   reg.set_va(reinterpret_cast<uint64_t>(mem->data));
@@ -205,17 +189,17 @@ TEST_F(SlowDeviceDeadlineE2e, AKeyMadeTooLateIsReleasedAgain) {
   reg.set_access(kRw);
   pb::RegisterResponse grant;
   grpc::Status s =
-      Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::milliseconds(10));
+      raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::milliseconds(10));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   // The client gave up at 10 ms; the daemon finishes the map at about 30 ms, finds the deadline
   // gone and releases the key. Wait (bounded) until the miss was served, then nobody may hold
   // anything.
   auto served = [&] {
-    auto stats = client_->Stats();
+    auto stats = raw_.client->Stats();
     return stats.ok() && stats->Get("cache", "register_misses").value_or(0) == 1;
   };
   auto unheld = [&] {
-    auto keys = client_->ListKeys();
+    auto keys = raw_.client->ListKeys();
     if (!keys.ok()) return false;
     for (const rc::KeyInfo& k : *keys) {
       if (k.holders != 0) return false;
