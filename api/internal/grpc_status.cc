@@ -1,16 +1,17 @@
 #include "api/internal/grpc_status.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "api/internal/proto_wire.h"
 #include "base/error_reason.h"
 #include "base/mutex.h"
 #include "base/status_code.h"
-#include "google/rpc/error_details.pb.h"
-#include "google/rpc/status.pb.h"
 
 namespace regcache::api {
+namespace wire = internal::wire;
 namespace {
 
 constexpr int kLastCanonicalCode = 16;  // UNAUTHENTICATED
@@ -19,36 +20,84 @@ static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) == kLastCanon
 static_assert(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED) ==
               static_cast<int>(absl::StatusCode::kResourceExhausted));
 
-// The google.rpc.Status carrying `reason` as an ErrorInfo, serialized.
-std::string ErrorDetails(int code, const std::string& message, const base::ErrorReason& reason) {
-  google::rpc::ErrorInfo info;
-  info.set_reason(reason.reason);
-  info.set_domain(std::string(kErrorDomain));
-  for (const auto& [key, value] : reason.metadata) (*info.mutable_metadata())[key] = value;
-  google::rpc::Status details;
-  details.set_code(code);
-  details.set_message(message);
-  details.add_details()->PackFrom(info);
-  return details.SerializeAsString();
+}  // namespace
+
+std::string EncodeErrorDetails(int code, absl::string_view message,
+                               const base::ErrorReason& reason) {
+  // google.rpc.ErrorInfo {string reason = 1; string domain = 2; map<string, string> metadata = 3}
+  // (a map is a repeated entry message {key = 1; value = 2}).
+  std::string info;
+  wire::AppendBytesField(&info, 1, reason.reason);
+  wire::AppendBytesField(&info, 2, kErrorDomain);
+  for (const auto& [key, value] : reason.metadata) {
+    std::string entry;
+    wire::AppendBytesField(&entry, 1, key);
+    wire::AppendBytesField(&entry, 2, value);
+    wire::AppendBytesField(&info, 3, entry);
+  }
+  // google.protobuf.Any {string type_url = 1; bytes value = 2}
+  std::string any;
+  wire::AppendBytesField(&any, 1, kErrorInfoTypeUrl);
+  wire::AppendBytesField(&any, 2, info);
+  // google.rpc.Status {int32 code = 1; string message = 2; repeated Any details = 3}
+  std::string out;
+  if (code != 0) wire::AppendVarintField(&out, 1, static_cast<uint64_t>(code));
+  if (!message.empty()) wire::AppendBytesField(&out, 2, message);
+  wire::AppendBytesField(&out, 3, any);
+  return out;
 }
 
-// The ErrorInfo of our domain in a status's details, if there is one.
-std::optional<base::ErrorReason> ReasonOf(const grpc::Status& status) {
-  if (status.error_details().empty()) return std::nullopt;
-  google::rpc::Status details;
-  if (!details.ParseFromString(status.error_details())) return std::nullopt;
-  for (const google::protobuf::Any& any : details.details()) {
-    google::rpc::ErrorInfo info;
-    if (!any.Is<google::rpc::ErrorInfo>() || !any.UnpackTo(&info)) continue;
-    if (info.domain() != kErrorDomain || info.reason().empty()) continue;
-    base::ErrorReason out{info.reason(), {}};
-    for (const auto& [key, value] : info.metadata()) out.metadata.emplace_back(key, value);
-    return out;
+namespace {
+
+// An ErrorInfo's fields; nullopt if it does not parse.
+std::optional<base::ErrorReason> DecodeErrorInfo(absl::string_view bytes, std::string* domain) {
+  base::ErrorReason out;
+  std::map<std::string, std::string> metadata;  // a later entry for a key wins, as in a map
+  wire::Reader r(bytes);
+  wire::Reader::Field f;
+  while (r.Next(&f)) {
+    if (f.wire_type != 2) continue;
+    if (f.number == 1) out.reason = std::string(f.bytes);
+    if (f.number == 2) *domain = std::string(f.bytes);
+    if (f.number != 3) continue;
+    std::string key, value;
+    wire::Reader e(f.bytes);
+    wire::Reader::Field ef;
+    while (e.Next(&ef)) {
+      if (ef.wire_type != 2) continue;
+      if (ef.number == 1) key = std::string(ef.bytes);
+      if (ef.number == 2) value = std::string(ef.bytes);
+    }
+    if (!e.ok()) return std::nullopt;
+    metadata[std::move(key)] = std::move(value);
   }
-  return std::nullopt;
+  if (!r.ok()) return std::nullopt;
+  out.metadata.assign(metadata.begin(), metadata.end());
+  return out;
 }
 
 }  // namespace
+
+std::optional<base::ErrorReason> DecodeErrorDetails(absl::string_view bytes) {
+  wire::Reader r(bytes);
+  wire::Reader::Field f;
+  while (r.Next(&f)) {
+    if (f.number != 3 || f.wire_type != 2) continue;  // details: Any
+    absl::string_view type_url, value;
+    wire::Reader a(f.bytes);
+    wire::Reader::Field af;
+    while (a.Next(&af)) {
+      if (af.wire_type != 2) continue;
+      if (af.number == 1) type_url = af.bytes;
+      if (af.number == 2) value = af.bytes;
+    }
+    if (!a.ok() || type_url != kErrorInfoTypeUrl) continue;
+    std::string domain;
+    std::optional<base::ErrorReason> reason = DecodeErrorInfo(value, &domain);
+    if (reason.has_value() && domain == kErrorDomain && !reason->reason.empty()) return reason;
+  }
+  return std::nullopt;
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -56,14 +105,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   std::string message(status.message());
   std::optional<base::ErrorReason> reason = base::GetErrorReason(status);
   if (!reason.has_value()) return grpc::Status(static_cast<grpc::StatusCode>(code), message);
-  std::string details = ErrorDetails(static_cast<int>(code), message, *reason);
+  std::string details = EncodeErrorDetails(static_cast<int>(code), message, *reason);
   return grpc::Status(static_cast<grpc::StatusCode>(code), std::move(message), std::move(details));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   absl::Status out(base::CanonicalCode(status.error_code()), status.error_message());
-  std::optional<base::ErrorReason> reason = ReasonOf(status);
+  std::optional<base::ErrorReason> reason = DecodeErrorDetails(status.error_details());
   if (!reason.has_value()) return out;
   return base::WithReason(std::move(out), reason->reason, std::move(reason->metadata));
 }

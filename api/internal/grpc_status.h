@@ -7,22 +7,38 @@
 // google.rpc.Status {code, message, details: [google.rpc.ErrorInfo {reason, domain
 // kErrorDomain, metadata}]}, the convention every gRPC client library reads; FromGrpcStatus
 // turns such an ErrorInfo (of our domain) back into the payload, so api::ErrorReason
-// (include/regcache/client.h) sees what the daemon attached.
+// (include/regcache/client.h) sees what the daemon attached. Both messages are encoded by hand
+// (api/internal/proto_wire.h), not by google.rpc's generated code, which the client library
+// must not carry (a program with its own copy would abort at load).
 #ifndef REGCACHE_API_INTERNAL_GRPC_STATUS_H_
 #define REGCACHE_API_INTERNAL_GRPC_STATUS_H_
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/status.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "base/error_reason.h"
 
 namespace regcache::api {
 
 // google.rpc.ErrorInfo.domain of every reason regcached sends.
 inline constexpr absl::string_view kErrorDomain = "regcache.io";
+
+// The type URL of google.rpc.ErrorInfo in a google.protobuf.Any.
+inline constexpr absl::string_view kErrorInfoTypeUrl = "type.googleapis.com/google.rpc.ErrorInfo";
+
+// A serialized google.rpc.Status {code, message, details: [Any{ErrorInfo{reason, domain
+// kErrorDomain, metadata}]}.
+std::string EncodeErrorDetails(int code, absl::string_view message,
+                               const base::ErrorReason& reason);
+// The first ErrorInfo of our domain (with a reason) in a serialized google.rpc.Status; nullopt
+// when there is none or the bytes do not parse. Metadata comes back in key order (a proto map
+// has none of its own).
+std::optional<base::ErrorReason> DecodeErrorDetails(absl::string_view bytes);
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);

@@ -1,7 +1,8 @@
 // The standard gRPC health check (grpc.health.v1.Health/Check) as a client, for regcachectl's
 // `health` command (Kubernetes exec probes): a plain channel, no session, no control socket.
-// The request and response are two tiny protobuf messages, encoded here by hand so that no
-// generated health stubs are needed (Debian's gRPC ships the server side only).
+// The request and response are two tiny protobuf messages, encoded by hand
+// (api/internal/proto_wire.h) so that no generated health stubs are needed (Debian's gRPC ships
+// the server side only).
 #ifndef REGCACHE_API_INTERNAL_HEALTH_PROBE_H_
 #define REGCACHE_API_INTERNAL_HEALTH_PROBE_H_
 

@@ -80,9 +80,9 @@ enum class PrefetchMode : uint32_t {
 // "regcache.io"; the table is in docs/api.md), e.g. "KEY_QUOTA_EXCEEDED"; "" when `status` is
 // OK or carries none. Calls over gRPC carry one where the daemon knows it; errors of the
 // fast path's rings (ClientOptions::fast_path) carry the code and message only.
-std::string ErrorReason(const absl::Status& status);
+REGCACHE_CPP_API std::string ErrorReason(const absl::Status& status);
 // The numbers behind the reason (ErrorInfo.metadata: "limit", "used", ...); empty without one.
-std::map<std::string, std::string> ErrorMetadata(const absl::Status& status);
+REGCACHE_CPP_API std::map<std::string, std::string> ErrorMetadata(const absl::Status& status);
 
 struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(10);  // deadline of every call; default 10 s

@@ -6,10 +6,14 @@
 #   3. a C program builds against it with `pkg-config --cflags --libs regcache` alone, and a C++
 #      one through the CMake package (find_package(regcache) + regcache::client_cpp);
 #   4. both run against the INSTALLED regcached (sim device, sockets in a temp dir): connect,
-#      allocate, register, print the rkey, release.
-# Usage: check_install.sh <source-root> <build-dir> <c-compiler> <c++-compiler>
+#      allocate, register, print the rkey, release;
+#   5. a C++ program with its own copy of google.rpc's generated code (as every program using
+#      the googleapis protos has) loads next to libregcache.so and reads a daemon error's
+#      reason through the client (the library must carry no generated google.rpc code: two
+#      copies abort at load).
+# Usage: check_install.sh <source-root> <build-dir> <c-compiler> <c++-compiler> <googleapis-dir>
 set -euo pipefail
-src=$1 build=$2 cc=$3 cxx=$4
+src=$1 build=$2 cc=$3 cxx=$4 googleapis=$5
 here=$src/tests/install
 work=$(mktemp -d /tmp/regcache-install-XXXXXX)
 pid=
@@ -65,7 +69,8 @@ echo "pkg-config --cflags --libs regcache: $flags"
 # shellcheck disable=SC2086  # the flags are words
 "$cc" -std=c11 -Wall -Wextra -Werror -pedantic-errors "$here/hello.c" -o "$work/hello_c" $flags
 cmake -S "$here/cpp" -B "$work/cpp" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >"$work/cpp.log" 2>&1 || {
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release -DGOOGLEAPIS_DIR="$googleapis" \
+  >"$work/cpp.log" 2>&1 || {
   cat "$work/cpp.log"; fail "the CMake package does not configure"; }
 cmake --build "$work/cpp" >>"$work/cpp.log" 2>&1 || {
   cat "$work/cpp.log"; fail "the C++ program does not build through the CMake package"; }
@@ -87,6 +92,10 @@ grep -qE '^c: session=[0-9]+ rkey=0x[0-9a-f]+ ' <<<"$out" || fail "no rkey from 
 out=$("$work/cpp/hello_cpp" "$sock") || { cat "$work/regcached.log"; fail "the C++ program failed"; }
 echo "$out"
 grep -qE '^c\+\+: session=[0-9]+ rkey=0x[0-9a-f]+$' <<<"$out" || fail "no rkey from the C++ program"
+out=$("$work/cpp/coexist" "$sock") || { cat "$work/regcached.log"; fail "the program with its own google.rpc failed"; }
+echo "$out"
+[ "$out" = "coexist: own google.rpc.Status code=5; Sessions refused with ADMIN_REQUIRED" ] ||
+  fail "coexist printed '$out'"
 # The programs resolved the installed library, not the build tree's.
 ldd "$work/hello_c" | grep -q "$libdir/libregcache.so.0" || fail "hello_c did not load $lib"
 kill -TERM "$pid"
