@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "api/internal/proto_wire.h"
 #include "base/error_reason.h"
 #include "base/mutex.h"
@@ -91,7 +92,8 @@ std::optional<base::ErrorReason> DecodeErrorDetails(absl::string_view bytes) {
       if (af.number == 1) type_url = af.bytes;
       if (af.number == 2) value = af.bytes;
     }
-    if (!a.ok() || type_url != kErrorInfoTypeUrl) continue;
+    // Any's rule: the type is the URL's last path segment, whatever the host before it.
+    if (!a.ok() || !absl::EndsWith(type_url, "/google.rpc.ErrorInfo")) continue;
     std::string domain;
     std::optional<base::ErrorReason> reason = DecodeErrorInfo(value, &domain);
     if (reason.has_value() && domain == kErrorDomain && !reason->reason.empty()) return reason;

@@ -100,6 +100,18 @@ TEST(ErrorDetails, WhatTheGeneratedCodeWritesDecodes) {
   EXPECT_EQ(r->metadata[1], (std::pair<std::string, std::string>("used_bytes", "0")));
 }
 
+TEST(ErrorDetails, AnyTypeUrlPrefixIsAccepted) {
+  google::rpc::Status status;
+  google::rpc::ErrorInfo ours;
+  ours.set_reason("DRAINING");
+  ours.set_domain(std::string(kErrorDomain));
+  status.add_details()->PackFrom(ours, "example.com/types");
+  ASSERT_EQ(status.details(0).type_url(), "example.com/types/google.rpc.ErrorInfo");
+  std::optional<base::ErrorReason> r = DecodeErrorDetails(status.SerializeAsString());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, "DRAINING");
+}
+
 TEST(ErrorDetails, NoInfoOfOurDomainIsNoReason) {
   google::rpc::Status status;
   status.set_code(5);
