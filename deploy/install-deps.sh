@@ -22,7 +22,7 @@ for p in "${packages[@]}"; do
   if [ "$p" = npm ] && command -v npm >/dev/null 2>&1; then
     continue
   fi
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != *"install ok installed"* ]]; then
     missing+=("$p")
   fi
 done

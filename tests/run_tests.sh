@@ -80,7 +80,7 @@ run_label dev '^unit$' "unit"
 run_label dev '^integration$' "integration"
 
 # hw: real ConnectX only.
-if ls /sys/class/infiniband/ 2>/dev/null | grep -q '^mlx5'; then
+if grep -q '^mlx5' <<<"$(ls /sys/class/infiniband/ 2>/dev/null)"; then
   run_label dev '^hw$' "hw (ConnectX)"
 else
   n=$(count_label dev '^hw$')

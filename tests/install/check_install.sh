@@ -97,7 +97,10 @@ echo "$out"
 [ "$out" = "coexist: own google.rpc.Status code=5; Sessions refused with ADMIN_REQUIRED" ] ||
   fail "coexist printed '$out'"
 # The programs resolved the installed library, not the build tree's.
-ldd "$work/hello_c" | grep -q "$libdir/libregcache.so.0" || fail "hello_c did not load $lib"
+# (ldd's output taken whole first: `ldd | grep -q` under pipefail fails when grep stops reading
+# early and ldd dies of SIGPIPE.)
+loaded=$(ldd "$work/hello_c")
+grep -qF "$libdir/libregcache.so.0" <<<"$loaded" || fail "hello_c did not load $lib"
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?
