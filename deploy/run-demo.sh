@@ -34,7 +34,7 @@ if [ -x "$build/api/regcached" ] && [ -x "$build/api/regcache_demo" ]; then
   "$build/api/regcache_demo" --socket_dir="$dir"
   echo "=== regcachectl status / stats (cache)"
   "$build/api/regcachectl" --socket_dir="$dir" status
-  "$build/api/regcachectl" --socket_dir="$dir" stats | grep '^cache\.' | head -12
+  "$build/api/regcachectl" --socket_dir="$dir" stats | grep '^cache\.' | sed -n '1,12p'  # reads it all: no SIGPIPE under pipefail
   echo "=== SIGTERM: regcached drains and exits"
   kill -TERM "$daemon"
   rc=0
