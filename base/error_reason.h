@@ -12,6 +12,7 @@
 #ifndef REGCACHE_BASE_ERROR_REASON_H_
 #define REGCACHE_BASE_ERROR_REASON_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,6 +46,34 @@ inline constexpr absl::string_view kDeadlineTooShort = "DEADLINE_TOO_SHORT";
 inline constexpr absl::string_view kCallAbandoned = "CALL_ABANDONED";
 inline constexpr absl::string_view kInvalidPageToken = "INVALID_PAGE_TOKEN";
 }  // namespace reason
+
+// Every reason, in a fixed order: a reason's number, which the fast path's rings carry instead
+// of its text, is its index here + 1. Append only; a number never changes its reason.
+inline constexpr absl::string_view kNumberedReasons[] = {
+    reason::kKeyQuotaExceeded,
+    reason::kMemoryQuotaExceeded,
+    reason::kDaemonMemoryBudgetExhausted,
+    reason::kDeviceKeyBudgetExhausted,
+    reason::kKeyPoolExhausted,
+    reason::kKeyRevoked,
+    reason::kHandleNotOwned,
+    reason::kSessionUnknown,
+    reason::kSessionTokenMissing,
+    reason::kSessionLimitReached,
+    reason::kPeerNotAllowed,
+    reason::kAdminRequired,
+    reason::kEndpointLimitReached,
+    reason::kDraining,
+    reason::kDeadlineTooShort,
+    reason::kCallAbandoned,
+    reason::kInvalidPageToken,
+    reason::kObserverReadOnly,
+};
+
+// The number of `reason` (1...), 0 for a reason not in kNumberedReasons.
+uint32_t ReasonNumber(absl::string_view reason);
+// The reason numbered `n`; "" for 0 or a number this build does not know.
+absl::string_view NumberedReason(uint32_t n);
 
 struct ErrorReason {
   std::string reason;

@@ -84,7 +84,9 @@ void BM_Attach(benchmark::State& state) {
     kept += static_cast<double>(RssBytes()) - static_cast<double>(rss0);
     heap += static_cast<double>(HeapBytes()) - static_cast<double>(heap0);
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
-    for (const MemoryInfo& m : *(*daemon)->ListMemory(grant->id)) page_log = m.log_page_size;
+    absl::StatusOr<std::vector<MemoryInfo>> listed = (*daemon)->ListMemory(grant->id);
+    if (!listed.ok()) return state.SkipWithError(listed.status().ToString().c_str());
+    for (const MemoryInfo& m : *listed) page_log = m.log_page_size;
     if (absl::Status d = (*daemon)->DetachMemory(grant->id, mem->id); !d.ok()) {
       return state.SkipWithError(d.ToString().c_str());
     }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/error_reason.h"
 #include "base/status_code.h"
 #include "base/status_macros.h"
 
@@ -100,6 +101,10 @@ RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& stat
   c.op = op;
   c.code = static_cast<uint32_t>(status.code());
   c.slot = kNoSlot;
+  if (status.ok()) return c;  // zero: no reason, an empty message
+  if (std::optional<base::ErrorReason> r = base::GetErrorReason(status)) {
+    c.reason = base::ReasonNumber(r->reason);
+  }
   const absl::string_view text = status.message();
   const size_t n = std::min(text.size(), kMessageBytes - 1);
   if (n > 0) std::memcpy(c.message, text.data(), n);
@@ -111,7 +116,10 @@ absl::Status StatusFromCompletion(const RingCompletion& completion) {
   if (completion.code == 0) return absl::OkStatus();
   const char* m = completion.message;
   const size_t n = strnlen(m, kMessageBytes);
-  return absl::Status(base::CanonicalCode(completion.code), absl::string_view(m, n));
+  absl::Status status(base::CanonicalCode(completion.code), absl::string_view(m, n));
+  const absl::string_view reason = base::NumberedReason(completion.reason);
+  if (reason.empty()) return status;  // none, or a number this build does not know
+  return base::WithReason(std::move(status), reason);
 }
 
 }  // namespace regcache::service::shm

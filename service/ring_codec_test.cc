@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/error_reason.h"
 #include "gtest/gtest.h"
 
 namespace regcache::service::shm {
@@ -99,6 +100,24 @@ TEST(RingCodec, CompletionStatusRoundTripsAndTruncates) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s.message().size(), kMessageBytes - 1);
   EXPECT_TRUE(StatusFromCompletion(CompletionFor(1, 1, absl::OkStatus())).ok());
+}
+
+TEST(RingCodec, TheReasonCrossesAsANumber) {
+  absl::Status quota = base::WithReason(absl::ResourceExhaustedError("key quota"),
+                                        base::reason::kKeyQuotaExceeded, {{"limit", "3"}});
+  RingCompletion c = CompletionFor(4, 1, quota);
+  EXPECT_EQ(c.reason, base::ReasonNumber(base::reason::kKeyQuotaExceeded));
+  absl::Status back = StatusFromCompletion(c);
+  EXPECT_EQ(back.code(), absl::StatusCode::kResourceExhausted);
+  std::optional<base::ErrorReason> r = base::GetErrorReason(back);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, "KEY_QUOTA_EXCEEDED");
+  EXPECT_TRUE(r->metadata.empty()) << "the numbers travel over gRPC only";
+  // No reason, and a number this build does not know: none.
+  EXPECT_EQ(CompletionFor(4, 1, absl::NotFoundError("x")).reason, 0u);
+  c.reason = 100000;
+  EXPECT_FALSE(base::GetErrorReason(StatusFromCompletion(c)).has_value());
+  EXPECT_EQ(CompletionFor(4, 1, absl::OkStatus()).reason, 0u);
 }
 
 TEST(RingCodec, GarbageCompletionsStayBounded) {

@@ -66,7 +66,9 @@
 // ones, answers to calls whose deadline passed). Completions of a channel come in request order.
 //
 // Status codes in completions are absl::StatusCode values — the canonical codes gRPC carries
-// too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated).
+// too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated), with the
+// error's reason (docs/api.md) as its number in base::kNumberedReasons; its metadata (the
+// numbers behind it) travels over gRPC only.
 //
 // Grant state. Every grant the daemon hands a session (over any transport) holds a state slot
 // for as long as the session holds the handle: the 32-bit word slots[slot] is
@@ -169,7 +171,7 @@ struct RingCompletion {
   uint32_t holders;             // kQuery
   uint64_t parent;              // kQuery: a window's parent handle, 0 otherwise
   uint32_t key_state;           // kQuery: cache::KeyState of the key
-  uint32_t reserved;            // 0
+  uint32_t reason;              // an error's reason, base::ReasonNumber; 0: none (and on OK)
   char message[kMessageBytes];  // error text, NUL-terminated; empty on OK
 };
 static_assert(sizeof(RingCompletion) == 128);

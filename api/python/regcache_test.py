@@ -153,15 +153,21 @@ class ClientTest(unittest.TestCase):
         self.client.release(self.client.register(self.mem, 4096, RW))
 
     def test_the_daemon_reason_reaches_python(self):
-        # A quota of 8 MiB: the second 4 MiB arena of a session fits, a third does not.
-        small = Daemon("--max_bytes_per_session=8388608")
+        # A quota of 8 MiB: the second 4 MiB arena of a session fits, a third does not (over
+        # gRPC). Two keys: a third register is refused over the fast path's rings.
+        small = Daemon("--max_bytes_per_session=8388608", "--max_keys_per_session=2")
         try:
             client = regcache.Client(small.dir, call_timeout_ms=5000)
             try:
-                client.allocate(4 << 20)
+                mem = client.allocate(4 << 20)
                 client.allocate(4 << 20)
                 e = self.assertCode(regcache.RESOURCE_EXHAUSTED, client.allocate, 4 << 20)
                 self.assertEqual(e.reason, "MEMORY_QUOTA_EXCEEDED", e)
+                client.register(mem, 4096, RW)
+                client.register(mem.data + 8192, 4096, RW)
+                e = self.assertCode(regcache.RESOURCE_EXHAUSTED, client.register,
+                                    mem.data + 16384, 4096, RW)
+                self.assertEqual(e.reason, "KEY_QUOTA_EXCEEDED", e)
             finally:
                 client.close()
         finally:

@@ -78,10 +78,11 @@ enum class PrefetchMode : uint32_t {
 
 // The stable reason regcached gave for an error (google.rpc.ErrorInfo.reason of domain
 // "regcache.io"; the table is in docs/api.md), e.g. "KEY_QUOTA_EXCEEDED"; "" when `status` is
-// OK or carries none. Calls over gRPC carry one where the daemon knows it; errors of the
-// fast path's rings (ClientOptions::fast_path) carry the code and message only.
+// OK or carries none. Errors carry one where the daemon knows the cause, over gRPC and over the
+// fast path's rings (ClientOptions::fast_path) alike.
 REGCACHE_CPP_API std::string ErrorReason(const absl::Status& status);
-// The numbers behind the reason (ErrorInfo.metadata: "limit", "used", ...); empty without one.
+// The numbers behind the reason (ErrorInfo.metadata: "limit", "used", ...); empty without one,
+// and for errors of the fast path's rings, which carry the reason but not its numbers.
 REGCACHE_CPP_API std::map<std::string, std::string> ErrorMetadata(const absl::Status& status);
 
 struct ClientOptions {

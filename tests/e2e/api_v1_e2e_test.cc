@@ -167,4 +167,27 @@ TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
   EXPECT_EQ(InfoOf(unauth).reason(), "SESSION_TOKEN_MISSING");
 }
 
+TEST_F(ApiV1E2e, TheFastPathCarriesTheReasonToo) {
+  Start({"--max_keys_per_session=2"});
+  // A second session with the client's defaults: Register over the session's rings.
+  auto fast = rc::Client::Connect(daemon_->dir());
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  auto mem = (*fast)->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto ring_requests = [&]() -> int64_t {
+    auto stats = (*fast)->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    return stats.ok() ? stats->Get("ring", "requests").value_or(-1) : -1;
+  };
+  const int64_t before = ring_requests();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*fast)->Register(static_cast<uint8_t*>(mem->data) + i * kPage, kPage, kRw).ok());
+  }
+  auto over = (*fast)->Register(static_cast<uint8_t*>(mem->data) + 2 * kPage, kPage, kRw);
+  EXPECT_GE(ring_requests(), before + 3) << "the calls went over the rings";
+  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_EQ(rc::ErrorReason(over.status()), "KEY_QUOTA_EXCEEDED");
+  EXPECT_TRUE(rc::ErrorMetadata(over.status()).empty()) << "the numbers travel over gRPC only";
+}
+
 }  // namespace
