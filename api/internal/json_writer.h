@@ -27,10 +27,10 @@ std::string JsonQuote(absl::string_view text);
 
 class JsonWriter {
  public:
-  JsonWriter& BeginObject();
-  JsonWriter& EndObject();
-  JsonWriter& BeginArray();
-  JsonWriter& EndArray();
+  JsonWriter& BeginObject() { return Open('{'); }
+  JsonWriter& EndObject() { return Close('}'); }
+  JsonWriter& BeginArray() { return Open('['); }
+  JsonWriter& EndArray() { return Close(']'); }
   // The next member's name. REQUIRES: inside an object, before each member's value.
   JsonWriter& Key(absl::string_view name);
   JsonWriter& String(absl::string_view value);
@@ -46,6 +46,8 @@ class JsonWriter {
   // Before a value: the comma that separates it from the previous one (arrays and the top
   // level; an object member's comma comes before its key).
   void Separate();
+  JsonWriter& Open(char bracket);  // a member or element that is an object or array
+  JsonWriter& Close(char bracket);
 
   std::string out_;
   // One entry per open object or array: whether it has had a member yet.

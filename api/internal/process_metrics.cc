@@ -26,7 +26,7 @@ absl::StatusOr<std::string> ReadFile(const char* path) {
 }
 
 // The boot time (seconds since the epoch): /proc/stat's btime line.
-absl::StatusOr<uint64_t> BootTime() {
+absl::StatusOr<uint64_t> ReadBootTime() {
   absl::StatusOr<std::string> stat = ReadFile("/proc/stat");
   if (!stat.ok()) return stat.status();
   for (absl::string_view line : absl::StrSplit(*stat, '\n')) {
@@ -34,6 +34,12 @@ absl::StatusOr<uint64_t> BootTime() {
     if (absl::ConsumePrefix(&line, "btime ") && absl::SimpleAtoi(line, &v)) return v;
   }
   return absl::InternalError("/proc/stat has no btime");
+}
+
+// The boot time never changes: /proc/stat (a line per CPU and more) is read once, not per scrape.
+absl::StatusOr<uint64_t> BootTime() {
+  static const absl::StatusOr<uint64_t> boot = ReadBootTime();
+  return boot;
 }
 
 absl::StatusOr<uint64_t> CountOpenFds() {

@@ -3,52 +3,25 @@ device, started here in a temp socket dir (REGCACHED names the binary; REGCACHE_
 libregcache.so to load). Standard library only: python3 regcache_test.py [-v]."""
 import ctypes
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(here, "..", "..", "tests", "e2e"))
 import regcache  # noqa: E402
+from regcached_process import Regcached  # noqa: E402
 
 RW = regcache.LOCAL_READ | regcache.LOCAL_WRITE | regcache.REMOTE_READ | regcache.REMOTE_WRITE
-STARTUP_TIMEOUT_S = 10
 
 
-class Daemon:
-    """regcached --device=sim in a fresh temp dir; stopped with SIGTERM (bounded)."""
-
-    def __init__(self, *flags):
-        binary = os.environ.get("REGCACHED")
-        if not binary:
-            raise unittest.SkipTest("REGCACHED (the regcached binary) is not set")
-        self.dir = tempfile.mkdtemp(prefix="regcache-py-")
-        self.proc = subprocess.Popen([binary, "--device=sim", f"--socket_dir={self.dir}",
-                                      "--log_level=warning", *flags])
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if all(os.path.exists(os.path.join(self.dir, s))
-                   for s in ("control.sock", "grpc.sock")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        self.stop()
-        raise RuntimeError("regcached did not start")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def Daemon(*flags):
+    """regcached on the sim (REGCACHED; tests/e2e/regcached_process.py)."""
+    binary = os.environ.get("REGCACHED")
+    if not binary:
+        raise unittest.SkipTest("REGCACHED (the regcached binary) is not set")
+    return Regcached(binary, *flags)
 
 
 class ClientTest(unittest.TestCase):

@@ -48,20 +48,21 @@ class KeyBudget {
 
   // A tenant under its fair share was refused a key of `capacity` entries: keys must come back
   // from those over their share until one of the largest capacity pressed for fits.
+  // REQUIRES: capacity > 0 (0 means no pressure).
   void Press(uint32_t capacity) {
     uint32_t seen = press_capacity_.load(std::memory_order_relaxed);
     while (seen < capacity &&
            !press_capacity_.compare_exchange_weak(seen, capacity, std::memory_order_relaxed)) {
     }
-    pressed_.store(true, std::memory_order_relaxed);
   }
-  bool pressed() const { return pressed_.load(std::memory_order_relaxed); }
-  // Relieves the pressure once what was pressed for fits. True if it did (or none was on).
+  bool pressed() const { return press_capacity_.load(std::memory_order_relaxed) != 0; }
+  // Relieves the pressure once what was pressed for fits. True if it did (or none was on); a
+  // larger press that comes in meanwhile stays.
   bool RelieveIfRoom() {
-    if (!pressed()) return true;
-    if (!HasRoom(press_capacity_.load(std::memory_order_relaxed))) return false;
-    press_capacity_.store(0, std::memory_order_relaxed);
-    pressed_.store(false, std::memory_order_relaxed);
+    uint32_t capacity = press_capacity_.load(std::memory_order_relaxed);
+    if (capacity == 0) return true;
+    if (!HasRoom(capacity)) return false;
+    press_capacity_.compare_exchange_strong(capacity, 0, std::memory_order_relaxed);
     return true;
   }
 
@@ -75,8 +76,7 @@ class KeyBudget {
   std::atomic<uint64_t> used_{0};
   std::atomic<uint64_t> used_entries_{0};
   std::atomic<uint64_t> tenants_{0};
-  std::atomic<bool> pressed_{false};
-  std::atomic<uint32_t> press_capacity_{0};
+  std::atomic<uint32_t> press_capacity_{0};  // the largest capacity pressed for; 0: none
 };
 
 }  // namespace regcache::cache

@@ -53,16 +53,14 @@ std::vector<base::stats::Sample> TenantSamples(const std::vector<TenantSession>&
   });
   std::vector<base::stats::Sample> out;
   TenantUse other;
-  bool any_other = false;
   for (size_t i = 0; i < ranked.size(); ++i) {
     if (i < max_tenants) {
       Append(absl::StrCat(ranked[i].first), ranked[i].second, &out);
     } else {
       other.Add(ranked[i].second);
-      any_other = true;
     }
   }
-  if (any_other) Append("other", other, &out);
+  if (ranked.size() > max_tenants) Append("other", other, &out);
   return out;
 }
 

@@ -8,13 +8,12 @@ driven line by line), REGCACHE_VERSION and REGCACHE_BUILD_TYPE (what --version m
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 import unittest
 
-STARTUP_TIMEOUT_S = 10
+from regcached_process import Regcached
+
 RUN_TIMEOUT_S = 30
 
 
@@ -25,34 +24,9 @@ def env(name):
     return value
 
 
-class Daemon:
-    """regcached --device=sim in a fresh temp dir; stopped with SIGTERM (bounded)."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="regcachectl-")
-        self.proc = subprocess.Popen([env("REGCACHED"), "--device=sim",
-                                      f"--socket_dir={self.dir}", "--log_level=warning",
-                                      f"--admin_uids={os.getuid()}"])
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if all(os.path.exists(os.path.join(self.dir, s))
-                   for s in ("control.sock", "grpc.sock")):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        self.stop()
-        raise RuntimeError("regcached did not start")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def Daemon():
+    """regcached on the sim, this test's uid its admin (regcached_process.Regcached)."""
+    return Regcached(env("REGCACHED"), f"--admin_uids={os.getuid()}", prefix="regcachectl-")
 
 
 class E2eClient:
