@@ -3,7 +3,7 @@
 // key quota, a memory quota or the device's key budget). Where an error is made (cache/,
 // service/, api/), WithReason attaches a reason and the numbers behind it as a status payload;
 // base::Annotate and status propagation keep payloads, and the gRPC layer turns the payload into
-// a google.rpc.ErrorInfo in the status details (api/internal/grpc_status.h; the reasons are
+// a google.rpc.ErrorInfo in the status details (protocol/grpc_status.h; the reasons are
 // listed in docs/api.md). Errors without a reason carry no payload.
 //
 // The payload (type URL kErrorReasonTypeUrl) is text: the reason on the first line, then one
@@ -46,34 +46,6 @@ inline constexpr absl::string_view kDeadlineTooShort = "DEADLINE_TOO_SHORT";
 inline constexpr absl::string_view kCallAbandoned = "CALL_ABANDONED";
 inline constexpr absl::string_view kInvalidPageToken = "INVALID_PAGE_TOKEN";
 }  // namespace reason
-
-// Every reason, in a fixed order: a reason's number, which the fast path's rings carry instead
-// of its text, is its index here + 1. Append only; a number never changes its reason.
-inline constexpr absl::string_view kNumberedReasons[] = {
-    reason::kKeyQuotaExceeded,
-    reason::kMemoryQuotaExceeded,
-    reason::kDaemonMemoryBudgetExhausted,
-    reason::kDeviceKeyBudgetExhausted,
-    reason::kKeyPoolExhausted,
-    reason::kKeyRevoked,
-    reason::kHandleNotOwned,
-    reason::kSessionUnknown,
-    reason::kSessionTokenMissing,
-    reason::kSessionLimitReached,
-    reason::kPeerNotAllowed,
-    reason::kAdminRequired,
-    reason::kEndpointLimitReached,
-    reason::kDraining,
-    reason::kDeadlineTooShort,
-    reason::kCallAbandoned,
-    reason::kInvalidPageToken,
-    reason::kObserverReadOnly,
-};
-
-// The number of `reason` (1...), 0 for a reason not in kNumberedReasons.
-uint32_t ReasonNumber(absl::string_view reason);
-// The reason numbered `n`; "" for 0 or a number this build does not know.
-absl::string_view NumberedReason(uint32_t n);
 
 struct ErrorReason {
   std::string reason;

@@ -15,7 +15,7 @@
 //   registry.Register("umr_engine", &stats);   // shows up in every snapshot while registered
 //
 // A snapshot is a list of samples (component, name, help, kind, value or histogram) that the
-// /metrics endpoint (api/metrics_server.h, which names them by Prometheus's conventions: see
+// /metrics endpoint (server/metrics_server.h, which names them by Prometheus's conventions: see
 // docs/metrics.md) and the gRPC Stats call render. Tests assert on members directly or on
 // snapshots. A stat's name carries its unit: `_bytes` for bytes, `_ns` for a histogram of
 // nanoseconds (the endpoint converts it to seconds); a counter's name has no `_total` (the

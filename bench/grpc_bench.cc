@@ -25,12 +25,12 @@
 #include <memory>
 #include <string>
 
-#include "api/control_server.h"
-#include "api/grpc_service.h"
 #include "base/log.h"
 #include "benchmark/benchmark.h"
 #include "hca/sim/sim_device.h"
 #include "regcache/client.h"
+#include "server/control_server.h"
+#include "server/grpc_service.h"
 #include "service/daemon.h"
 
 namespace {
@@ -41,8 +41,8 @@ constexpr uint32_t kRw = regcache::api::kLocalRead | regcache::api::kLocalWrite 
 struct Server {
   std::string dir;
   std::unique_ptr<regcache::service::Daemon> daemon;
-  std::unique_ptr<regcache::api::ControlServer> control;
-  std::unique_ptr<regcache::api::GrpcServer> grpc;
+  std::unique_ptr<regcache::server::ControlServer> control;
+  std::unique_ptr<regcache::server::GrpcServer> grpc;
   std::unique_ptr<regcache::api::Client> client;
   regcache::api::Memory memory;
 };
@@ -64,12 +64,12 @@ void StartServer() {
   auto daemon = regcache::service::Daemon::Create(config, nullptr);
   if (!daemon.ok()) Die("daemon", daemon.status());
   s->daemon = std::move(*daemon);
-  auto control = regcache::api::ControlServer::Start(s->daemon.get(), s->dir);
+  auto control = regcache::server::ControlServer::Start(s->daemon.get(), s->dir);
   if (!control.ok()) Die("control", control.status());
   s->control = std::move(*control);
-  regcache::api::GrpcServerOptions options;
+  regcache::server::GrpcServerOptions options;
   options.socket_dir = s->dir;
-  auto grpc = regcache::api::GrpcServer::Start(s->daemon.get(), s->control.get(), options);
+  auto grpc = regcache::server::GrpcServer::Start(s->daemon.get(), s->control.get(), options);
   if (!grpc.ok()) Die("grpc", grpc.status());
   s->grpc = std::move(*grpc);
   regcache::api::ClientOptions client_options;

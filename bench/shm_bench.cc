@@ -49,18 +49,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "api/internal/client_testing.h"
 #include "base/log.h"
 #include "bench/cpu_pinning.h"
 #include "bench/worlds.h"
 #include "benchmark/benchmark.h"
+#include "client/internal/client_testing.h"
+#include "protocol/shm_futex.h"
+#include "protocol/shm_protocol.h"
 #include "regcache/client.h"
-#include "service/shm_futex.h"
-#include "service/shm_protocol.h"
 
 namespace {
 
-namespace shm = ::regcache::service::shm;
+namespace shm = ::regcache::protocol::shm;
 namespace rc = ::regcache::api;
 using regcache::bench::NextRandom;
 

@@ -11,8 +11,14 @@ set(REGCACHE_ALLOWED_hca_mlx5 "base;umr;hca;hca/verbs")
 set(REGCACHE_ALLOWED_hca_verbs "base;umr;hca")
 set(REGCACHE_ALLOWED_cache "base;umr;hca")
 set(REGCACHE_ALLOWED_odp "base;umr;hca;cache")
-set(REGCACHE_ALLOWED_service "base;umr;hca;cache;odp")
-set(REGCACHE_ALLOWED_api "base;umr;hca;cache;odp;service")
+set(REGCACHE_ALLOWED_service "base;umr;hca;cache;odp;protocol")
+# The two towers over one protocol (docs/architecture.md): the wire formats both ends share, the
+# client library on them alone, the daemon's front-ends on the service, the programs on the
+# client.
+set(REGCACHE_ALLOWED_protocol "base")
+set(REGCACHE_ALLOWED_client "base;protocol")
+set(REGCACHE_ALLOWED_server "base;umr;hca;cache;odp;service;protocol")
+set(REGCACHE_ALLOWED_tools "base;protocol;client")
 
 # Folder path ("hca/sim") -> target name ("regcache_hca_sim").
 function(regcache_target_name folder out)
@@ -21,7 +27,7 @@ function(regcache_target_name folder out)
 endfunction()
 
 # regcache_library(FOLDER <folder> SRCS ... PUBLIC_HEADERS ... [FOLDER_DEPS <folders>]
-#                  [EXTERNAL_DEPS <targets>])
+#                  [EXTERNAL_DEPS <targets>] [OBJECTS <object library>])
 #
 # Declares the folder's library. FOLDER_DEPS must be a subset of the folder's allowed list;
 # anything else is a configure error, so an upward dependency cannot be linked by accident.
@@ -31,8 +37,11 @@ endfunction()
 # else the folder has is private and lives under <folder>/internal/: a header at the top of the
 # folder that is not declared public is a configure error, and tests/layering refuses an include
 # of another folder's internal/ headers.
+#
+# OBJECTS: the archive is made of an object library's objects (compiled once for both the
+# archive and a shared library, as client/ does for libregcache.so).
 function(regcache_library)
-  cmake_parse_arguments(A "" "FOLDER" "SRCS;PUBLIC_HEADERS;FOLDER_DEPS;EXTERNAL_DEPS" ${ARGN})
+  cmake_parse_arguments(A "" "FOLDER;OBJECTS" "SRCS;PUBLIC_HEADERS;FOLDER_DEPS;EXTERNAL_DEPS" ${ARGN})
   string(REPLACE "/" "_" key "${A_FOLDER}")
   if(NOT DEFINED REGCACHE_ALLOWED_${key})
     message(FATAL_ERROR "regcache_library: unknown folder '${A_FOLDER}' (add it to cmake/Regcache.cmake)")
@@ -66,7 +75,11 @@ function(regcache_library)
     endif()
   endforeach()
   regcache_target_name("${A_FOLDER}" target)
-  add_library(${target} STATIC ${A_SRCS})
+  if(A_OBJECTS)
+    add_library(${target} STATIC ${A_SRCS} $<TARGET_OBJECTS:${A_OBJECTS}>)
+  else()
+    add_library(${target} STATIC ${A_SRCS})
+  endif()
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
   if(include_root)
     target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/include)
@@ -122,7 +135,7 @@ function(regcache_check_headers)
     return()
   endif()
   set(srcs "")
-  foreach(folder base umr hca cache odp service api include)
+  foreach(folder base umr hca cache odp service protocol client server tools include)
     file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${folder}/*.h)
     list(FILTER headers EXCLUDE REGEX "(^|/)test_util\\.h$")  # test-only, needs gtest
     foreach(h IN LISTS headers)

@@ -1,6 +1,6 @@
 # cmake --install: regcached and regcachectl, the client library libregcache.so with its public
 # headers, regcache.pc for pkg-config and the CMake package `regcache` (regcache::client, and
-# regcache::client_cpp for C++ users of regcache/client.h). Included from api/CMakeLists.txt,
+# regcache::client_cpp for C++ users of regcache/client.h). Included from client/CMakeLists.txt,
 # where the targets are. Nothing else of the project is installed: the client library needs no
 # other library of it (see the comment on libregcache.so there).
 #

@@ -10,11 +10,11 @@ set -euo pipefail
 build=${1:?usage: run-demo.sh <build-dir>}
 
 ran=0
-if [ -x "$build/api/regcached" ] && [ -x "$build/api/regcache_demo" ]; then
+if [ -x "$build/server/regcached" ] && [ -x "$build/tools/regcache_demo" ]; then
   dir=$(mktemp -d /tmp/regcache-demo-XXXXXX)
   log="$dir/regcached.log"
   echo "=== regcached --device=sim --socket_dir=$dir (log: $log)"
-  "$build/api/regcached" --device=sim --socket_dir="$dir" >"$log" 2>&1 &
+  "$build/server/regcached" --device=sim --socket_dir="$dir" >"$log" 2>&1 &
   daemon=$!
   stop_daemon() {
     if kill -0 "$daemon" 2>/dev/null; then kill -KILL "$daemon" 2>/dev/null || true; fi
@@ -31,10 +31,10 @@ if [ -x "$build/api/regcached" ] && [ -x "$build/api/regcache_demo" ]; then
     exit 1
   fi
   echo "=== regcache_demo (a separate client process)"
-  "$build/api/regcache_demo" --socket_dir="$dir"
+  "$build/tools/regcache_demo" --socket_dir="$dir"
   echo "=== regcachectl status / stats (cache)"
-  "$build/api/regcachectl" --socket_dir="$dir" status
-  "$build/api/regcachectl" --socket_dir="$dir" stats | grep '^cache\.' | sed -n '1,12p'  # reads it all: no SIGPIPE under pipefail
+  "$build/tools/regcachectl" --socket_dir="$dir" status
+  "$build/tools/regcachectl" --socket_dir="$dir" stats | grep '^cache\.' | sed -n '1,12p'  # reads it all: no SIGPIPE under pipefail
   echo "=== SIGTERM: regcached drains and exits"
   kill -TERM "$daemon"
   rc=0

@@ -49,7 +49,7 @@
 // import. They count against DaemonConfig::max_endpoints and are destroyed when the session
 // closes, before its PD.
 //
-// The fast path (service/shm_protocol.h). Each session also gets two shared files (its request
+// The fast path (protocol/shm_protocol.h). Each session also gets two shared files (its request
 // and completion rings; its grant state words and revocation events, read-only to the client)
 // and one worker thread that serves the rings by calling the key methods below. Every grant
 // the session holds, whichever transport it came over, has a state slot whose revoked bit is
@@ -82,9 +82,11 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
-#include "service/shm_protocol.h"
+#include "protocol/shm_protocol.h"
 
 namespace regcache::service {
+
+namespace shm = ::regcache::protocol::shm;
 
 // The remote node of the simulated peer data path through a target endpoint: a peer that is a
 // requester queue pair with address `peer` (the one the client named for the endpoint),
@@ -138,7 +140,7 @@ struct DaemonConfig {
   RemoteNode remote_node;
   // The cache (pool classes and watermarks, quarantine, UMR queues per session).
   cache::CacheOptions cache;
-  // The fast path (service/shm_protocol.h), per session: request/completion channels (client
+  // The fast path (protocol/shm_protocol.h), per session: request/completion channels (client
   // threads beyond this many share channels), in [1, shm::kMaxChannels]; and grant state slots
   // (grants beyond this many held at once carry kNoSlot and are not cached by the client).
   // They size the session's two shared files: about 12 KiB per channel, 4 bytes per slot.
@@ -176,7 +178,7 @@ struct SessionGrant {
   std::string token;  // 32 hex digits; the client presents it on every call
   bool admin = false;
   bool observer = false;  // Daemon::OpenObserver's: read-only, no files, no device resources
-  // The fast path's files (service/shm_protocol.h), for the transport to pass to the client
+  // The fast path's files (protocol/shm_protocol.h), for the transport to pass to the client
   // (SCM_RIGHTS) and then close: they are owned by the caller of OpenSession. -1 in copies
   // the transport keeps.
   int channel_fd = -1;

@@ -17,6 +17,8 @@
 #include "service/test_util.h"
 
 namespace regcache::service {
+
+namespace shm = ::regcache::protocol::shm;
 namespace {
 
 using testing::Code;

@@ -16,12 +16,15 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "cache/lifecycle.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
 #include "service/test_util.h"
 
 namespace regcache::service {
+
+namespace shm = ::regcache::protocol::shm;
 namespace {
 
 using testing::Code;
@@ -176,6 +179,18 @@ TEST_F(RingTest, TheStateFileCannotBeWrittenByTheClient) {
   EXPECT_NE(::fcntl(g->channel_fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
   ::close(g->state_fd);
   ::close(g->channel_fd);
+}
+
+// A key's state crosses the ring as its number; the client names it from protocol/'s table,
+// which must say what the cache says for every state.
+TEST(RingWire, KeyStateNamesAreTheCachesNames) {
+  for (uint32_t n = 0; n <= static_cast<uint32_t>(cache::KeyState::kDestroyed); ++n) {
+    EXPECT_EQ(absl::string_view(shm::KeyStateName(n)),
+              cache::KeyStateName(static_cast<cache::KeyState>(n)));
+  }
+  EXPECT_EQ(
+      absl::string_view(shm::KeyStateName(static_cast<uint32_t>(cache::KeyState::kDestroyed) + 1)),
+      "unknown");
 }
 
 }  // namespace

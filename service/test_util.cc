@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
-#include "service/shm_futex.h"
+#include "protocol/shm_futex.h"
 
 namespace regcache::service::testing {
 

@@ -1,5 +1,5 @@
 // Test-only: a raw fast-path "client" that maps a session's two files itself and speaks the
-// ring protocol of service/shm_protocol.h directly (no client library), so that service tests
+// ring protocol of protocol/shm_protocol.h directly (no client library), so that service tests
 // can also misbehave the way a broken or hostile client would.
 #ifndef REGCACHE_SERVICE_TEST_UTIL_H_
 #define REGCACHE_SERVICE_TEST_UTIL_H_
@@ -15,8 +15,8 @@
 #include "base/stats.h"
 #include "gtest/gtest.h"
 #include "hca/device.h"
+#include "protocol/shm_protocol.h"
 #include "service/daemon.h"
-#include "service/shm_protocol.h"
 
 namespace regcache::service::testing {
 

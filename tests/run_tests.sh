@@ -3,7 +3,7 @@
 # says what it skipped and why, and exits non-zero on any failure.
 #
 #   unit, integration   in the dev build; again under asan+ubsan, and under tsan
-#   unit                in the clang build (-Werror=thread-safety: the build is the lock check)
+#   unit                in the clang build (-Werror, -Wthread-safety: the build is the lock check)
 #   fuzz                the fuzz build (clang, libFuzzer, asan+ubsan): each target of tests/fuzz
 #                       for a bounded number of inputs (every other build replays their corpus
 #                       and regressions as unit tests)
@@ -147,7 +147,7 @@ preset_pass asan REGCACHE_SKIP_ASAN "unit+integration under asan+ubsan" '^(unit|
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 # tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
 preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
-preset_pass clang REGCACHE_SKIP_CLANG "unit in the clang -Werror=thread-safety build" \
+preset_pass clang REGCACHE_SKIP_CLANG "unit in the clang -Werror build (thread-safety checked)" \
   '^unit$'
 
 # fuzz: only the fuzz targets are built in this preset (its build preset names them).

@@ -58,7 +58,7 @@ struct ibv_mr;
 
 namespace regcache::api {
 
-// The access bits (same values as hca::AccessBits and regcache.v1.Access; api/wire_values.cc
+// The access bits (same values as hca::AccessBits and regcache.v1.Access; client/wire_values.cc
 // ties them).
 enum AccessBits : uint32_t {
   kLocalRead = 1u << 0,
@@ -69,7 +69,7 @@ enum AccessBits : uint32_t {
 };
 
 // Prefetch of on-demand memory: none, before the call returns, or queued to the daemon's fault
-// servicer (same values as regcache.v1.Prefetch; api/wire_values.cc ties them).
+// servicer (same values as regcache.v1.Prefetch; client/wire_values.cc ties them).
 enum class PrefetchMode : uint32_t {
   kNone = 0,
   kSync = 1,

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <utility>
 
-#include "service/shm_futex.h"
+#include "protocol/shm_futex.h"
 
 namespace regcache::service::internal {
 namespace {

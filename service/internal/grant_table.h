@@ -1,4 +1,4 @@
-// The grants a session holds, for the fast path's state file (service/shm_protocol.h): per
+// The grants a session holds, for the fast path's state file (protocol/shm_protocol.h): per
 // handle, its grant state slot, the daemon's own count of the session's holds on it, its range
 // and, for a window, its parent. Internal to service/.
 //
@@ -30,10 +30,12 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "cache/reg_cache.h"
+#include "protocol/shm_protocol.h"
 #include "service/internal/session_shm.h"
-#include "service/shm_protocol.h"
 
 namespace regcache::service::internal {
+
+namespace shm = ::regcache::protocol::shm;
 
 // A grant with the state slot it holds while the session holds the handle.
 struct SlottedGrant {

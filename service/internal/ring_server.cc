@@ -4,13 +4,15 @@
 #include <time.h>
 
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
 #include "base/log.h"
+#include "protocol/shm_futex.h"
 #include "service/internal/session_table.h"
-#include "service/shm_futex.h"
 
 namespace regcache::service::internal {
 namespace {
@@ -28,6 +30,19 @@ constexpr size_t kStackBytes = 256u << 10;
 #else
 constexpr size_t kStackBytes = 256u << 10;
 #endif
+
+// The wire's integers in the daemon's types (protocol/ring_codec.h decodes, this converts).
+static_assert(shm::kKnownAccessBits == hca::kAllAccess);
+static_assert(shm::kPrefetchSync == static_cast<uint32_t>(odp::PrefetchMode::kSync) + 1);
+static_assert(shm::kPrefetchAsync == static_cast<uint32_t>(odp::PrefetchMode::kAsync) + 1);
+
+static_assert(std::size(shm::kKeyStateNames) ==
+              static_cast<size_t>(cache::KeyState::kDestroyed) + 1);
+
+std::optional<odp::PrefetchMode> PrefetchOf(uint32_t wire) {
+  if (wire == shm::kPrefetchNone) return std::nullopt;
+  return static_cast<odp::PrefetchMode>(wire - 1);  // decoded: Sync or Async
+}
 
 int64_t NowNs() {
   timespec ts;
@@ -226,7 +241,7 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
     c.req_tail.store(v.req_tail, std::memory_order_release);
     const shm::RingCompletion out = Serve(copy);
     // An OK answer of an op other than kQuery leaves the completion's second half unwritten
-    // (service/shm_protocol.h): one cache line less to move.
+    // (protocol/shm_protocol.h): one cache line less to move.
     const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
     std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
                 whole ? sizeof(out) : shm::kCompletionHeadBytes);
@@ -257,7 +272,8 @@ shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
   Session& s = *session_;
   switch (d.op) {
     case shm::RingOp::kRegister:
-      return GrantCompletion(d, backend_->RingRegister(s, d.va, d.length, d.access, d.prefetch));
+      return GrantCompletion(
+          d, backend_->RingRegister(s, d.va, d.length, d.access, PrefetchOf(d.prefetch)));
     case shm::RingOp::kWindow:
       return GrantCompletion(d, backend_->RingWindow(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kReregister:
@@ -267,8 +283,8 @@ shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
     case shm::RingOp::kInvalidate:
       return shm::CompletionFor(d.seq, op, backend_->RingInvalidate(s, d.handle));
     case shm::RingOp::kPrefetch:
-      return shm::CompletionFor(d.seq, op,
-                                backend_->RingPrefetch(s, d.va, d.length, d.write, d.prefetch));
+      return shm::CompletionFor(
+          d.seq, op, backend_->RingPrefetch(s, d.va, d.length, d.write, PrefetchOf(d.prefetch)));
     case shm::RingOp::kQuery:
       return QueryCompletion(d, backend_->RingQuery(s, d.handle));
     case shm::RingOp::kNop:

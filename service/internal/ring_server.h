@@ -1,6 +1,6 @@
-// The daemon's side of a session's rings (service/shm_protocol.h): one worker thread per
+// The daemon's side of a session's rings (protocol/shm_protocol.h): one worker thread per
 // session that sweeps the session's channels, copies each request out, validates it
-// (service/ring_codec.h), calls the daemon and posts the completion. Internal to service/.
+// (protocol/ring_codec.h), calls the daemon and posts the completion. Internal to service/.
 //
 // Fairness and bounded work: a sweep takes at most kBurstPerChannel requests of a channel
 // before it moves on, and only while that channel's completion ring has room; a session's
@@ -33,12 +33,14 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
+#include "protocol/ring_codec.h"
 #include "service/daemon.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/session_shm.h"
-#include "service/ring_codec.h"
 
 namespace regcache::service::internal {
+
+namespace shm = ::regcache::protocol::shm;
 
 #define REGCACHE_RING_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
   COUNTER(requests, "ring requests served")                                       \

@@ -1,4 +1,4 @@
-// The two shared files of a session's fast path (service/shm_protocol.h): the channel file
+// The two shared files of a session's fast path (protocol/shm_protocol.h): the channel file
 // (request and completion rings, mapped read-write by the client) and the state file (grant
 // state words and revocation events, which the client can only map read-only). Internal to
 // service/.
@@ -18,9 +18,11 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "service/shm_protocol.h"
+#include "protocol/shm_protocol.h"
 
 namespace regcache::service::internal {
+
+namespace shm = ::regcache::protocol::shm;
 
 class SessionShm {
  public:

@@ -88,7 +88,7 @@ struct Session {
   // Set when the session opens; emptied when it closes, before its PD goes.
   std::unique_ptr<SessionEndpoints> endpoints ABSL_GUARDED_BY(mu);
 
-  // The fast path (service/shm_protocol.h), set up before the session is added to the table
+  // The fast path (protocol/shm_protocol.h), set up before the session is added to the table
   // and constant after: the shared files, the grant state table over them, and the worker
   // (declared last: it stops before the files go).
   std::unique_ptr<SessionShm> shm;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "api/control_protocol.h"
 #include "gtest/gtest.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "tests/e2e/regcached_process.h"
 
@@ -26,17 +26,19 @@ constexpr uint32_t kRw = rc::kLocalWrite | rc::kRemoteWrite | rc::kRemoteRead;
 
 // A session opened on a bare control connection (the cheapest client: one descriptor here).
 int OpenRawSession(const std::string& dir) {
-  const std::string path = dir + "/" + rc::kControlSocketName;
+  const std::string path = dir + "/" + regcache::protocol::kControlSocketName;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
-  rc::OpenMsg open = rc::MakeControlMessage<rc::OpenMsg>(rc::ControlType::kOpen);
-  if (!rc::SendControlMessage(fd, &open, sizeof(open), -1).ok()) return -1;
-  auto welcome = rc::ReceiveControlMessage(fd, absl::Seconds(30));
-  if (!welcome.ok() || welcome->type != rc::ControlType::kWelcome) return -1;
-  rc::CloseFds(&welcome->fds);  // the rings: unused here
+  regcache::protocol::OpenMsg open =
+      regcache::protocol::MakeControlMessage<regcache::protocol::OpenMsg>(
+          regcache::protocol::ControlType::kOpen);
+  if (!regcache::protocol::SendControlMessage(fd, &open, sizeof(open), -1).ok()) return -1;
+  auto welcome = regcache::protocol::ReceiveControlMessage(fd, absl::Seconds(30));
+  if (!welcome.ok() || welcome->type != regcache::protocol::ControlType::kWelcome) return -1;
+  regcache::protocol::CloseFds(&welcome->fds);  // the rings: unused here
   return fd;
 }
 

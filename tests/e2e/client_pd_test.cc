@@ -21,17 +21,21 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "api/control_server.h"
-#include "api/grpc_service.h"
 #include "base/mutex.h"
 #include "gtest/gtest.h"
 #include "hca/backend.h"
 #include "hca/sim/sim_device.h"
 #include "regcache/client.h"
+#include "server/control_server.h"
+#include "server/grpc_service.h"
 #include "service/daemon.h"
 
 namespace regcache::api {
 namespace {
+
+using server::ControlServer;
+using server::GrpcServer;
+using server::GrpcServerOptions;
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kRw = kLocalWrite | kRemoteRead | kRemoteWrite;

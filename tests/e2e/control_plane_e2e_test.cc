@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "api/control_protocol.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
@@ -56,9 +56,9 @@ class SlowAttach : public ::testing::Test {
     auto observer = rc::Client::Connect(daemon_->dir(), options_);
     ASSERT_TRUE(observer.ok()) << observer.status();
     observer_ = std::move(*observer);
-    stub_ = pb::RegCacheService::NewStub(
-        grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
-                            grpc::InsecureChannelCredentials()));
+    stub_ = pb::RegCacheService::NewStub(grpc::CreateChannel(
+        absl::StrCat("unix:", daemon_->dir(), "/", regcache::protocol::kGrpcSocketName),
+        grpc::InsecureChannelCredentials()));
     // A's memory: created by the daemon (its fd goes to A's control socket, unread), then
     // attached by a call that takes the backing delay.
     pb::AllocateMemoryRequest alloc;
@@ -87,7 +87,7 @@ class SlowAttach : public ::testing::Test {
   grpc::Status Call(Method method, const Req& req, Resp* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    ctx.AddMetadata(rc::kSessionMetadataKey, rc::testing::Token(*a_));
+    ctx.AddMetadata(regcache::protocol::kSessionMetadataKey, rc::testing::Token(*a_));
     return ((*stub_).*method)(&ctx, req, resp);
   }
 
@@ -128,10 +128,14 @@ TEST_F(SlowAttach, AnImportOfTheAttachingSessionHoldsNobodyUp) {
   const int memfd = memfd_create("regcache-test", MFD_CLOEXEC);
   ASSERT_GE(memfd, 0);
   ASSERT_EQ(ftruncate(memfd, 1 << 16), 0);
-  rc::ImportFdMsg msg = rc::MakeControlMessage<rc::ImportFdMsg>(rc::ControlType::kImportFd);
+  regcache::protocol::ImportFdMsg msg =
+      regcache::protocol::MakeControlMessage<regcache::protocol::ImportFdMsg>(
+          regcache::protocol::ControlType::kImportFd);
   msg.nonce = 77;
   msg.length = 1 << 16;
-  ASSERT_TRUE(rc::SendControlMessage(rc::testing::ControlFd(*a_), &msg, sizeof(msg), memfd).ok());
+  ASSERT_TRUE(
+      regcache::protocol::SendControlMessage(rc::testing::ControlFd(*a_), &msg, sizeof(msg), memfd)
+          .ok());
   close(memfd);
   // ...and goes on to welcome the next client while the attach still runs.
   EXPECT_TRUE(WelcomedDuringTheAttach())

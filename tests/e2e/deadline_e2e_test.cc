@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "api/control_protocol.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/raw_grpc_session.h"

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "api/control_protocol.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
@@ -54,7 +54,7 @@ class DevicesE2e : public ::testing::Test {
 
   // A raw control connection.
   int Dial() {
-    const std::string path = daemon_->dir() + "/" + rc::kControlSocketName;
+    const std::string path = daemon_->dir() + "/" + regcache::protocol::kControlSocketName;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
@@ -139,23 +139,25 @@ TEST_F(DevicesE2e, RingKeysWorkOnTheirDeviceOnlyAndStatsAreLabelled) {
 TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
   // A raw session on sim1: Open, Welcome (the fast path's files closed: gRPC only).
   int fd = Dial();
-  rc::OpenMsg open = rc::MakeControlMessage<rc::OpenMsg>(rc::ControlType::kOpen);
-  ASSERT_TRUE(rc::SetDeviceName("sim1", open.device).ok());
-  ASSERT_TRUE(rc::SendControlMessage(fd, &open, sizeof(open), -1).ok());
-  auto welcome = rc::ReceiveControlMessage(fd, absl::Seconds(10));
+  regcache::protocol::OpenMsg open =
+      regcache::protocol::MakeControlMessage<regcache::protocol::OpenMsg>(
+          regcache::protocol::ControlType::kOpen);
+  ASSERT_TRUE(regcache::protocol::SetDeviceName("sim1", open.device).ok());
+  ASSERT_TRUE(regcache::protocol::SendControlMessage(fd, &open, sizeof(open), -1).ok());
+  auto welcome = regcache::protocol::ReceiveControlMessage(fd, absl::Seconds(10));
   ASSERT_TRUE(welcome.ok()) << welcome.status();
-  ASSERT_EQ(welcome->type, rc::ControlType::kWelcome);
-  rc::CloseFds(&welcome->fds);
-  const rc::WelcomeMsg w = welcome->As<rc::WelcomeMsg>();
+  ASSERT_EQ(welcome->type, regcache::protocol::ControlType::kWelcome);
+  regcache::protocol::CloseFds(&welcome->fds);
+  const regcache::protocol::WelcomeMsg w = welcome->As<regcache::protocol::WelcomeMsg>();
   EXPECT_EQ(w.device_index, 1u);
-  EXPECT_EQ(rc::DeviceNameOf(w.device).value_or("?"), "sim1");
-  auto stub = pb::RegCacheService::NewStub(
-      grpc::CreateChannel(absl::StrCat("unix:", daemon_->dir(), "/", rc::kGrpcSocketName),
-                          grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(regcache::protocol::DeviceNameOf(w.device).value_or("?"), "sim1");
+  auto stub = pb::RegCacheService::NewStub(grpc::CreateChannel(
+      absl::StrCat("unix:", daemon_->dir(), "/", regcache::protocol::kGrpcSocketName),
+      grpc::InsecureChannelCredentials()));
   auto call = [&](auto method, const auto& req, auto* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    ctx.AddMetadata(rc::kSessionMetadataKey, std::string(w.token, sizeof(w.token)));
+    ctx.AddMetadata(regcache::protocol::kSessionMetadataKey, std::string(w.token, sizeof(w.token)));
     return ((*stub).*method)(&ctx, req, resp);
   };
   pb::StatusResponse st;
@@ -189,15 +191,18 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
 
 TEST_F(DevicesE2e, ControlSocketWantsOpenFirst) {
   int fd = Dial();
-  rc::HelloMsg hello = rc::MakeControlMessage<rc::HelloMsg>(rc::ControlType::kHello);
-  ASSERT_TRUE(rc::SendControlMessage(fd, &hello, sizeof(hello), -1).ok());
-  auto reply = rc::ReceiveControlMessage(fd, absl::Seconds(10));
+  regcache::protocol::HelloMsg hello =
+      regcache::protocol::MakeControlMessage<regcache::protocol::HelloMsg>(
+          regcache::protocol::ControlType::kHello);
+  ASSERT_TRUE(regcache::protocol::SendControlMessage(fd, &hello, sizeof(hello), -1).ok());
+  auto reply = regcache::protocol::ReceiveControlMessage(fd, absl::Seconds(10));
   ASSERT_TRUE(reply.ok()) << reply.status();
-  ASSERT_EQ(reply->type, rc::ControlType::kError);
-  absl::Status refused = rc::StatusFromErrorMessage(reply->As<rc::ErrorMsg>());
+  ASSERT_EQ(reply->type, regcache::protocol::ControlType::kError);
+  absl::Status refused =
+      regcache::protocol::StatusFromErrorMessage(reply->As<regcache::protocol::ErrorMsg>());
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("before Open"), absl::string_view::npos) << refused;
-  EXPECT_EQ(rc::ReceiveControlMessage(fd, absl::Seconds(10)).status().code(),
+  EXPECT_EQ(regcache::protocol::ReceiveControlMessage(fd, absl::Seconds(10)).status().code(),
             absl::StatusCode::kUnavailable)
       << "and the connection is closed";
   ::close(fd);

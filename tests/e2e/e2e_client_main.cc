@@ -44,8 +44,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "api/control_protocol.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 
 ABSL_FLAG(std::string, socket_dir, "", "regcached's socket directory");
@@ -175,11 +175,13 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     if (write(regcache::api::testing::ControlFd(c), junk, sizeof(junk)) != sizeof(junk)) {
       return "err INTERNAL write";
     }
-    auto reply = regcache::api::ReceiveControlMessage(regcache::api::testing::ControlFd(c),
-                                                      absl::Seconds(5));
+    auto reply = regcache::protocol::ReceiveControlMessage(regcache::api::testing::ControlFd(c),
+                                                           absl::Seconds(5));
     if (!reply.ok()) return Err(reply.status());
-    if (reply->type != regcache::api::ControlType::kError) return "err INTERNAL not an error reply";
-    absl::Status s = regcache::api::StatusFromErrorMessage(reply->As<regcache::api::ErrorMsg>());
+    if (reply->type != regcache::protocol::ControlType::kError)
+      return "err INTERNAL not an error reply";
+    absl::Status s =
+        regcache::protocol::StatusFromErrorMessage(reply->As<regcache::protocol::ErrorMsg>());
     return absl::StrCat("ok reply=", absl::StatusCodeToString(s.code()));
   }
   if (cmd == "traffic") {

@@ -15,7 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"

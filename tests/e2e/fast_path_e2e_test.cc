@@ -16,7 +16,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
 #include "tests/e2e/regcached_process.h"

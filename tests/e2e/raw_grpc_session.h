@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "api/control_protocol.h"
-#include "api/internal/client_testing.h"
+#include "client/internal/client_testing.h"
+#include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 
@@ -33,7 +33,7 @@ struct RawGrpcSession {
     if (!c.ok()) return c.status();
     RawGrpcSession s;
     s.client = std::move(*c);
-    s.channel = grpc::CreateChannel(absl::StrCat("unix:", dir, "/", api::kGrpcSocketName),
+    s.channel = grpc::CreateChannel(absl::StrCat("unix:", dir, "/", protocol::kGrpcSocketName),
                                     grpc::InsecureChannelCredentials());
     s.stub = ::regcache::v1::RegCacheService::NewStub(s.channel);
     return s;
@@ -45,7 +45,7 @@ struct RawGrpcSession {
                     std::chrono::microseconds left = std::chrono::seconds(10)) const {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + left);
-    ctx.AddMetadata(api::kSessionMetadataKey, api::testing::Token(*client));
+    ctx.AddMetadata(protocol::kSessionMetadataKey, api::testing::Token(*client));
     return ((*stub).*method)(&ctx, req, resp);
   }
 };

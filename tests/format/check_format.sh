@@ -18,7 +18,7 @@ cd "$root" || exit 2
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files -- '*.h' '*.cc')
 else
-  mapfile -t files < <(find base umr hca cache odp service api bench tests include \
+  mapfile -t files < <(find base umr hca cache odp service protocol client server tools bench tests include \
                          \( -name '*.h' -o -name '*.cc' \) 2>/dev/null | sort)
 fi
 if [ ${#files[@]} -eq 0 ]; then

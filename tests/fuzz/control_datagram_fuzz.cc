@@ -1,7 +1,7 @@
-// Fuzz target: the control protocol's datagram validation and decoding (api/control_protocol.h)
-// — what the daemon does with a datagram before any session logic sees it — both on the bytes
-// directly and through a real SOCK_SEQPACKET pair (ReceiveControlMessage's size and truncation
-// handling).
+// Fuzz target: the control protocol's datagram validation and decoding
+// (protocol/control_protocol.h) — what the daemon does with a datagram before any session logic
+// sees it — both on the bytes directly and through a real SOCK_SEQPACKET pair
+// (ReceiveControlMessage's size and truncation handling).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,9 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "api/control_protocol.h"
-
-namespace rc = ::regcache::api;
+#include "protocol/control_protocol.h"
 
 namespace {
 
@@ -23,22 +21,23 @@ void Check(bool ok) {
 }
 
 // A validated message decodes, and what it says stays within its struct.
-void Decode(rc::ControlType type, const std::vector<uint8_t>& bytes) {
-  rc::ControlMessage m;
+void Decode(regcache::protocol::ControlType type, const std::vector<uint8_t>& bytes) {
+  regcache::protocol::ControlMessage m;
   m.type = type;
   m.bytes = bytes;
   switch (type) {
-    case rc::ControlType::kError: {
-      absl::Status s = rc::StatusFromErrorMessage(m.As<rc::ErrorMsg>());
+    case regcache::protocol::ControlType::kError: {
+      absl::Status s =
+          regcache::protocol::StatusFromErrorMessage(m.As<regcache::protocol::ErrorMsg>());
       Check(!s.ok());
-      Check(s.message().size() <= sizeof(rc::ErrorMsg::message));
+      Check(s.message().size() <= sizeof(regcache::protocol::ErrorMsg::message));
       break;
     }
-    case rc::ControlType::kWelcome:
-      (void)m.As<rc::WelcomeMsg>();
+    case regcache::protocol::ControlType::kWelcome:
+      (void)m.As<regcache::protocol::WelcomeMsg>();
       break;
-    case rc::ControlType::kImportFd:
-      (void)m.As<rc::ImportFdMsg>();
+    case regcache::protocol::ControlType::kImportFd:
+      (void)m.As<regcache::protocol::ImportFdMsg>();
       break;
     default:
       break;
@@ -48,10 +47,11 @@ void Decode(rc::ControlType type, const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  rc::ControlType type;
-  absl::Status s = rc::ValidateControlDatagram(data, size, /*truncated=*/false, &type);
+  regcache::protocol::ControlType type;
+  absl::Status s =
+      regcache::protocol::ValidateControlDatagram(data, size, /*truncated=*/false, &type);
   if (s.ok()) {
-    Check(size == rc::ControlMessageSize(static_cast<uint16_t>(type)));
+    Check(size == regcache::protocol::ControlMessageSize(static_cast<uint16_t>(type)));
     Decode(type, std::vector<uint8_t>(data, data + size));
   } else {
     Check(s.code() == absl::StatusCode::kInvalidArgument);
@@ -60,9 +60,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return 0;
   if (size > 0 && ::send(sv[0], data, size, MSG_DONTWAIT) == static_cast<ssize_t>(size)) {
-    absl::StatusOr<rc::ControlMessage> m = rc::ReceiveControlMessage(sv[1], absl::Seconds(1));
+    absl::StatusOr<regcache::protocol::ControlMessage> m =
+        regcache::protocol::ReceiveControlMessage(sv[1], absl::Seconds(1));
     if (m.ok()) {
-      Check(m->bytes.size() == rc::ControlMessageSize(static_cast<uint16_t>(m->type)));
+      Check(m->bytes.size() ==
+            regcache::protocol::ControlMessageSize(static_cast<uint16_t>(m->type)));
       Check(size == m->bytes.size());
       Check(m->fds.empty());
       Decode(m->type, m->bytes);

@@ -27,13 +27,11 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "api/control_protocol.h"
-#include "api/control_server.h"
 #include "base/log.h"
 #include "hca/sim/sim_device.h"
+#include "protocol/control_protocol.h"
+#include "server/control_server.h"
 #include "service/daemon.h"
-
-namespace rc = ::regcache::api;
 
 namespace {
 
@@ -47,7 +45,7 @@ void Check(bool ok, const char* what) {
 struct Server {
   std::string dir;
   std::unique_ptr<regcache::service::Daemon> daemon;
-  std::unique_ptr<rc::ControlServer> control;
+  std::unique_ptr<regcache::server::ControlServer> control;
 };
 
 Server& TheServer() {
@@ -64,7 +62,7 @@ Server& TheServer() {
     auto d = regcache::service::Daemon::Create(config, nullptr);
     Check(d.ok(), "daemon");
     srv->daemon = std::move(*d);
-    auto c = rc::ControlServer::Start(srv->daemon.get(), srv->dir);
+    auto c = regcache::server::ControlServer::Start(srv->daemon.get(), srv->dir);
     Check(c.ok(), "control server");
     srv->control = std::move(*c);
     return srv;
@@ -77,7 +75,7 @@ int Connect(const std::string& dir) {
   Check(fd >= 0, "socket");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::string path = dir + "/" + rc::kControlSocketName;
+  std::string path = dir + "/" + regcache::protocol::kControlSocketName;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   Check(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "connect");
   return fd;
@@ -104,11 +102,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(srv.control->connections() == 0, "a closed connection's session never closed");
 
   int sock = Connect(srv.dir);
-  rc::OpenMsg open = rc::MakeControlMessage<rc::OpenMsg>(rc::ControlType::kOpen);
-  Check(rc::SendControlMessage(sock, &open, sizeof(open), -1).ok(), "Open not sent");
-  absl::StatusOr<rc::ControlMessage> welcome = rc::ReceiveControlMessage(sock, absl::Seconds(5));
-  Check(welcome.ok() && welcome->type == rc::ControlType::kWelcome, "no Welcome");
-  rc::CloseFds(&welcome->fds);
+  regcache::protocol::OpenMsg open =
+      regcache::protocol::MakeControlMessage<regcache::protocol::OpenMsg>(
+          regcache::protocol::ControlType::kOpen);
+  Check(regcache::protocol::SendControlMessage(sock, &open, sizeof(open), -1).ok(),
+        "Open not sent");
+  absl::StatusOr<regcache::protocol::ControlMessage> welcome =
+      regcache::protocol::ReceiveControlMessage(sock, absl::Seconds(5));
+  Check(welcome.ok() && welcome->type == regcache::protocol::ControlType::kWelcome, "no Welcome");
+  regcache::protocol::CloseFds(&welcome->fds);
 
   size_t pos = 0;
   while (pos + 2 <= size) {
@@ -118,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     len = std::min(len, size - pos);
     std::vector<uint8_t> dgram;
     if (flags & 4) {
-      rc::ControlHeader h;
+      regcache::protocol::ControlHeader h;
       h.type = flags >> 4;
       h.length = static_cast<uint32_t>(sizeof(h) + len);
       dgram.resize(sizeof(h));
@@ -128,16 +130,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     pos += len;
     if (dgram.empty()) continue;  // a zero-length datagram reads as EOF: not a message
     int fd = (flags & 1) ? MakeFd(flags & 2) : -1;
-    absl::Status sent = rc::SendControlMessage(sock, dgram.data(), dgram.size(), fd);
+    absl::Status sent =
+        regcache::protocol::SendControlMessage(sock, dgram.data(), dgram.size(), fd);
     if (fd >= 0) ::close(fd);
     if (!sent.ok()) break;  // the daemon dropped us
-    absl::StatusOr<rc::ControlMessage> reply = rc::ReceiveControlMessage(sock, absl::Seconds(5));
+    absl::StatusOr<regcache::protocol::ControlMessage> reply =
+        regcache::protocol::ReceiveControlMessage(sock, absl::Seconds(5));
     if (!reply.ok()) {
       Check(reply.status().code() == absl::StatusCode::kUnavailable,
             "the daemon neither answered nor closed the connection");
       break;
     }
-    rc::CloseFds(&reply->fds);
+    regcache::protocol::CloseFds(&reply->fds);
   }
   ::close(sock);
   return 0;

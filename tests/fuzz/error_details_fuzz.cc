@@ -1,4 +1,4 @@
-// Fuzz target: the error details codec (api/internal/grpc_status.h over api/internal/
+// Fuzz target: the error details codec (protocol/grpc_status.h over api/internal/
 // proto_wire.h), which reads the grpc-status-details-bin trailer of whatever answers on the
 // daemon's gRPC socket. Any bytes decode to nothing or to a reason, never past the input; and
 // a reason with metadata built from the input survives an encode and decode unchanged (keys in
@@ -11,9 +11,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "api/internal/grpc_status.h"
-
-namespace rc = ::regcache::api;
+#include "protocol/grpc_status.h"
 
 namespace {
 
@@ -25,7 +23,7 @@ void Check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view in(reinterpret_cast<const char*>(data), size);
-  std::optional<regcache::base::ErrorReason> any = rc::DecodeErrorDetails(in);
+  std::optional<regcache::base::ErrorReason> any = regcache::protocol::DecodeErrorDetails(in);
   if (any.has_value()) Check(!any->reason.empty());
 
   // The input as "reason\0key\0value\0key\0value...".
@@ -36,8 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     reason.metadata.emplace_back(parts[i], parts[i + 1]);
     want[parts[i]] = parts[i + 1];
   }
-  const std::string bytes = rc::EncodeErrorDetails(8, in, reason);
-  std::optional<regcache::base::ErrorReason> back = rc::DecodeErrorDetails(bytes);
+  const std::string bytes = regcache::protocol::EncodeErrorDetails(8, in, reason);
+  std::optional<regcache::base::ErrorReason> back = regcache::protocol::DecodeErrorDetails(bytes);
   if (reason.reason.empty()) {
     Check(!back.has_value());  // no reason: nothing to report
     return 0;

@@ -1,4 +1,4 @@
-// Fuzz target: the metrics endpoint's request-head parser (api/http_request.h), which sees
+// Fuzz target: the metrics endpoint's request-head parser (server/http_request.h), which sees
 // whatever bytes a local process sends to /metrics. The first input byte says where to split
 // the rest into two Feed calls; the outcome must not depend on the split, nor differ from
 // feeding one byte at a time, and what a finished parse reports must hold its promises.
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "api/http_request.h"
+#include "server/http_request.h"
 
-namespace rc = ::regcache::api;
+namespace rc = ::regcache::server;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: the ring messages' codec (service/ring_codec.h) — what the daemon does with a
+// Fuzz target: the ring messages' codec (protocol/ring_codec.h) — what the daemon does with a
 // request it copied out of a session's ring, and what the client makes of a completion.
 //
 //   input[0..64)    a RingRequest (zero-padded): DecodeRequest must refuse it with
@@ -13,11 +13,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "hca/device.h"
-#include "service/ring_codec.h"
-#include "service/shm_protocol.h"
+#include "protocol/ring_codec.h"
+#include "protocol/shm_protocol.h"
 
-namespace shm = ::regcache::service::shm;
+namespace shm = ::regcache::protocol::shm;
 
 namespace {
 
@@ -44,12 +43,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(op >= 1 && op <= shm::kMaxRingOp, "decoded an unknown op");
     Check(d->seq == r.seq, "seq not carried");
     Check(r.reserved0 == 0 && r.reserved1[0] == 0 && r.reserved1[1] == 0, "reserved not zero");
-    Check((d->access & ~regcache::hca::kAllAccess) == 0, "unknown access bits");
+    Check((d->access & ~shm::kKnownAccessBits) == 0, "unknown access bits");
     if (TakesRange(d->op)) {
       Check(d->length != 0, "empty range accepted");
       if (d->op != shm::RingOp::kWindow) Check(d->va + d->length >= d->va, "wrapping range");
     }
     Check(!d->write || d->op == shm::RingOp::kPrefetch, "write flag outside prefetch");
+    Check(d->prefetch <= shm::kPrefetchAsync, "unknown prefetch value");
   } else {
     Check(d.status().code() == absl::StatusCode::kInvalidArgument, "refusal not kInvalidArgument");
     Check(!d.status().message().empty(), "refusal without a message");

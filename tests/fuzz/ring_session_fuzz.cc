@@ -24,11 +24,11 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "hca/sim/sim_device.h"
+#include "protocol/shm_futex.h"
+#include "protocol/shm_protocol.h"
 #include "service/daemon.h"
-#include "service/shm_futex.h"
-#include "service/shm_protocol.h"
 
-namespace shm = ::regcache::service::shm;
+namespace shm = ::regcache::protocol::shm;
 
 namespace {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Keeps the upper layers readable: no source file in cache/, odp/, service/ or api/ over 600
-lines, and no function there over 80 lines, except those listed in ALLOWED with the reason why
-they read better whole.
+"""Keeps the code readable: no source file in umr/, hca/, cache/, odp/, service/, protocol/,
+client/, server/ or tools/ over 600 lines, and no function there over 80 lines, except those
+listed in ALLOWED with the reason why they read better whole.
 
 A function is found the way a reader finds one in clang-formatted code: a block opened at the end
 of a line whose text (from the previous statement end) has a parameter list and is not a control
@@ -13,11 +13,25 @@ import pathlib
 import re
 import sys
 
-FOLDERS = ("cache", "odp", "service", "api")
+FOLDERS = ("umr", "hca", "cache", "odp", "service", "protocol", "client", "server", "tools")
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # "path:function" -> why it is clearer whole.
-ALLOWED = {}
+ALLOWED = {
+    "hca/sim/internal/translator.cc:Translator::Walk":
+        "the PRM's access checks of one key in their order (variant, free, PD, range, access, "
+        "then the MTT, KLM or KSM translation), numbered 1 to 7 in its comments; split, the "
+        "order a reader must verify would be spread over helpers",
+    "hca/sim/internal/umr_executor.cc:ExecuteUmr":
+        "one UMR's execution as the device does it: mask check, gather, decode, every "
+        "precondition, then one commit; the preconditions read against the PRM as one list",
+    "hca/verbs/context.cc:Context::Plan":
+        "every check rdma-core and rxe make before a type-1 window bind, in the kernel's order, "
+        "before anything is posted",
+    "umr/wqe_builder.cc:BuildMap":
+        "a map WQE's segments in the order they are laid into the send queue (control, UMR "
+        "control, mkey context, translation inline or by pointer); the offsets read top to bottom",
+}
 
 CONTROL = re.compile(r"^\s*(\}\s*)?(if|for|while|switch|catch|do|else|try)\b")
 LAMBDA = re.compile(r"\]\s*(\([^)]*\))?\s*(mutable\s*)?(ABSL_\w+\([^)]*\)\s*)?(->\s*[\w:<>]+\s*)?\{\s*$")

@@ -5,13 +5,15 @@ The allowed dependencies are read from cmake/Regcache.cmake (the REGCACHE_ALLOWE
 lines), so the build and this check share one table. Rules:
 
   1. A file in folder F may include "G/..." only if G is F or G is in F's allowed list.
-     Test files (*_test.cc, test_util.h) may also include hca/sim: the software HCA is the
-     project's fake. A binary's main (*_main.cc) may include every backend: it is where the
+     Test files (*_test.cc, test_util.h) of a folder that may use hca/ may also include
+     hca/sim: the software HCA is the project's fake. (The client tower may not: its tests
+     reach a daemon through tests/e2e.) A binary's main (*_main.cc) may include every backend: it is where the
      backends are registered (hca/backend.h explains why registration is explicit).
   2. Only hca/mlx5 and hca/verbs may include <infiniband/...> (rdma-core), and the one client
-     source that imports a session's PD into the client's process (api/client_pd.cc,
+     source that imports a session's PD into the client's process (client/client_pd.cc,
      docs/client_memory.md): that is libibverbs by definition.
-  3. Only api/ may include gRPC or protobuf headers.
+  3. Only the two towers and the protocol between them (protocol/, client/, server/, tools/)
+     may include gRPC or protobuf headers.
   4. A folder's internal/ headers are its own: "F/internal/..." may be included only from F
      (its sources and its tests). Other folders use F's public headers (regcache_library's
      PUBLIC_HEADERS in cmake/Regcache.cmake).
@@ -29,9 +31,9 @@ SOURCE_EXT = (".h", ".cc")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 ALLOWED_RE = re.compile(r'^\s*set\(REGCACHE_ALLOWED_(\w+)\s+"([^"]*)"\)', re.M)
 RDMA_CORE_FOLDERS = {"hca/mlx5", "hca/verbs"}
-RDMA_CORE_FILES = {"api/client_pd.cc"}
+RDMA_CORE_FILES = {"client/client_pd.cc"}
 BACKENDS = {"hca/sim", "hca/mlx5", "hca/verbs"}
-RPC_FOLDERS = {"api"}
+RPC_FOLDERS = {"protocol", "client", "server", "tools"}
 RPC_PREFIXES = ("grpc/", "grpcpp/", "grpc++/", "google/protobuf/")
 
 
@@ -85,7 +87,7 @@ def check_include(where, own, allowed, quote, inc, folders):
     if inc.startswith(RPC_PREFIXES) or inc.endswith((".pb.h", ".grpc.pb.h")):
         if own not in RPC_FOLDERS:
             problems.append(f"{where}: '{own}' may not include '{inc}': "
-                            "gRPC and protobuf belong to api/ only")
+                            "gRPC and protobuf belong to protocol/, client/, server/ and tools/ only")
     target = folder_of(inc, folders)
     if quote != '"' or target is None:
         return problems
@@ -109,7 +111,7 @@ def check(root):
             if own != folder:
                 continue  # belongs to a nested folder, checked there
             allowed = table[own] | {own}
-            if name.endswith("_test.cc") or name.startswith("test_util."):
+            if (name.endswith("_test.cc") or name.startswith("test_util.")) and "hca" in allowed:
                 allowed = allowed | {"hca/sim"}
             if name.endswith("_main.cc"):  # a binary's composition root links backends
                 allowed = allowed | BACKENDS

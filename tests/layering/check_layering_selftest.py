@@ -14,7 +14,12 @@ set(REGCACHE_ALLOWED_hca "base;umr")
 set(REGCACHE_ALLOWED_hca_sim "base;umr;hca")
 set(REGCACHE_ALLOWED_hca_mlx5 "base;umr;hca")
 set(REGCACHE_ALLOWED_cache "base;umr;hca")
-set(REGCACHE_ALLOWED_api "base;umr;hca;cache")
+set(REGCACHE_ALLOWED_odp "base;umr;hca;cache")
+set(REGCACHE_ALLOWED_service "base;umr;hca;cache;odp;protocol")
+set(REGCACHE_ALLOWED_protocol "base")
+set(REGCACHE_ALLOWED_client "base;protocol")
+set(REGCACHE_ALLOWED_server "base;umr;hca;cache;service;protocol")
+set(REGCACHE_ALLOWED_tools "base;protocol;client")
 """
 
 
@@ -47,11 +52,11 @@ expect("clean tree passes", {
     "hca/sim/s.cc": '#include "hca/device.h"\n#include "umr/w.h"\n',
     "cache/c_test.cc": '#include "hca/sim/sim.h"\n',  # tests may use the sim fake
     "hca/mlx5/m.cc": "#include <infiniband/mlx5dv.h>\n",
-    "api/g.cc": '#include <grpcpp/grpcpp.h>\n#include "regcache/v1/regcache.pb.h"\n',
-    "api/daemon_main.cc": '#include "hca/sim/sim_device.h"\n',  # composition root
+    "server/g.cc": '#include <grpcpp/grpcpp.h>\n#include "regcache/v1/regcache.pb.h"\n',
+    "server/daemon_main.cc": '#include "hca/sim/sim_device.h"\n',  # composition root
 }, 0, "layering: clean")
-expect("backend from library code is caught", {"api/server.cc": '#include "hca/sim/sim_device.h"\n'},
-       1, "'api' may not include 'hca/sim/sim_device.h'")
+expect("backend from library code is caught", {"server/server.cc": '#include "hca/sim/sim_device.h"\n'},
+       1, "'server' may not include 'hca/sim/sim_device.h'")
 expect("upward include is caught", {"umr/w.h": '#include "cache/pool.h"\n'},
        1, "umr/w.h:1: 'umr' may not include 'cache/pool.h'")
 expect("sibling backend include is caught", {"hca/mlx5/m.cc": '#include "hca/sim/sim.h"\n'},
@@ -61,13 +66,13 @@ expect("backend from cache library code is caught", {"cache/pool.cc": '#include 
 expect("rdma-core outside a backend is caught", {"cache/c.cc": "#include <infiniband/verbs.h>\n"},
        1, "rdma-core belongs to hca/mlx5 and hca/verbs only")
 expect("grpc below api is caught", {"cache/c.cc": "#include <grpcpp/grpcpp.h>\n"},
-       1, "gRPC and protobuf belong to api/ only")
+       1, "gRPC and protobuf belong to protocol/, client/, server/ and tools/ only")
 expect("protobuf generated header below api is caught", {"hca/h.h": '#include "api/x.pb.h"\n'},
-       1, "gRPC and protobuf belong to api/ only")
+       1, "gRPC and protobuf belong to protocol/, client/, server/ and tools/ only")
 
 expect("another folder's internal header is refused", {
     "cache/internal/x.h": "",
-    "api/a.cc": '#include "cache/internal/x.h"\n',
+    "server/a.cc": '#include "cache/internal/x.h"\n',
 }, 1, "internal to 'cache'")
 
 expect("a folder's own internal header and its tests are fine", {
@@ -80,6 +85,37 @@ expect("the public client includes nothing of the daemon", {
     "include/regcache/client.h": '#include "cache/reg_cache.h"\n#include "absl/status/status.h"\n',
     "cache/reg_cache.h": "",
 }, 1, "the public client may not include 'cache/reg_cache.h'")
+
+# The two towers: the client speaks the protocol and needs base/, nothing of the daemon.
+expect("the client tower over the protocol is clean", {
+    "protocol/shm_protocol.h": '#include "base/a.h"\n',
+    "client/ring_client.cc": '#include "protocol/shm_protocol.h"\n#include <grpcpp/grpcpp.h>\n',
+    "client/client_pd.cc": "#include <infiniband/verbs.h>\n",
+    "tools/ctl_main.cc": '#include "protocol/shm_protocol.h"\n',
+    "server/grpc.cc": '#include "protocol/shm_protocol.h"\n#include "service/daemon.h"\n',
+}, 0, "layering: clean")
+for daemon_header in ("service/daemon.h", "cache/reg_cache.h", "odp/servicer.h", "hca/device.h",
+                      "umr/wqe.h"):
+    folder = daemon_header.split("/")[0]
+    expect(f"a client file that includes {daemon_header} is refused", {
+        "client/client.cc": f'#include "{daemon_header}"\n',
+    }, 1, f"'client' may not include '{daemon_header}' (folder '{folder}')")
+expect("a client test may not use the sim either", {
+    "client/grant_cache_test.cc": '#include "hca/sim/sim_device.h"\n',
+}, 1, "'client' may not include 'hca/sim/sim_device.h'")
+expect("the protocol depends on base only", {
+    "protocol/ring_codec.h": '#include "cache/reg_cache.h"\n',
+}, 1, "'protocol' may not include 'cache/reg_cache.h'")
+expect("the server may not include the client", {
+    "server/control_server.cc": '#include "client/internal/ring_client.h"\n',
+}, 1, "'server' may not include 'client/internal/ring_client.h'")
+expect("a tool uses the client's public side, not its internals", {
+    "client/internal/ring_client.h": "",
+    "tools/ctl_main.cc": '#include "client/internal/ring_client.h"\n',
+}, 1, "internal to 'client'")
+expect("rdma-core in another client file is caught", {
+    "client/client.cc": "#include <infiniband/verbs.h>\n",
+}, 1, "rdma-core belongs to hca/mlx5 and hca/verbs only")
 
 if failures:
     print("\n".join(failures))

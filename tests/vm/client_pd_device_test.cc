@@ -18,17 +18,21 @@
 #include <string>
 #include <vector>
 
-#include "api/control_server.h"
-#include "api/grpc_service.h"
 #include "gtest/gtest.h"
 #include "hca/device.h"
 #include "hca/mlx5/mlx5_device.h"
 #include "hca/verbs/verbs_device.h"
 #include "regcache/client.h"
+#include "server/control_server.h"
+#include "server/grpc_service.h"
 #include "service/daemon.h"
 
 namespace regcache::api {
 namespace {
+
+using server::ControlServer;
+using server::GrpcServer;
+using server::GrpcServerOptions;
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kRw = kLocalWrite | kRemoteRead | kRemoteWrite;

@@ -1,0 +1,376 @@
+// The client library: connecting, memory and closing (client/internal/client_impl.h says where
+// the rest lives).
+#include "regcache/client.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/errno_status.h"
+#include "base/error_reason.h"
+#include "base/status_macros.h"
+#include "client/internal/client_impl.h"
+#include "client/internal/client_testing.h"
+#include "protocol/control_protocol.h"
+#include "protocol/shm_futex.h"
+
+namespace regcache::api {
+
+void KeyRef::reset() {
+  if (client_ == nullptr) return;
+  (void)client_->Release(key_.handle);
+  client_ = nullptr;
+}
+
+absl::StatusOr<KeyRef> Client::Acquire(const void* addr, uint64_t length, uint32_t access,
+                                       PrefetchMode prefetch) {
+  ASSIGN_OR_RETURN(Key k, Register(addr, length, access, prefetch));
+  return KeyRef(this, k);
+}
+
+absl::StatusOr<KeyRef> Client::AcquireWindow(uint64_t parent, uint64_t offset, uint64_t length,
+                                             uint32_t access) {
+  ASSIGN_OR_RETURN(Key k, Window(parent, offset, length, access));
+  return KeyRef(this, k);
+}
+
+std::string ErrorReason(const absl::Status& status) {
+  std::optional<base::ErrorReason> r = base::GetErrorReason(status);
+  return r.has_value() ? r->reason : std::string();
+}
+
+std::map<std::string, std::string> ErrorMetadata(const absl::Status& status) {
+  std::optional<base::ErrorReason> r = base::GetErrorReason(status);
+  if (!r.has_value()) return {};
+  return std::map<std::string, std::string>(r->metadata.begin(), r->metadata.end());
+}
+
+absl::StatusOr<int64_t> StatsSnapshot::Get(const std::string& component,
+                                           const std::string& name) const {
+  for (const StatValue& s : stats) {
+    if (s.component == component && s.name == name) return s.value;
+  }
+  return absl::NotFoundError(absl::StrCat("no stat ", component, "/", name));
+}
+
+namespace internal {
+namespace {
+
+// How long AllocateMemory waits for its fd once the RPC returned (it was sent before).
+constexpr absl::Duration kFdWait = absl::Seconds(5);
+
+DeviceInfo DeviceOf(const protocol::WelcomeMsg& w) {
+  DeviceInfo d;
+  d.index = w.device_index;
+  d.name = protocol::DeviceNameOf(w.device).value_or("");
+  d.node_guid = w.node_guid;
+  d.port = w.port;
+  std::memcpy(d.gid.data(), w.gid, d.gid.size());
+  return d;
+}
+
+}  // namespace
+
+ClientImpl::ClientImpl(int control_fd, const protocol::WelcomeMsg& welcome,
+                       std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
+                       std::unique_ptr<RingClient> ring)
+    : ring_(std::move(ring)),
+      control_fd_(control_fd),
+      session_id_(welcome.session_id),
+      admin_(welcome.admin != 0),
+      device_(DeviceOf(welcome)),
+      token_(welcome.token, sizeof(welcome.token)),
+      channel_(std::move(channel)),
+      stub_(pb::RegCacheService::NewStub(channel_)),
+      sim_peer_stub_(pb::SimPeerService::NewStub(channel_)),
+      options_(options) {
+  if (ring_ != nullptr && options_.client_cache) {
+    grants_ = std::make_unique<GrantCache>(
+        GrantStateView{ring_->slot_words(), ring_->slots(), &ring_->state()->session_state});
+    reclaim_seen_.store(ring_->state()->reclaim.load(std::memory_order_acquire));
+    watcher_ = std::thread([this] { WatchRevocations(); });
+  }
+}
+
+void ClientImpl::Prepare(grpc::ClientContext* ctx) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  base::MutexLock l(&token_mu_);
+  if (send_token_) ctx->AddMetadata(protocol::kSessionMetadataKey, token_);
+}
+
+void ClientImpl::SetToken(bool send, const std::string& token) {
+  base::MutexLock l(&token_mu_);
+  send_token_ = send;
+  token_ = token;
+}
+
+absl::StatusOr<Memory> ClientImpl::AllocateMemory(uint64_t length, bool hugetlb, bool on_demand) {
+  pb::AllocateMemoryRequest req;
+  req.set_length(length);
+  req.set_hugetlb(hugetlb);
+  pb::AllocateMemoryResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::AllocateMemory, req, &resp));
+  ASSIGN_OR_RETURN(int fd, TakeMemoryFd(resp.memory_id()));
+  return MapAndAttach(resp.memory_id(), fd, 0, resp.length(), on_demand);
+}
+
+absl::StatusOr<Memory> ClientImpl::AttachFd(int fd, uint64_t offset, uint64_t length,
+                                            bool on_demand) {
+  protocol::ImportFdMsg m =
+      protocol::MakeControlMessage<protocol::ImportFdMsg>(protocol::ControlType::kImportFd);
+  m.nonce = next_nonce_.fetch_add(1);
+  m.offset = offset;
+  m.length = length;
+  {
+    base::MutexLock l(&send_mu_);
+    RETURN_IF_ERROR(protocol::SendControlMessage(control_fd_, &m, sizeof(m), fd));
+  }
+  ASSIGN_OR_RETURN(uint64_t id, TakeImported(m.nonce));
+  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) return base::ErrnoToStatus(errno, "dup");
+  return MapAndAttach(id, dup_fd, offset, length, on_demand);
+}
+
+absl::Status ClientImpl::DetachMemory(const Memory& memory) {
+  pb::DetachMemoryRequest req;
+  req.set_memory_id(memory.id);
+  pb::DetachMemoryResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::DetachMemory, req, &resp));
+  base::MutexLock l(&maps_mu_);
+  auto it = maps_.find(memory.id);
+  if (it != maps_.end()) {
+    munmap(it->second.data, it->second.length);
+    maps_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::ReceiveUntil(const std::function<bool()>& ready) {
+  absl::Time deadline = absl::Now() + kFdWait;
+  base::MutexLock l(&recv_mu_);
+  while (!ready()) {
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("control socket: the expected message did not come");
+    }
+    absl::StatusOr<protocol::ControlMessage> msg =
+        protocol::ReceiveControlMessage(control_fd_, left);
+    if (!msg.ok()) return msg.status();
+    base::MutexLock ml(&maps_mu_);
+    switch (msg->type) {
+      case protocol::ControlType::kMemoryFd:
+        if (msg->fds.size() == 1) {
+          pending_fds_[msg->As<protocol::MemoryFdMsg>().memory_id] = msg->fds[0];
+          msg->fds.clear();
+        }
+        break;
+      case protocol::ControlType::kImported: {
+        protocol::ImportedMsg m = msg->As<protocol::ImportedMsg>();
+        imported_[m.nonce] = m.memory_id;
+        break;
+      }
+      case protocol::ControlType::kPdExport:
+        if (msg->fds.size() == 1) {
+          protocol::PdExportMsg m = msg->As<protocol::PdExportMsg>();
+          if (auto old = pd_exports_.find(m.nonce); old != pd_exports_.end()) close(old->second.fd);
+          pd_exports_[m.nonce] = PdExportReply{msg->fds[0], m.pd_handle};
+          msg->fds.clear();
+        }
+        break;
+      case protocol::ControlType::kError: {
+        protocol::ErrorMsg m = msg->As<protocol::ErrorMsg>();
+        import_errors_[m.nonce] = protocol::StatusFromErrorMessage(m);
+        break;
+      }
+      default:
+        break;
+    }
+    protocol::CloseFds(&msg->fds);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ClientImpl::TakeMemoryFd(uint64_t id) {
+  int fd = -1;
+  RETURN_IF_ERROR(ReceiveUntil([&] {
+    base::MutexLock l(&maps_mu_);
+    auto it = pending_fds_.find(id);
+    if (it == pending_fds_.end()) return false;
+    fd = it->second;
+    pending_fds_.erase(it);
+    return true;
+  }));
+  return fd;
+}
+
+absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t offset,
+                                                uint64_t length, bool on_demand) {
+  void* p =
+      mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    absl::Status s = base::ErrnoToStatus(err, absl::StrCat("mmap memory ", id));
+    pb::DetachMemoryRequest req;
+    req.set_memory_id(id);
+    pb::DetachMemoryResponse resp;
+    (void)Call(&pb::RegCacheService::Stub::DetachMemory, req, &resp);
+    return s;
+  }
+  pb::AttachMemoryRequest req;
+  req.set_memory_id(id);
+  req.set_client_va(reinterpret_cast<uint64_t>(p));
+  req.set_on_demand(on_demand);
+  pb::AttachMemoryResponse resp;
+  absl::Status attached = Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);
+  if (!attached.ok()) {
+    munmap(p, length);
+    pb::DetachMemoryRequest dreq;
+    dreq.set_memory_id(id);
+    pb::DetachMemoryResponse dresp;
+    (void)Call(&pb::RegCacheService::Stub::DetachMemory, dreq, &dresp);
+    return attached;
+  }
+  Memory m{id, p, length};
+  base::MutexLock l(&maps_mu_);
+  maps_[id] = m;
+  return m;
+}
+
+void ClientImpl::Close() {
+  if (closed_.exchange(true)) return;
+  if (watcher_.joinable()) {
+    stop_watcher_.store(true);
+    shm::FutexWakeAll(&ring_->state()->event_head);  // the watcher may sleep on it
+    watcher_.join();
+  }
+  grants_.reset();
+  ring_.reset();  // before the session goes with the control socket
+  stub_.reset();
+  channel_.reset();
+  if (control_fd_ >= 0) close(control_fd_);
+  control_fd_ = -1;
+  base::MutexLock l(&maps_mu_);
+  for (auto& [id, m] : maps_) munmap(m.data, m.length);
+  maps_.clear();
+  for (auto& [id, fd] : pending_fds_) close(fd);
+  pending_fds_.clear();
+  for (auto& [nonce, e] : pd_exports_) close(e.fd);
+  pd_exports_.clear();
+  ReleasePd();
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_dir,
+                                                        const ClientOptions& options) {
+  std::string path = absl::StrCat(socket_dir, "/", protocol::kControlSocketName);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return base::ErrnoToStatus(errno, "socket");
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("connect ", path, ": ", base::ErrnoName(err), " (is regcached running?)"));
+  }
+  // Open names the session's device; the daemon answers Welcome, or Error when it refused.
+  protocol::OpenMsg open =
+      protocol::MakeControlMessage<protocol::OpenMsg>(protocol::ControlType::kOpen);
+  open.flags = options.observer ? protocol::kOpenObserver : 0;
+  absl::Status sent = protocol::SetDeviceName(options.device, open.device);
+  if (sent.ok()) sent = protocol::SendControlMessage(fd, &open, sizeof(open), -1);
+  if (!sent.ok()) {
+    close(fd);
+    return base::Annotate(sent, "regcached session");
+  }
+  absl::StatusOr<protocol::ControlMessage> reply =
+      protocol::ReceiveControlMessage(fd, options.call_timeout);
+  if (!reply.ok() || reply->type != protocol::ControlType::kWelcome) {
+    absl::Status s;
+    if (!reply.ok()) {
+      s = reply.status();
+    } else if (reply->type == protocol::ControlType::kError) {
+      s = protocol::StatusFromErrorMessage(reply->As<protocol::ErrorMsg>());
+    } else {
+      s = absl::InternalError("control socket: unexpected first message");
+    }
+    if (reply.ok()) protocol::CloseFds(&reply->fds);
+    close(fd);
+    return base::Annotate(s, "regcached session");
+  }
+  protocol::WelcomeMsg welcome = reply->As<protocol::WelcomeMsg>();
+  if ((welcome.observer != 0) != options.observer) {
+    protocol::CloseFds(&reply->fds);
+    close(fd);
+    return absl::InternalError(absl::StrCat("control socket: asked for ",
+                                            options.observer ? "an observer" : "a session",
+                                            ", the Welcome is not one"));
+  }
+  std::unique_ptr<internal::RingClient> ring;
+  if (options.fast_path && reply->fds.size() == 2) {
+    auto mapped = internal::RingClient::Create(reply->fds[0], reply->fds[1], welcome.session_id,
+                                               welcome.ring_channels, welcome.grant_slots,
+                                               options.call_timeout);  // takes the fds
+    reply->fds.clear();
+    if (!mapped.ok()) {
+      close(fd);
+      return base::Annotate(mapped.status(), "regcached session");
+    }
+    ring = std::move(*mapped);
+  }
+  protocol::CloseFds(&reply->fds);
+  std::string target = options.tcp_port != 0
+                           ? absl::StrCat("127.0.0.1:", options.tcp_port)
+                           : absl::StrCat("unix:", socket_dir, "/", protocol::kGrpcSocketName);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<Client>(
+      new internal::ClientImpl(fd, welcome, std::move(channel), options, std::move(ring)));
+}
+
+namespace testing {
+
+absl::Status RawCall(Client& client, const std::string& method, const std::string& bytes) {
+  return static_cast<internal::ClientImpl&>(client).RawCall(method, bytes);
+}
+
+void SetToken(Client& client, bool send, const std::string& token) {
+  static_cast<internal::ClientImpl&>(client).SetToken(send, token);
+}
+
+std::string Token(Client& client) { return static_cast<internal::ClientImpl&>(client).token(); }
+
+int ControlFd(const Client& client) {
+  return static_cast<const internal::ClientImpl&>(client).control_fd();
+}
+
+absl::Status RingNop(Client& client) {
+  internal::RingClient* ring = static_cast<internal::ClientImpl&>(client).ring();
+  if (ring == nullptr) return absl::FailedPreconditionError("this client has no fast path");
+  return internal::RingNop(*ring);
+}
+
+bool UsesFastPath(const Client& client) {
+  return static_cast<const internal::ClientImpl&>(client).ring() != nullptr;
+}
+
+}  // namespace testing
+
+}  // namespace regcache::api

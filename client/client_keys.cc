@@ -1,0 +1,411 @@
+// The client library: keys — the client's grant cache first, then the ring, or gRPC without
+// the fast path (client/internal/client_impl.h).
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_code.h"
+#include "base/status_macros.h"
+#include "client/internal/client_impl.h"
+#include "protocol/shm_futex.h"
+
+namespace regcache::api::internal {
+namespace {
+
+// How long the watcher sleeps before it looks at the reclaim word again without an event.
+constexpr absl::Duration kWatchPeriod = absl::Seconds(1);
+
+RevocationReason ReasonOf(uint32_t wire) {
+  switch (static_cast<shm::RevokeReason>(wire)) {
+    case shm::RevokeReason::kInvalidated:
+      return RevocationReason::kInvalidated;
+    case shm::RevokeReason::kParentInvalidated:
+      return RevocationReason::kParentInvalidated;
+    case shm::RevokeReason::kMemoryDetached:
+      return RevocationReason::kMemoryDetached;
+    case shm::RevokeReason::kReregistered:
+      return RevocationReason::kReregistered;
+    default:
+      return RevocationReason::kUnknown;
+  }
+}
+
+absl::Status CheckBatchSize(size_t n) {
+  if (n <= kMaxBatchItems) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("a batch carries at most ", kMaxBatchItems, " items, not ", n));
+}
+
+// A release of a cached grant that no one in this process holds (what the daemon answers for a
+// handle with no holder left).
+absl::Status NoLocalHolder(uint64_t handle) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("handle ", handle, " has no holder left in this process"));
+}
+
+// A batch reply has exactly one result per item; anything else is a broken daemon.
+absl::Status CheckBatchReply(int results, size_t items) {
+  if (static_cast<size_t>(results) == items) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("batch reply has ", results, " results for ", items, " items"));
+}
+
+// An item's status off the wire; a code outside the canonical ones becomes kUnknown.
+absl::Status FromItemStatus(const pb::ItemStatus& s) {
+  if (s.code() == 0) return absl::OkStatus();
+  return absl::Status(base::CanonicalCode(s.code()), s.message());
+}
+
+}  // namespace
+
+// --- Register, release, invalidate ----------------------------------------------------------
+
+absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint32_t access,
+                                         PrefetchMode prefetch) {
+  if (ring_ == nullptr) return RegisterOverGrpc(addr, length, access, prefetch);
+  if (grants_ != nullptr) {
+    if (prefetch == PrefetchMode::kNone) {
+      std::optional<Key> k = grants_->Acquire(reinterpret_cast<uint64_t>(addr), length, access);
+      if (k.has_value()) return *k;
+    }
+    ReclaimIfAsked();
+  }
+  absl::StatusOr<RingGrant> g = RingRegister(*ring_, addr, length, access, prefetch);
+  if (!g.ok() && g.status().code() == absl::StatusCode::kResourceExhausted && grants_ != nullptr) {
+    // Our own unreferenced grants may be what fills the quota: give them back, try once more.
+    GiveBack(grants_->TakeUnreferenced());
+    g = RingRegister(*ring_, addr, length, access, prefetch);
+  }
+  if (!g.ok()) return g.status();
+  return Keep(*g);
+}
+
+absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t length, uint32_t access,
+                                                 PrefetchMode prefetch) {
+  pb::RegisterRequest req;
+  req.set_va(reinterpret_cast<uint64_t>(addr));
+  req.set_length(length);
+  req.set_access(access);
+  req.set_prefetch(ToProto(prefetch));
+  req.set_call_id(NextCallId());
+  pb::RegisterResponse resp;
+  absl::Status s = Call(&pb::RegCacheService::Stub::Register, req, &resp);
+  if (!s.ok()) {
+    ForgetIfLost(s, {req.call_id()});
+    return s;
+  }
+  return FromProto(resp.grant());
+}
+
+void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
+  if (!absl::IsDeadlineExceeded(status) && !absl::IsCancelled(status) &&
+      !absl::IsUnavailable(status) && !absl::IsUnknown(status)) {
+    return;  // the daemon answered: a refused call made nothing
+  }
+  if (closed_.load() || ids.empty()) return;
+  pb::ForgetCallsRequest req;
+  for (uint64_t id : ids) req.add_call_ids(id);
+  pb::ForgetCallsResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx);
+  // Not the full call timeout: a daemon that did not answer in time may still not.
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.call_timeout, absl::Seconds(1))));
+  (void)stub_->ForgetCalls(&ctx, req, &resp);
+}
+
+Key ClientImpl::Keep(const RingGrant& g) {
+  // Not cacheable (no slot, revoked already, session closing): the caller holds the daemon's
+  // hold itself, and its Release goes to the daemon.
+  if (grants_ != nullptr) grants_->Insert(g.key, g.slot, g.generation);
+  return g.key;
+}
+
+absl::Status ClientImpl::Release(uint64_t handle) {
+  if (ring_ == nullptr) {
+    pb::ReleaseRequest req;
+    req.set_handle(handle);
+    pb::ReleaseResponse resp;
+    return Call(&pb::RegCacheService::Stub::Release, req, &resp);
+  }
+  if (grants_ != nullptr) {
+    GrantCache::ReleaseOutcome o = grants_->Release(handle);
+    if (o.cached) {
+      if (o.no_reference) {
+        return NoLocalHolder(handle);
+      }
+      if (o.daemon_releases > 0) GiveBack(handle, o.daemon_releases);
+      return absl::OkStatus();
+    }
+  }
+  return RingRelease(*ring_, handle);
+}
+
+absl::Status ClientImpl::Invalidate(uint64_t handle) {
+  if (ring_ == nullptr) {
+    pb::InvalidateRequest req;
+    req.set_handle(handle);
+    pb::InvalidateResponse resp;
+    return Call(&pb::RegCacheService::Stub::Invalidate, req, &resp);
+  }
+  // Out of the cache first: from now on no thread of ours gets it from a hit.
+  const uint32_t holds = grants_ != nullptr ? grants_->Forget(handle) : 0;
+  absl::Status s = RingInvalidate(*ring_, handle);
+  if (holds > 0) GiveBack(handle, holds);
+  return s;
+}
+
+void ClientImpl::ReclaimIfAsked() {
+  // Holds a hit found it must give back (the last reference of a revoked grant).
+  if (grants_->HasPending()) GiveBack(grants_->TakePending());
+  const uint32_t now = ring_->state()->reclaim.load(std::memory_order_acquire);
+  uint32_t seen = reclaim_seen_.load(std::memory_order_relaxed);
+  if (now == seen || !reclaim_seen_.compare_exchange_strong(seen, now)) return;
+  GiveBack(grants_->TakeUnreferenced());
+}
+
+void ClientImpl::GiveBack(uint64_t handle, uint32_t holds) {
+  std::vector<std::pair<uint64_t, uint32_t>> one = {{handle, holds}};
+  GiveBack(one);
+}
+
+void ClientImpl::GiveBack(const std::vector<std::pair<uint64_t, uint32_t>>& holds) {
+  std::vector<uint64_t> handles;
+  for (const auto& [handle, n] : holds) handles.insert(handles.end(), n, handle);
+  for (size_t i = 0; i < handles.size(); i += kMaxBatchItems) {
+    size_t n = std::min(kMaxBatchItems, handles.size() - i);
+    // A failure leaves the holds with the session, which ends with the client: nothing leaks.
+    (void)RingReleaseBatch(*ring_, absl::MakeConstSpan(handles).subspan(i, n));
+  }
+}
+
+// --- Windows, prefetch, query -----------------------------------------------------------------
+
+absl::StatusOr<Key> ClientImpl::Window(uint64_t parent, uint64_t offset, uint64_t length,
+                                       uint32_t access) {
+  if (ring_ != nullptr) return RingWindow(*ring_, parent, offset, length, access);
+  pb::WindowRequest req;
+  req.set_parent(parent);
+  req.set_offset(offset);
+  req.set_length(length);
+  req.set_access(access);
+  req.set_call_id(NextCallId());
+  pb::WindowResponse resp;
+  absl::Status s = Call(&pb::RegCacheService::Stub::Window, req, &resp);
+  if (!s.ok()) {
+    ForgetIfLost(s, {req.call_id()});
+    return s;
+  }
+  return FromProto(resp.grant());
+}
+
+absl::Status ClientImpl::Prefetch(const void* addr, uint64_t length, bool write,
+                                  PrefetchMode mode) {
+  if (ring_ != nullptr) return RingPrefetch(*ring_, addr, length, write, mode);
+  pb::PrefetchRequest req;
+  req.set_va(reinterpret_cast<uint64_t>(addr));
+  req.set_length(length);
+  req.set_write(write);
+  req.set_mode(ToProto(mode));
+  pb::PrefetchResponse resp;
+  return Call(&pb::RegCacheService::Stub::Prefetch, req, &resp);
+}
+
+absl::StatusOr<KeyInfo> ClientImpl::Query(uint64_t handle) {
+  if (ring_ != nullptr) return RingQuery(*ring_, handle);
+  pb::QueryRequest req;
+  req.set_handle(handle);
+  pb::QueryResponse resp;
+  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Query, req, &resp));
+  return FromProto(resp.key());
+}
+
+// --- Re-registration --------------------------------------------------------------------------
+
+absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, uint64_t length,
+                                           uint32_t access) {
+  if (ring_ == nullptr) {
+    pb::ReregisterRequest req;
+    req.set_handle(handle);
+    req.set_va(reinterpret_cast<uint64_t>(addr));
+    req.set_length(length);
+    req.set_access(access);
+    pb::ReregisterResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Reregister, req, &resp));
+    return FromProto(resp.grant());
+  }
+  if (grants_ != nullptr) {
+    GrantCache::Sole t = grants_->TakeSole(handle);
+    if (t.cached && !t.sole) {
+      // Other references of this process share the grant: it must not change under them (the
+      // daemon sees one hold and could not tell). A new registration, then our reference goes.
+      ASSIGN_OR_RETURN(Key k, Register(addr, length, access, PrefetchMode::kNone));
+      RETURN_IF_ERROR(Release(handle));
+      return k;
+    }
+    // Sole: the grant left the cache with its daemon holds; one is traded in, the rest go.
+    if (t.sole && t.daemon_holds > 1) GiveBack(handle, t.daemon_holds - 1);
+  }
+  ASSIGN_OR_RETURN(RingGrant g, RingReregister(*ring_, handle, addr, length, access));
+  return Keep(g);
+}
+
+// --- Batches ----------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
+    absl::Span<const RegisterItem> items) {
+  RETURN_IF_ERROR(CheckBatchSize(items.size()));
+  if (ring_ == nullptr) {
+    pb::RegisterBatchRequest req;
+    for (const RegisterItem& item : items) {
+      pb::RegisterRequest* r = req.add_items();
+      r->set_va(reinterpret_cast<uint64_t>(item.addr));
+      r->set_length(item.length);
+      r->set_access(item.access);
+      r->set_prefetch(ToProto(item.prefetch));
+      r->set_call_id(NextCallId());
+    }
+    pb::RegisterBatchResponse resp;
+    absl::Status s = Call(&pb::RegCacheService::Stub::RegisterBatch, req, &resp);
+    if (!s.ok()) {
+      std::vector<uint64_t> ids;
+      for (const pb::RegisterRequest& r : req.items()) ids.push_back(r.call_id());
+      ForgetIfLost(s, ids);
+      return s;
+    }
+    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), items.size()));
+    std::vector<absl::StatusOr<Key>> out;
+    for (const pb::RegisterResult& r : resp.results()) {
+      absl::Status s = FromItemStatus(r.status());
+      out.push_back(s.ok() ? absl::StatusOr<Key>(FromProto(r.grant())) : s);
+    }
+    return out;
+  }
+  // Hits answer here; the misses go to the daemon together, in one batch.
+  std::vector<absl::StatusOr<Key>> out(items.size(), absl::UnknownError("unset"));
+  std::vector<RegisterItem> misses;
+  std::vector<size_t> where;
+  if (grants_ != nullptr) ReclaimIfAsked();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const RegisterItem& it = items[i];
+    if (grants_ != nullptr && it.prefetch == PrefetchMode::kNone) {
+      if (std::optional<Key> k =
+              grants_->Acquire(reinterpret_cast<uint64_t>(it.addr), it.length, it.access)) {
+        out[i] = *k;
+        continue;
+      }
+    }
+    misses.push_back(it);
+    where.push_back(i);
+  }
+  if (misses.empty()) return out;
+  ASSIGN_OR_RETURN(std::vector<absl::StatusOr<RingGrant>> done, RingRegisterBatch(*ring_, misses));
+  RETURN_IF_ERROR(CheckBatchReply(static_cast<int>(done.size()), misses.size()));
+  for (size_t j = 0; j < done.size(); ++j) {
+    out[where[j]] = done[j].ok() ? absl::StatusOr<Key>(Keep(*done[j])) : done[j].status();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
+    absl::Span<const uint64_t> handles) {
+  RETURN_IF_ERROR(CheckBatchSize(handles.size()));
+  if (ring_ == nullptr) {
+    pb::ReleaseBatchRequest req;
+    req.mutable_handles()->Add(handles.begin(), handles.end());
+    pb::ReleaseBatchResponse resp;
+    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::ReleaseBatch, req, &resp));
+    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), handles.size()));
+    std::vector<absl::Status> out;
+    for (const pb::ItemStatus& r : resp.results()) out.push_back(FromItemStatus(r));
+    return out;
+  }
+  std::vector<absl::Status> out(handles.size());
+  std::vector<uint64_t> to_daemon;
+  std::vector<size_t> where;
+  std::vector<std::pair<uint64_t, uint32_t>> give_back;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (grants_ != nullptr) {
+      GrantCache::ReleaseOutcome o = grants_->Release(handles[i]);
+      if (o.cached) {
+        if (o.no_reference) {
+          out[i] = NoLocalHolder(handles[i]);
+        }
+        if (o.daemon_releases > 0) give_back.emplace_back(handles[i], o.daemon_releases);
+        continue;
+      }
+    }
+    to_daemon.push_back(handles[i]);
+    where.push_back(i);
+  }
+  if (!give_back.empty()) GiveBack(give_back);
+  if (to_daemon.empty()) return out;
+  ASSIGN_OR_RETURN(std::vector<absl::Status> done, RingReleaseBatch(*ring_, to_daemon));
+  RETURN_IF_ERROR(CheckBatchReply(static_cast<int>(done.size()), to_daemon.size()));
+  for (size_t j = 0; j < done.size(); ++j) out[where[j]] = done[j];
+  return out;
+}
+
+// --- Revocations ------------------------------------------------------------------------------
+
+void ClientImpl::SetRevocationCallback(std::function<void(const Revocation&)> callback) {
+  base::MutexLock l(&callback_mu_);
+  callback_ = callback
+                  ? std::make_shared<std::function<void(const Revocation&)>>(std::move(callback))
+                  : nullptr;
+}
+
+void ClientImpl::Revoked(uint64_t handle, uint32_t key, RevocationReason reason) {
+  const uint32_t holds = grants_->Forget(handle);
+  if (holds > 0) GiveBack(handle, holds);
+  std::shared_ptr<std::function<void(const Revocation&)>> cb;
+  {
+    base::MutexLock l(&callback_mu_);
+    cb = callback_;
+  }
+  if (cb != nullptr) (*cb)(Revocation{handle, key, reason});
+}
+
+// Follows the daemon's event ring (protocol/shm_protocol.h, "Grant state"): copy an event out,
+// then check that the daemon did not overwrite it meanwhile; when we fell behind, rescan the
+// state words of every cached grant instead.
+void ClientImpl::WatchRevocations() {
+  const shm::StateHeader* st = ring_->state();
+  const shm::RevocationEvent* ring = ring_->events();
+  uint32_t cursor = st->event_head.load(std::memory_order_acquire);
+  auto rescan = [&] {
+    for (uint64_t h : grants_->RevokedHandles()) Revoked(h, 0, RevocationReason::kUnknown);
+    cursor = st->event_head.load(std::memory_order_acquire);
+  };
+  while (!stop_watcher_.load(std::memory_order_acquire)) {
+    const uint32_t head = st->event_head.load(std::memory_order_acquire);
+    if (head == cursor) {
+      ReclaimIfAsked();
+      shm::FutexWait(&st->event_head, head, kWatchPeriod);
+      continue;
+    }
+    if (head - cursor > shm::kEventCapacity) {
+      rescan();
+      continue;
+    }
+    for (; cursor != head; ++cursor) {
+      const shm::RevocationEvent* slot = &ring[cursor % shm::kEventCapacity];
+      const uint64_t sequence = __atomic_load_n(&slot->sequence, __ATOMIC_ACQUIRE);
+      shm::RevocationEvent e;
+      std::memcpy(&e, slot, sizeof(e));
+      std::atomic_thread_fence(std::memory_order_acquire);
+      const uint32_t now = st->event_head.load(std::memory_order_acquire);
+      if (static_cast<uint32_t>(sequence) != cursor || now - cursor > shm::kEventCapacity) {
+        rescan();  // overwritten while we read it
+        break;
+      }
+      Revoked(e.handle, e.key, ReasonOf(e.reason));
+    }
+  }
+}
+
+}  // namespace regcache::api::internal

@@ -1,0 +1,599 @@
+#include "client/internal/grant_cache.h"
+
+#include <algorithm>
+
+namespace regcache::api::internal {
+namespace {
+
+namespace shm = ::regcache::protocol::shm;
+
+// Entry state word: (incarnation << 32) | flags. Only reapers and Insert write it (under mu_).
+constexpr uint64_t kLive = 1;       // holds a grant
+constexpr uint64_t kForgotten = 2;  // revoked or invalidated: no new references; the last reaps
+constexpr uint64_t kMarked = 4;     // a reaper counts its references: no new ones meanwhile
+
+uint32_t Inc(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+uint64_t Clean(uint32_t inc) { return (uint64_t{inc} << 32) | kLive; }
+// A thread's count word: (incarnation << 32) | references.
+uint32_t Count(uint64_t w) { return static_cast<uint32_t>(w); }
+
+uint64_t Mix(uint64_t x) {
+  return (x * 0x9e3779b97f4a7c15ull) ^ ((x * 0x9e3779b97f4a7c15ull) >> 31);
+}
+
+std::atomic<uint64_t> next_cache_id{1};
+
+// Rights the daemon would accept (cache::NormalizeAccess): known bits, and remote write or
+// atomic only with local write. Anything else goes to the daemon, which says what is wrong.
+bool ValidAccess(uint32_t access) {
+  constexpr uint32_t kKnown = kLocalRead | kLocalWrite | kRemoteRead | kRemoteWrite | kRemoteAtomic;
+  if ((access & ~kKnown) != 0) return false;
+  return (access & (kRemoteWrite | kRemoteAtomic)) == 0 || (access & kLocalWrite) != 0;
+}
+
+thread_local bool tls_exiting = false;
+
+}  // namespace
+
+namespace grant_cache_detail {
+
+struct ThreadTables {
+  struct Item {
+    std::shared_ptr<Registry> registry;
+    std::unique_ptr<ThreadRefs> refs;
+  };
+  std::vector<Item> items;
+  // The thread exits: what it references goes to the shared counts, so it stays referenced
+  // (and what it no longer references becomes reclaimable). The lock held is the cache's
+  // registry_->mu, which the analysis cannot tell.
+  ~ThreadTables() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    tls_exiting = true;
+    tls_last_id = 0;
+    tls_last = nullptr;
+    for (Item& it : items) {
+      base::MutexLock l(&it.registry->mu);
+      if (it.registry->cache != nullptr) it.registry->cache->HandBack(*it.refs);
+      std::erase(it.registry->tables, it.refs.get());
+    }
+  }
+};
+
+namespace {
+ThreadTables& Tables() {
+  thread_local ThreadTables tables;
+  return tables;
+}
+}  // namespace
+
+}  // namespace grant_cache_detail
+
+using grant_cache_detail::FrontTable;
+using grant_cache_detail::ProbeTable;
+using grant_cache_detail::ThreadRefs;
+using grant_cache_detail::tls_last;
+using grant_cache_detail::tls_last_id;
+
+GrantCache::GrantCache(const GrantStateView& state)
+    : state_(state),
+      id_(next_cache_id.fetch_add(1, std::memory_order_relaxed)),
+      registry_(std::make_shared<grant_cache_detail::Registry>()),
+      chunks_(new std::atomic<Entry*>[kMaxChunks]()) {
+  base::MutexLock l(&mu_);
+  for (bool by_va : {true, false}) {
+    tables_.push_back(std::make_unique<ProbeTable>(256));
+    (by_va ? by_va_ : by_handle_).store(tables_.back().get(), std::memory_order_release);
+  }
+  base::MutexLock r(&registry_->mu);
+  registry_->cache = this;
+}
+
+GrantCache::~GrantCache() {
+  {
+    base::MutexLock r(&registry_->mu);
+    registry_->cache = nullptr;  // threads keep their tables until they exit
+    registry_->tables.clear();
+  }
+  for (uint32_t c = 0; c < kMaxChunks; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+}
+
+bool GrantCache::CurrentWord(uint32_t slot, uint32_t generation) const {
+  if (state_.session_state != nullptr &&
+      state_.session_state->load(std::memory_order_acquire) != shm::kSessionOpen) {
+    return false;
+  }
+  return state_.slots[slot].load(std::memory_order_acquire) == shm::SlotWord(generation, false);
+}
+
+// --- Threads' tables ---------------------------------------------------------------------------
+inline ThreadRefs* GrantCache::MyRefs(bool create) {
+  if (tls_last_id == id_) [[likely]]
+    return tls_last;
+  return MyRefsSlow(create);
+}
+
+ThreadRefs* GrantCache::MyRefsSlow(bool create) {
+  if (tls_exiting) return nullptr;
+  auto& items = grant_cache_detail::Tables().items;
+  for (auto& it : items) {
+    if (it.refs->cache_id == id_) {
+      tls_last_id = id_;
+      tls_last = it.refs.get();
+      return tls_last;
+    }
+  }
+  if (!create) return nullptr;
+  // Tables of caches that are gone are dropped here (their ids never come back).
+  std::erase_if(items, [](auto& it) {
+    base::MutexLock l(&it.registry->mu);
+    return it.registry->cache == nullptr;
+  });
+  auto refs = std::make_unique<ThreadRefs>(id_);
+  {
+    base::MutexLock l(&registry_->mu);
+    registry_->tables.push_back(refs.get());
+  }
+  items.push_back({registry_, std::move(refs)});
+  tls_last_id = id_;
+  tls_last = items.back().refs.get();
+  return tls_last;
+}
+
+void GrantCache::HandBack(ThreadRefs& t) {
+  for (uint32_t c = 0; c < kMaxChunks; ++c) {
+    std::atomic<uint64_t>* words = t.chunks[c].load(std::memory_order_relaxed);
+    if (words == nullptr || chunks_[c].load(std::memory_order_acquire) == nullptr) continue;
+    for (uint32_t i = 0; i < kChunk; ++i) {
+      const uint64_t w = words[i].load(std::memory_order_relaxed);
+      if (Count(w) == 0) continue;
+      Entry& e = At(c * kChunk + i);
+      const uint64_t s = e.state.load(std::memory_order_acquire);
+      // A stale word counts for nobody; reapers hold the registry lock, so none counts here.
+      if (Inc(s) == Inc(w) && (s & kLive) != 0) {
+        e.shared.fetch_add(Count(w), std::memory_order_acq_rel);
+      }
+      words[i].store(0, std::memory_order_release);
+    }
+  }
+}
+
+// --- Hits --------------------------------------------------------------------------------------
+std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr, uint64_t end,
+                                      uint32_t access, uint64_t epoch) {
+  Entry& e = At(idx);
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if ((s & (kLive | kForgotten | kMarked)) != kLive) return std::nullopt;
+  if (e.va.load(std::memory_order_relaxed) > addr || e.end.load(std::memory_order_relaxed) < end ||
+      (access & ~e.access.load(std::memory_order_relaxed)) != 0) {
+    return std::nullopt;
+  }
+  const uint32_t inc = Inc(s);
+  std::atomic<uint64_t>* mine = t != nullptr ? &t->Mine(idx) : nullptr;
+  uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
+  // While releases from other threads are outstanding (shared < 0), hits count there too.
+  if (mine != nullptr && (Inc(w) != inc || Count(w) < kMaxCount) &&
+      e.shared.load(std::memory_order_relaxed) >= 0) [[likely]] {
+    w = Inc(w) == inc ? w + 1 : (uint64_t{inc} << 32) | 1;  // a stale word counts for nobody
+    mine->store(w, std::memory_order_relaxed);
+    base::LightFence();  // the count, before the recheck (pairs with a reaper's HeavyFence)
+  } else {
+    mine = nullptr;
+    e.shared.fetch_add(1, std::memory_order_seq_cst);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
+  if (e.state.load(std::memory_order_acquire) != s) [[unlikely]] {
+    Unref(mine != nullptr ? t : nullptr, idx, inc);
+    return std::nullopt;
+  }
+  // Held: the entry stays this grant. Its daemon word, read now: current while we held it.
+  const bool open = state_.session_state == nullptr ||
+                    state_.session_state->load(std::memory_order_acquire) == shm::kSessionOpen;
+  const uint32_t slot = e.slot.load(std::memory_order_relaxed);
+  if (!open || state_.slots[slot].load(std::memory_order_acquire) !=
+                   shm::SlotWord(e.generation.load(std::memory_order_relaxed), false))
+      [[unlikely]] {
+    Unref(mine != nullptr ? t : nullptr, idx, inc);
+    if (open) {  // revoked: no one gets it again; its holds go back once unreferenced
+      base::MutexLock l(&mu_);
+      base::MutexLock r(&registry_->mu);
+      Reaping reaping(epoch_);
+      const uint64_t h = e.handle.load(std::memory_order_relaxed);
+      if (Inc(e.state.load(std::memory_order_acquire)) == inc) {
+        if (uint32_t holds = ForgetLocked(idx); holds > 0) AddPending(h, holds);
+      }
+    }
+    return std::nullopt;
+  }
+  constexpr auto kR = std::memory_order_relaxed;
+  const uint64_t va = e.va.load(kR);
+  const Key k{e.handle.load(kR),
+              e.lkey.load(kR),
+              e.rkey.load(kR),
+              va,
+              e.end.load(kR) - va,
+              e.access.load(kR),
+              true};
+  if (mine != nullptr) {
+    t->last_handle = k.handle;
+    t->last_idx = idx;
+    if ((epoch & 1) == 0 && t->front_on) Remember(*t, idx, addr, k, epoch);
+  }
+  return k;
+}
+
+// Fills `addr`'s front slot with a grant this thread holds (its word counts it) and that was
+// validated after epoch_ read `epoch` (even). The newer way is 0: the older one is dropped.
+void GrantCache::Remember(ThreadRefs& t, uint32_t idx, uint64_t addr, const Key& k,
+                          uint64_t epoch) {
+  if (t.front == nullptr) t.front = std::make_unique<FrontTable>();
+  FrontTable& ft = *t.front;
+  const uint32_t i = 2 * FrontTable::Set(addr);
+  grant_cache_detail::Front& f = ft.slots[i];
+  if (f.handle != k.handle || f.epoch != epoch) {
+    ft.slots[i + 1] = f;
+    ft.by_handle[FrontTable::ByHandle(f.handle)] = static_cast<uint16_t>(i + 1);
+  }
+  const Entry& e = At(idx);
+  constexpr auto kR = std::memory_order_relaxed;
+  const uint32_t word = shm::SlotWord(e.generation.load(kR), false);
+  f = {k.va, k.va + k.length,       k.handle, epoch, k.lkey, k.rkey, k.access, e.slot.load(kR),
+       word, Inc(e.state.load(kR)), idx};
+  ft.by_handle[FrontTable::ByHandle(k.handle)] = static_cast<uint16_t>(i);
+  ft.last = i;
+}
+
+// Drops a reference TryHit took (`t` nullptr: a shared one).
+void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
+  Entry& e = At(idx);
+  if (t != nullptr) {
+    std::atomic<uint64_t>& mine = t->Mine(idx);
+    mine.store(mine.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+    base::LightFence();
+  } else {
+    e.shared.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if (Inc(s) == inc && (s & kForgotten) != 0) [[unlikely]] {
+    auto [handle, holds] = Settle(idx, inc);
+    if (holds > 0) {
+      base::MutexLock l(&mu_);
+      AddPending(handle, holds);
+    }
+  }
+}
+
+std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint32_t access) {
+  const uint64_t end = addr + length;
+  if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
+  ThreadRefs* t = MyRefs(/*create=*/true);
+  const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
+  // A grant that starts at `addr`.
+  const ProbeTable* p = by_va_.load(std::memory_order_acquire);
+  uint32_t h = static_cast<uint32_t>(Mix(addr)) & p->mask;
+  for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
+    const uint32_t v = p->slots[h].load(std::memory_order_acquire);
+    if (v == 0) break;
+    if (std::optional<Key> k = TryHit(t, v - 1, addr, end, access, epoch)) return k;
+  }
+  // The grant this thread last used at this address, then the ordered index.
+  uint32_t* hint = t != nullptr ? &t->hints[Mix(addr >> 12) % kHints] : nullptr;
+  if (hint != nullptr && *hint != 0) {
+    if (std::optional<Key> k = TryHit(t, *hint - 1, addr, end, access, epoch)) return k;
+  }
+  std::optional<uint32_t> idx;
+  {
+    base::ReaderMutexLock lock(&mu_);
+    idx = FindCovering(addr, end, access);
+  }
+  if (!idx.has_value()) return std::nullopt;
+  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
+  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
+  return k;
+}
+
+std::optional<uint32_t> GrantCache::FindCovering(uint64_t addr, uint64_t end, uint32_t access) {
+  auto it = index_.upper_bound({addr, ~uint64_t{0}});
+  for (int n = 0; n < kScanLimit && it != index_.begin(); ++n) {
+    --it;
+    const Entry& e = At(it->second);
+    if ((e.state.load(std::memory_order_acquire) & (kForgotten | kMarked)) != 0) continue;
+    if (end <= e.end.load(std::memory_order_relaxed) &&
+        (access & ~e.access.load(std::memory_order_relaxed)) == 0) {
+      return it->second;
+    }
+  }
+  return std::nullopt;
+}
+
+// --- Insert ------------------------------------------------------------------------------------
+void GrantCache::AddRefLocked(uint32_t idx, uint32_t inc) {
+  // Under mu_: no reaper counts meanwhile, and the next one sees this (mu_ orders it).
+  if (ThreadRefs* t = MyRefs(/*create=*/true)) {
+    std::atomic<uint64_t>& mine = t->Mine(idx);
+    const uint64_t w = mine.load(std::memory_order_relaxed);
+    if (Inc(w) != inc) {
+      mine.store((uint64_t{inc} << 32) | 1, std::memory_order_release);
+      return;
+    }
+    if (Count(w) < kMaxCount) {
+      mine.store(w + 1, std::memory_order_release);
+      return;
+    }
+  }
+  At(idx).shared.fetch_add(1, std::memory_order_seq_cst);
+}
+
+bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
+  if (slot == shm::kNoSlot || slot >= state_.slot_count || key.length == 0 ||
+      key.va + key.length < key.va) {
+    return false;
+  }
+  base::MutexLock lock(&mu_);
+  if (auto it = handles_.find(key.handle); it != handles_.end()) {
+    Entry& e = At(it->second);
+    if (e.slot.load(std::memory_order_relaxed) != slot ||
+        e.generation.load(std::memory_order_relaxed) != generation) {
+      return false;
+    }
+    // Even if forgotten meanwhile: the hold is the entry's, given back with its last reference.
+    AddRefLocked(it->second, Inc(e.state.load(std::memory_order_relaxed)));
+    ++e.daemon_holds;
+    return true;
+  }
+  if (!CurrentWord(slot, generation)) return false;
+  uint32_t idx;
+  if (!free_.empty()) {
+    idx = free_.back();
+    free_.pop_back();
+  } else {
+    if (next_ == kChunk * kMaxChunks) return false;  // full: the daemon answers the rest
+    idx = next_++;
+    if (idx % kChunk == 0)
+      chunks_[idx / kChunk].store(new Entry[kChunk], std::memory_order_release);
+  }
+  Entry& e = At(idx);
+  constexpr auto kR = std::memory_order_relaxed;
+  e.va.store(key.va, kR);
+  e.end.store(key.va + key.length, kR);
+  e.handle.store(key.handle, kR);
+  e.lkey.store(key.lkey, kR);
+  e.rkey.store(key.rkey, kR);
+  e.access.store(key.access, kR);
+  e.slot.store(slot, kR);
+  e.generation.store(generation, kR);
+  e.shared.store(0, kR);
+  e.daemon_holds = 1;
+  const uint32_t inc = Inc(e.state.load(std::memory_order_relaxed));
+  AddRefLocked(idx, inc);
+  e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
+  index_.emplace(std::make_pair(key.va, key.handle), idx);
+  handles_.emplace(key.handle, idx);
+  ProbeInsert(/*by_va=*/true, idx);
+  ProbeInsert(/*by_va=*/false, idx);
+  return true;
+}
+
+// --- Release -----------------------------------------------------------------------------------
+GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
+  ThreadRefs* t = MyRefs(/*create=*/false);
+  if (t == nullptr) return ReleaseSlow(handle);
+  const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
+  uint32_t h = static_cast<uint32_t>(Mix(handle)) & p->mask;
+  // n == -1: the grant this thread hit last, if it is this handle (checked as any candidate).
+  for (int n = t->last_handle == handle ? -1 : 0; n < kMaxProbe; ++n) {
+    const uint32_t v = n < 0 ? t->last_idx + 1 : p->slots[h].load(std::memory_order_acquire);
+    if (n >= 0) h = (h + 1) & p->mask;
+    if (v == 0) break;
+    std::atomic<uint64_t>* mine = t->Find(v - 1);
+    if (mine == nullptr) continue;
+    const uint64_t w = mine->load(std::memory_order_relaxed);
+    if (Count(w) == 0) continue;
+    Entry& e = At(v - 1);
+    const uint64_t s = e.state.load(std::memory_order_acquire);
+    if (Inc(s) != Inc(w) || (s & kLive) == 0 ||
+        e.handle.load(std::memory_order_relaxed) != handle) {
+      continue;
+    }
+    mine->store(w - 1, std::memory_order_release);
+    base::LightFence();  // the count, before the state read (pairs with a reaper's HeavyFence)
+    return Released(v - 1, mine, w, handle);
+  }
+  return ReleaseSlow(handle);
+}
+
+GrantCache::ReleaseOutcome GrantCache::Released(uint32_t idx, std::atomic<uint64_t>* mine,
+                                                uint64_t w, uint64_t handle) {
+  const uint64_t now = At(idx).state.load(std::memory_order_acquire);
+  ReleaseOutcome out;
+  out.cached = true;
+  // Reaped since the caller's check, after this release: the reaper gave the holds back.
+  if (Inc(now) != Inc(w)) return out;
+  if (At(idx).shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
+    // Some references were released by other threads: the exact path decides.
+    mine->store(w, std::memory_order_release);
+    return ReleaseSlow(handle);
+  }
+  if ((now & kForgotten) != 0) [[unlikely]]
+    out.daemon_releases = Settle(idx, Inc(w)).second;
+  return out;
+}
+
+// A reference this thread does not count: from the shared count, after a check that the grant
+// has one left (a snapshot, as the daemon's own check).
+GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
+  ReleaseOutcome out;
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return out;
+  out.cached = true;
+  const uint32_t idx = it->second;
+  Entry& e = At(idx);
+  const uint32_t inc = Inc(e.state.load(std::memory_order_acquire));
+  base::HeavyFence();
+  if (Holders(idx, inc) <= 0) {
+    out.no_reference = true;
+    return out;
+  }
+  // Our own word if it counts this grant (the fast path saw a negative shared count).
+  ThreadRefs* t = MyRefs(/*create=*/false);
+  std::atomic<uint64_t>* mine = t != nullptr ? t->Find(idx) : nullptr;
+  const uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
+  if (mine != nullptr && Inc(w) == inc && Count(w) > 0) {
+    mine->store(w - 1, std::memory_order_release);
+  } else {
+    e.shared.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if ((e.state.load(std::memory_order_acquire) & kForgotten) != 0) {
+    base::HeavyFence();
+    if (Holders(idx, inc) <= 0) out.daemon_releases = ReapLocked(idx);
+  }
+  return out;
+}
+
+// --- Reapers -----------------------------------------------------------------------------------
+int64_t GrantCache::Holders(uint32_t idx, uint32_t inc) const {
+  int64_t n = 0;
+  for (const ThreadRefs* t : registry_->tables) {
+    if (const std::atomic<uint64_t>* w = t->Find(idx)) {
+      const uint64_t v = w->load(std::memory_order_acquire);
+      if (Inc(v) == inc) n += Count(v);
+    }
+  }
+  return n + At(idx).shared.load(std::memory_order_acquire);
+}
+
+uint32_t GrantCache::ReapLocked(uint32_t idx) {
+  Entry& e = At(idx);
+  const uint64_t handle = e.handle.load(std::memory_order_relaxed);
+  index_.erase({e.va.load(std::memory_order_relaxed), handle});
+  handles_.erase(handle);
+  ProbeErase(/*by_va=*/true, idx);
+  ProbeErase(/*by_va=*/false, idx);
+  const uint32_t holds = e.daemon_holds;
+  e.daemon_holds = 0;
+  // A new incarnation: every thread's word for the old one counts for nobody from here.
+  e.state.store(uint64_t{Inc(e.state.load(std::memory_order_relaxed)) + 1} << 32,
+                std::memory_order_release);
+  free_.push_back(idx);
+  return holds;
+}
+
+uint32_t GrantCache::ForgetLocked(uint32_t idx) {
+  const uint64_t s = At(idx).state.fetch_or(kForgotten, std::memory_order_seq_cst);
+  if ((s & kLive) == 0) return 0;
+  base::HeavyFence();  // every hit that will succeed, and every release, is counted below
+  return Holders(idx, Inc(s)) <= 0 ? ReapLocked(idx) : 0;
+}
+
+std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
+  Entry& e = At(idx);
+  const uint64_t s = e.state.load(std::memory_order_acquire);
+  if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
+  base::HeavyFence();
+  if (Holders(idx, inc) > 0) return {0, 0};
+  return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
+  // Candidates: no reference seen without the fence (a cheap filter), then marked.
+  std::vector<std::pair<uint32_t, uint64_t>> marked;  // (index, state before the mark)
+  for (const auto& [handle, idx] : handles_) {
+    const uint64_t s = At(idx).state.load(std::memory_order_acquire);
+    if (Holders(idx, Inc(s)) <= 0) {
+      marked.emplace_back(idx, At(idx).state.fetch_or(kMarked, std::memory_order_seq_cst));
+    }
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> out = std::exchange(pending_, {});
+  has_pending_.store(false, std::memory_order_relaxed);
+  if (marked.empty()) return out;
+  base::HeavyFence();  // one for all of them
+  for (const auto& [idx, s] : marked) {
+    const uint64_t handle = At(idx).handle.load(std::memory_order_relaxed);
+    if (Holders(idx, Inc(s)) > 0) {
+      At(idx).state.fetch_and(~kMarked, std::memory_order_release);  // referenced after all
+    } else if (uint32_t holds = ReapLocked(idx); holds > 0) {
+      out.emplace_back(handle, holds);
+    }
+  }
+  return out;
+}
+
+GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
+  Sole out;
+  base::MutexLock l(&mu_);
+  base::MutexLock r(&registry_->mu);
+  Reaping reaping(epoch_);
+  auto it = handles_.find(handle);
+  if (it == handles_.end()) return out;
+  out.cached = true;
+  const uint32_t idx = it->second;
+  Entry& e = At(idx);
+  const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
+  base::HeavyFence();
+  if (Holders(idx, Inc(s)) == 1) {
+    out.daemon_holds = ReapLocked(idx);
+    out.sole = out.daemon_holds > 0;
+  } else {
+    e.state.fetch_and(~kMarked, std::memory_order_release);
+  }
+  return out;
+}
+
+// --- The lock-free tables ----------------------------------------------------------------------
+void GrantCache::ProbeInsert(bool by_va, uint32_t idx) {
+  std::atomic<ProbeTable*>& which = by_va ? by_va_ : by_handle_;
+  ProbeTable* p = which.load(std::memory_order_relaxed);
+  if (2 * (p->used + 1) > p->mask + 1) {
+    // Grow: a new table, published whole; the old one stays until the cache goes (a reader may
+    // be in it): geometric, so what stays is less than the newest.
+    auto bigger = std::make_unique<ProbeTable>(2 * (p->mask + 1));
+    ProbeTable* old = p;
+    p = bigger.get();
+    tables_.push_back(std::move(bigger));
+    for (uint32_t i = 0; i <= old->mask; ++i) {
+      const uint32_t v = old->slots[i].load(std::memory_order_relaxed);
+      if (v == 0) continue;
+      uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
+      while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
+      p->slots[h].store(v, std::memory_order_relaxed);
+      ++p->used;
+    }
+    which.store(p, std::memory_order_release);
+  }
+  uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
+  while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
+  p->slots[h].store(idx + 1, std::memory_order_release);
+  ++p->used;
+}
+
+// Backward-shift deletion: a reader probing meanwhile may miss an entry (never find a wrong
+// one: it validates what it finds), and then asks the ordered index or the daemon.
+void GrantCache::ProbeErase(bool by_va, uint32_t idx) {
+  ProbeTable* p = (by_va ? by_va_ : by_handle_).load(std::memory_order_relaxed);
+  uint32_t i = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
+  while (p->slots[i].load(std::memory_order_relaxed) != idx + 1) {
+    if (p->slots[i].load(std::memory_order_relaxed) == 0) return;  // not there
+    i = (i + 1) & p->mask;
+  }
+  --p->used;
+  for (uint32_t j = i;;) {
+    j = (j + 1) & p->mask;
+    const uint32_t v = p->slots[j].load(std::memory_order_relaxed);
+    if (v == 0) break;
+    const uint32_t home = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
+    if (((j - home) & p->mask) >= ((j - i) & p->mask)) {  // v may move back to i
+      p->slots[i].store(v, std::memory_order_release);
+      i = j;
+    }
+  }
+  p->slots[i].store(0, std::memory_order_release);
+}
+
+}  // namespace regcache::api::internal

@@ -1,0 +1,167 @@
+#include "client/internal/ring_keys.h"
+
+#include <string>
+
+#include "base/status_macros.h"
+#include "protocol/ring_codec.h"
+
+namespace regcache::api::internal {
+namespace {
+
+shm::RingRequest Request(shm::RingOp op) {
+  shm::RingRequest r{};
+  r.op = static_cast<uint16_t>(op);
+  return r;
+}
+
+// The completion of `r`, or the transport's error, or the daemon's.
+absl::StatusOr<shm::RingCompletion> Run(RingClient& ring, const shm::RingRequest& r) {
+  ASSIGN_OR_RETURN(shm::RingCompletion c, ring.Call(r));
+  RETURN_IF_ERROR(shm::StatusFromCompletion(c));
+  return c;
+}
+
+absl::Status RunStatus(RingClient& ring, const shm::RingRequest& r) {
+  return Run(ring, r).status();
+}
+
+// PrefetchMode's values are the ring's (kNone 0, kSync 1, kAsync 2); others pass through for
+// the daemon to refuse.
+uint32_t RingPrefetchValue(PrefetchMode m) { return static_cast<uint32_t>(m); }
+static_assert(static_cast<uint32_t>(PrefetchMode::kSync) == shm::kPrefetchSync);
+static_assert(static_cast<uint32_t>(PrefetchMode::kAsync) == shm::kPrefetchAsync);
+
+}  // namespace
+
+Key KeyFromCompletion(const shm::RingCompletion& c) {
+  Key k{c.handle, c.lkey, c.rkey, c.va, c.length, c.access, (c.flags & shm::kFlagHit) != 0};
+  k.same_key = (c.flags & shm::kFlagSameKey) != 0;
+  return k;
+}
+
+namespace {
+
+RingGrant GrantFromCompletion(const shm::RingCompletion& c) {
+  return RingGrant{KeyFromCompletion(c), c.slot, c.slot_generation};
+}
+
+shm::RingRequest RegisterRequest(const void* addr, uint64_t length, uint32_t access,
+                                 PrefetchMode prefetch) {
+  shm::RingRequest r = Request(shm::RingOp::kRegister);
+  r.va = reinterpret_cast<uint64_t>(addr);
+  r.length = length;
+  r.access = access;
+  r.prefetch = RingPrefetchValue(prefetch);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<RingGrant> RingRegister(RingClient& ring, const void* addr, uint64_t length,
+                                       uint32_t access, PrefetchMode prefetch) {
+  ASSIGN_OR_RETURN(shm::RingCompletion c,
+                   Run(ring, RegisterRequest(addr, length, access, prefetch)));
+  return GrantFromCompletion(c);
+}
+
+absl::StatusOr<RingGrant> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
+                                         uint64_t length, uint32_t access) {
+  shm::RingRequest r = Request(shm::RingOp::kReregister);
+  r.handle = handle;
+  r.va = reinterpret_cast<uint64_t>(addr);
+  r.length = length;
+  r.access = access;
+  ASSIGN_OR_RETURN(shm::RingCompletion c, Run(ring, r));
+  return GrantFromCompletion(c);
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<RingGrant>>> RingRegisterBatch(
+    RingClient& ring, absl::Span<const RegisterItem> items) {
+  std::vector<shm::RingRequest> requests;
+  requests.reserve(items.size());
+  for (const RegisterItem& item : items) {
+    requests.push_back(RegisterRequest(item.addr, item.length, item.access, item.prefetch));
+  }
+  ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
+  std::vector<absl::StatusOr<RingGrant>> out;
+  out.reserve(done.size());
+  for (const shm::RingCompletion& c : done) {
+    absl::Status s = shm::StatusFromCompletion(c);
+    if (s.ok()) {
+      out.emplace_back(GrantFromCompletion(c));
+    } else {
+      out.emplace_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> RingReleaseBatch(RingClient& ring,
+                                                           absl::Span<const uint64_t> handles) {
+  std::vector<shm::RingRequest> requests;
+  requests.reserve(handles.size());
+  for (uint64_t h : handles) {
+    requests.push_back(Request(shm::RingOp::kRelease));
+    requests.back().handle = h;
+  }
+  ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
+  std::vector<absl::Status> out;
+  out.reserve(done.size());
+  for (const shm::RingCompletion& c : done) out.push_back(shm::StatusFromCompletion(c));
+  return out;
+}
+
+absl::Status RingPrefetch(RingClient& ring, const void* addr, uint64_t length, bool write,
+                          PrefetchMode mode) {
+  shm::RingRequest r = Request(shm::RingOp::kPrefetch);
+  r.va = reinterpret_cast<uint64_t>(addr);
+  r.length = length;
+  r.flags = write ? shm::kFlagWrite : 0;
+  r.prefetch = RingPrefetchValue(mode);
+  return RunStatus(ring, r);
+}
+
+absl::StatusOr<Key> RingWindow(RingClient& ring, uint64_t parent, uint64_t offset, uint64_t length,
+                               uint32_t access) {
+  shm::RingRequest r = Request(shm::RingOp::kWindow);
+  r.handle = parent;
+  r.va = offset;
+  r.length = length;
+  r.access = access;
+  ASSIGN_OR_RETURN(shm::RingCompletion c, Run(ring, r));
+  return KeyFromCompletion(c);
+}
+
+absl::Status RingRelease(RingClient& ring, uint64_t handle) {
+  shm::RingRequest r = Request(shm::RingOp::kRelease);
+  r.handle = handle;
+  return RunStatus(ring, r);
+}
+
+absl::Status RingInvalidate(RingClient& ring, uint64_t handle) {
+  shm::RingRequest r = Request(shm::RingOp::kInvalidate);
+  r.handle = handle;
+  return RunStatus(ring, r);
+}
+
+absl::StatusOr<KeyInfo> RingQuery(RingClient& ring, uint64_t handle) {
+  shm::RingRequest r = Request(shm::RingOp::kQuery);
+  r.handle = handle;
+  ASSIGN_OR_RETURN(shm::RingCompletion c, Run(ring, r));
+  KeyInfo k;
+  k.handle = c.handle;
+  k.key = c.rkey;
+  k.va = c.va;
+  k.length = c.length;
+  k.access = c.access;
+  k.holders = c.holders;
+  k.revoked = (c.flags & shm::kFlagRevoked) != 0;
+  k.is_window = (c.flags & shm::kFlagWindow) != 0;
+  k.parent = c.parent;
+  k.key_state = shm::KeyStateName(c.key_state);
+  return k;
+}
+
+absl::Status RingNop(RingClient& ring) { return RunStatus(ring, Request(shm::RingOp::kNop)); }
+
+}  // namespace regcache::api::internal

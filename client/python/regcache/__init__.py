@@ -1,0 +1,433 @@
+"""regcache — the Python client of regcached, over the C ABI of libregcache.so with ctypes.
+
+Pure Python: nothing to compile. It loads libregcache.so (see _load_library for where it looks)
+and mirrors include/regcache/regcache.h: the same calls, the same codes, the same thread safety
+(a Client may be used from several threads at once; close() must be the last call on it).
+
+    import regcache
+    with regcache.Client("/run/regcache") as c:
+        mem = c.allocate(1 << 20)                 # daemon memory, mapped here and attached
+        mem.buffer()[:5] = b"hello"               # a writable memoryview of the mapping
+        with c.registered(mem.data, 4096, regcache.LOCAL_READ | regcache.REMOTE_WRITE) as key:
+            send_to_peer(key.rkey, mem.data)      # key.lkey for local SGEs
+    # leaving the block closes the session: the daemon invalidates every key of it
+
+Every failure raises RegcacheError, whose .code is the canonical status code (REGCACHE_* /
+absl::StatusCode numbers, e.g. regcache.NOT_FOUND) and .message the daemon's explanation.
+"""
+import ctypes
+import ctypes.util
+import os
+import pathlib
+import threading
+from dataclasses import dataclass
+
+# Canonical status codes (absl::StatusCode / gRPC numbering), as in regcache.h.
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+NOT_FOUND = 5
+ALREADY_EXISTS = 6
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+ABORTED = 10
+OUT_OF_RANGE = 11
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+DATA_LOSS = 15
+UNAUTHENTICATED = 16
+
+# Access bits of a registration.
+LOCAL_READ = 1 << 0
+LOCAL_WRITE = 1 << 1
+REMOTE_READ = 1 << 2
+REMOTE_WRITE = 1 << 3
+REMOTE_ATOMIC = 1 << 4
+
+# Prefetch of on-demand memory.
+PREFETCH_NONE = 0
+PREFETCH_SYNC = 1
+PREFETCH_ASYNC = 2
+
+
+class RegcacheError(Exception):
+    """A failed call: .code (canonical status code), .code_name ("NOT_FOUND"), .message, and
+    .reason, the daemon's stable reason ("KEY_QUOTA_EXCEEDED"; docs/api.md) or "" if none."""
+
+    def __init__(self, code, message, reason=""):
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.code_name = _lib.regcache_code_name(code).decode()
+        super().__init__(f"{self.code_name}: {message}")
+
+
+# --- The C structs (field for field as regcache.h declares them). ---
+
+class _Options(ctypes.Structure):
+    _fields_ = [("call_timeout_ms", ctypes.c_uint32), ("tcp_port", ctypes.c_uint16),
+                ("no_fast_path", ctypes.c_uint8), ("no_client_cache", ctypes.c_uint8)]
+
+
+class _Device(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("port", ctypes.c_uint8),
+                ("reserved", ctypes.c_uint8 * 3), ("node_guid", ctypes.c_uint64),
+                ("gid", ctypes.c_uint8 * 16), ("name", ctypes.c_char * 65)]
+
+
+@dataclass(frozen=True)
+class Device:
+    """The NIC a session lives on: every key of the session belongs to it."""
+    index: int
+    name: str
+    node_guid: int
+    port: int
+    gid: bytes
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("data", ctypes.c_void_p), ("length", ctypes.c_uint64)]
+
+
+class _Key(ctypes.Structure):
+    _fields_ = [("handle", ctypes.c_uint64), ("lkey", ctypes.c_uint32),
+                ("rkey", ctypes.c_uint32), ("va", ctypes.c_uint64), ("length", ctypes.c_uint64),
+                ("access", ctypes.c_uint32), ("hit", ctypes.c_uint32),
+                ("same_key", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+class _RegisterItem(ctypes.Structure):
+    _fields_ = [("addr", ctypes.c_void_p), ("length", ctypes.c_uint64),
+                ("access", ctypes.c_uint32), ("prefetch", ctypes.c_uint32)]
+
+
+class _KeyInfo(ctypes.Structure):
+    _fields_ = [("handle", ctypes.c_uint64), ("key", ctypes.c_uint32),
+                ("access", ctypes.c_uint32), ("va", ctypes.c_uint64),
+                ("length", ctypes.c_uint64), ("holders", ctypes.c_uint32),
+                ("revoked", ctypes.c_uint32), ("is_window", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32), ("parent", ctypes.c_uint64),
+                ("key_state", ctypes.c_char * 32)]
+
+
+class _Usage(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "live_registrations", "revoked_held", "cached_unreferenced", "backings", "backed_bytes",
+        "pool_outstanding", "pool_total")]
+
+
+# --- What the Python side hands out. ---
+
+@dataclass(frozen=True)
+class Memory:
+    """Memory attached to the session and mapped in this process at address .data."""
+    id: int
+    data: int
+    length: int
+
+    def buffer(self):
+        """A writable memoryview of the whole mapping (valid until detach or close)."""
+        return memoryview((ctypes.c_char * self.length).from_address(self.data)).cast("B")
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key grant; hold it until Client.release."""
+    handle: int
+    lkey: int
+    rkey: int
+    va: int
+    length: int
+    access: int
+    hit: bool
+    same_key: bool = False  # reregister: the key (and rkey) were kept
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    handle: int
+    key: int
+    access: int
+    va: int
+    length: int
+    holders: int
+    revoked: bool
+    is_window: bool
+    parent: int
+    key_state: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    live_registrations: int
+    revoked_held: int
+    cached_unreferenced: int
+    backings: int
+    backed_bytes: int
+    pool_outstanding: int
+    pool_total: int
+
+
+def _candidates():
+    """Where libregcache.so is looked for, in order: $REGCACHE_LIB; next to this package; the
+    build folders of the source tree this module sits in (client/python/regcache); the loader's
+    own search path (LD_LIBRARY_PATH, ldconfig)."""
+    env = os.environ.get("REGCACHE_LIB")
+    if env:
+        yield env
+    here = pathlib.Path(__file__).resolve().parent
+    yield str(here / "libregcache.so")
+    root = here.parents[2]
+    for preset in ("dev", "release", "clang", "asan", "tsan"):
+        yield str(root / "build" / preset / "client" / "libregcache.so")
+    yield ctypes.util.find_library("regcache") or "libregcache.so.0"
+
+
+def _load_library():
+    errors = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            if os.environ.get("REGCACHE_LIB") == path:
+                break  # an explicit choice that fails is an error, not a hint to look elsewhere
+    raise ImportError("regcache: cannot load libregcache.so (set REGCACHE_LIB): " +
+                      "; ".join(errors or ["not found"]))
+
+
+def _declare(lib):
+    c_client = ctypes.c_void_p
+    u64, u32, cint = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int
+    P = ctypes.POINTER
+    signatures = {
+        "regcache_last_error": (ctypes.c_char_p, []),
+        "regcache_last_error_reason": (ctypes.c_char_p, []),
+        "regcache_code_name": (ctypes.c_char_p, [cint]),
+        "regcache_connect": (cint, [ctypes.c_char_p, P(_Options), P(c_client)]),
+        "regcache_connect_device": (cint, [ctypes.c_char_p, P(_Options), ctypes.c_char_p,
+                                           P(c_client)]),
+        "regcache_device": (cint, [c_client, P(_Device)]),
+        "regcache_close": (None, [c_client]),
+        "regcache_session_id": (u64, [c_client]),
+        "regcache_allocate": (cint, [c_client, u64, cint, cint, P(_Memory)]),
+        "regcache_attach_fd": (cint, [c_client, cint, u64, u64, cint, P(_Memory)]),
+        "regcache_detach": (cint, [c_client, P(_Memory)]),
+        "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
+        "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
+        "regcache_release": (cint, [c_client, u64]),
+        "regcache_invalidate": (cint, [c_client, u64]),
+        "regcache_query": (cint, [c_client, u64, P(_KeyInfo)]),
+        "regcache_prefetch": (cint, [c_client, ctypes.c_void_p, u64, cint, u32]),
+        "regcache_usage": (cint, [c_client, P(_Usage)]),
+        "regcache_reregister": (cint, [c_client, u64, ctypes.c_void_p, u64, u32, P(_Key)]),
+        "regcache_register_batch": (cint, [c_client, P(_RegisterItem), ctypes.c_size_t,
+                                           P(_Key), P(cint)]),
+        "regcache_release_batch": (cint, [c_client, P(u64), ctypes.c_size_t, P(cint)]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_lib = _declare(_load_library())
+library_path = _lib._name
+
+
+def _check(code):
+    if code != OK:
+        raise RegcacheError(code, _lib.regcache_last_error().decode(errors="replace"),
+                            _lib.regcache_last_error_reason().decode(errors="replace"))
+
+
+def _item_error(i, code):
+    name = _lib.regcache_code_name(code).decode()
+    return RegcacheError(code, f"batch item {i} failed: {name}")
+
+
+def _key(k):
+    return Key(k.handle, k.lkey, k.rkey, k.va, k.length, k.access, bool(k.hit),
+               bool(k.same_key))
+
+
+def _address(addr):
+    """An int address, None (NULL: refused by the library), a Memory (its start) or a ctypes
+    object."""
+    if addr is None:
+        return None
+    if isinstance(addr, Memory):
+        return addr.data
+    if isinstance(addr, int):
+        return addr
+    return ctypes.addressof(addr)
+
+
+def _handle(key):
+    return key.handle if isinstance(key, Key) else int(key)
+
+
+class Client:
+    """One session with regcached (a connection). Use it as a context manager, or close()."""
+
+    def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0, fast_path=True,
+                 client_cache=True, device=None):
+        """fast_path: key calls over the shared-memory rings; client_cache: a register that a
+        grant this process holds covers is answered here, without IPC (both default on);
+        device: the daemon's device the session lives on, by name (None: its first)."""
+        options = _Options(call_timeout_ms, tcp_port, 0 if fast_path else 1,
+                           0 if client_cache else 1)
+        handle = ctypes.c_void_p()
+        _check(_lib.regcache_connect_device(os.fsencode(socket_dir), ctypes.byref(options),
+                                            None if device is None else device.encode(),
+                                            ctypes.byref(handle)))
+        self._handle = handle
+        self._close_lock = threading.Lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        # A client dropped without close(): end its session. At interpreter exit the module's
+        # globals may already be gone; the process's exit ends the session then anyway.
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.close()
+        except Exception:
+            pass
+
+    def close(self):
+        """Closes the session: the daemon invalidates every key of it; memory is unmapped."""
+        with self._close_lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            _lib.regcache_close(handle)
+
+    def _h(self):
+        h = self._handle
+        if h is None:
+            raise RegcacheError(FAILED_PRECONDITION, "client closed")
+        return h
+
+    @property
+    def session_id(self):
+        return _lib.regcache_session_id(self._h())
+
+    @property
+    def device(self):
+        """The device this session lives on (a Device)."""
+        d = _Device()
+        _check(_lib.regcache_device(self._h(), ctypes.byref(d)))
+        return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid))
+
+    # --- Memory ---
+    def allocate(self, length, hugetlb=False, on_demand=False):
+        m = _Memory()
+        _check(_lib.regcache_allocate(self._h(), length, int(hugetlb), int(on_demand),
+                                      ctypes.byref(m)))
+        return Memory(m.id, m.data, m.length)
+
+    def attach_fd(self, fd, offset, length, on_demand=False):
+        """Attaches [offset, offset+length) of a memfd (made with MFD_ALLOW_SEALING); the fd
+        stays the caller's."""
+        m = _Memory()
+        _check(_lib.regcache_attach_fd(self._h(), fd, offset, length, int(on_demand),
+                                       ctypes.byref(m)))
+        return Memory(m.id, m.data, m.length)
+
+    def detach(self, memory):
+        m = _Memory(memory.id, memory.data, memory.length)
+        _check(_lib.regcache_detach(self._h(), ctypes.byref(m)))
+
+    # --- Keys ---
+    def register(self, addr, length, access, prefetch=PREFETCH_NONE):
+        k = _Key()
+        _check(_lib.regcache_register(self._h(), _address(addr), length, access, prefetch,
+                                      ctypes.byref(k)))
+        return _key(k)
+
+    def reregister(self, key, addr, length, access):
+        """The kernel's rereg_mr: trades this hold on `key` for one on the new range and rights;
+        the result's same_key says whether the rkey was kept."""
+        k = _Key()
+        _check(_lib.regcache_reregister(self._h(), _handle(key), _address(addr), length, access,
+                                        ctypes.byref(k)))
+        return _key(k)
+
+    def register_batch(self, items):
+        """Registers [(addr, length, access[, prefetch]), ...] in one round trip. Returns one
+        result per item, in order: a Key, or the RegcacheError of that item alone."""
+        items = list(items)
+        n = len(items)
+        c_items = (_RegisterItem * max(n, 1))()
+        for i, it in enumerate(items):
+            addr, length, access = it[0], it[1], it[2]
+            prefetch = it[3] if len(it) > 3 else PREFETCH_NONE
+            c_items[i] = _RegisterItem(_address(addr), length, access, prefetch)
+        keys = (_Key * max(n, 1))()
+        codes = (ctypes.c_int * max(n, 1))()
+        _check(_lib.regcache_register_batch(self._h(), c_items, n, keys, codes))
+        return [_key(keys[i]) if codes[i] == OK else _item_error(i, codes[i]) for i in range(n)]
+
+    def release_batch(self, keys):
+        """Releases many keys in one round trip; one code per key (OK or the error code)."""
+        keys = list(keys)
+        n = len(keys)
+        handles = (ctypes.c_uint64 * max(n, 1))(*[_handle(k) for k in keys])
+        codes = (ctypes.c_int * max(n, 1))()
+        _check(_lib.regcache_release_batch(self._h(), handles, n, codes))
+        return [codes[i] for i in range(n)]
+
+    def registered(self, addr, length, access, prefetch=PREFETCH_NONE):
+        """register() as a context manager: the key is released when the block ends."""
+        return _HeldKey(self, self.register(addr, length, access, prefetch))
+
+    def window(self, parent, offset, length, access):
+        k = _Key()
+        _check(_lib.regcache_window(self._h(), _handle(parent), offset, length, access,
+                                    ctypes.byref(k)))
+        return _key(k)
+
+    def release(self, key):
+        _check(_lib.regcache_release(self._h(), _handle(key)))
+
+    def invalidate(self, key):
+        _check(_lib.regcache_invalidate(self._h(), _handle(key)))
+
+    def query(self, key):
+        i = _KeyInfo()
+        _check(_lib.regcache_query(self._h(), _handle(key), ctypes.byref(i)))
+        return KeyInfo(i.handle, i.key, i.access, i.va, i.length, i.holders, bool(i.revoked),
+                       bool(i.is_window), i.parent, i.key_state.decode(errors="replace"))
+
+    def prefetch(self, addr, length, write=False, mode=PREFETCH_SYNC):
+        _check(_lib.regcache_prefetch(self._h(), _address(addr), length, int(write), mode))
+
+    def usage(self):
+        u = _Usage()
+        _check(_lib.regcache_usage(self._h(), ctypes.byref(u)))
+        return Usage(*(getattr(u, f) for f, _ in _Usage._fields_))
+
+
+class _HeldKey:
+    def __init__(self, client, key):
+        self._client = client
+        self.key = key
+
+    def __enter__(self):
+        return self.key
+
+    def __exit__(self, *exc):
+        self._client.release(self.key)
+        return False

@@ -1,0 +1,32 @@
+// Compile-time ties between the wire's values and the daemon's types, as the daemon sees them:
+// the access bits of the proto (regcache.v1.Access) and of the rings (shm::kKnownAccessBits) are
+// the device's hca::AccessBits, passed through unconverted. The client ties the same wire values
+// to its own spelling (client/wire_values.cc). Nothing here runs.
+#include <cstdint>
+
+#include "hca/device.h"
+#include "protocol/shm_protocol.h"
+#include "regcache/v1/regcache.pb.h"
+
+namespace regcache::server {
+namespace {
+
+namespace pb = ::regcache::v1;
+
+constexpr bool Same(pb::Access wire, hca::AccessBits device) {
+  return static_cast<uint32_t>(wire) == static_cast<uint32_t>(device);
+}
+
+static_assert(Same(pb::ACCESS_LOCAL_READ, hca::kLocalRead));
+static_assert(Same(pb::ACCESS_LOCAL_WRITE, hca::kLocalWrite));
+static_assert(Same(pb::ACCESS_REMOTE_READ, hca::kRemoteRead));
+static_assert(Same(pb::ACCESS_REMOTE_WRITE, hca::kRemoteWrite));
+static_assert(Same(pb::ACCESS_REMOTE_ATOMIC, hca::kRemoteAtomic));
+static_assert(protocol::shm::kKnownAccessBits == hca::kAllAccess);
+
+// An endpoint address crosses as plain numbers and raw GID bytes (client/wire_values.cc).
+static_assert(sizeof(hca::EndpointAddress{}.gid) == 16);
+static_assert(sizeof(hca::EndpointAddress{}.lid) == 2);
+
+}  // namespace
+}  // namespace regcache::server
