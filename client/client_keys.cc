@@ -101,11 +101,19 @@ absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t leng
   return FromProto(resp.grant());
 }
 
+namespace {
+
+// True when a call's status does not say what the daemon did: it may have made a hold whose
+// reply never arrived. A refusal the daemon answered made nothing.
+bool OutcomeUnknown(const absl::Status& status) {
+  return absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
+         absl::IsUnavailable(status) || absl::IsUnknown(status);
+}
+
+}  // namespace
+
 void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
-  if (!absl::IsDeadlineExceeded(status) && !absl::IsCancelled(status) &&
-      !absl::IsUnavailable(status) && !absl::IsUnknown(status)) {
-    return;  // the daemon answered: a refused call made nothing
-  }
+  if (!OutcomeUnknown(status)) return;
   if (closed_.load() || ids.empty()) return;
   pb::ForgetCallsRequest req;
   for (uint64_t id : ids) req.add_call_ids(id);
@@ -234,8 +242,15 @@ absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, ui
     req.set_va(reinterpret_cast<uint64_t>(addr));
     req.set_length(length);
     req.set_access(access);
+    req.set_call_id(NextCallId());
     pb::ReregisterResponse resp;
-    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Reregister, req, &resp));
+    absl::Status s = Call(&pb::RegCacheService::Stub::Reregister, req, &resp);
+    if (!s.ok()) {
+      // Lost: the hold the call made is released, now or when it ends. The one it was to trade
+      // in is gone if the call ran, kept if it never did (include/regcache/client.h).
+      ForgetIfLost(s, {req.call_id()});
+      return s;
+    }
     return FromProto(resp.grant());
   }
   if (grants_ != nullptr) {

@@ -177,8 +177,8 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(cache::KeyGrant g, daemon_->Reregister(s, req->handle(), req->va(),
                                                               req->length(), req->access()));
-      ToProto(g, DeviceIndex(s), resp->mutable_grant());
-      return absl::OkStatus();
+      // The old hold was traded in: a reply that cannot arrive must not leave the new one.
+      return Deliver(ctx, s, req->call_id(), g, resp->mutable_grant());
     });
   }
 
@@ -434,7 +434,7 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
     return base::Annotate(late, "the key made for it was released again");
   }
 
-  // Register's and Window's reply: the grant, if it can still be delivered (Kept).
+  // Register's, Window's and Reregister's reply: the grant, if it can still be delivered (Kept).
   absl::Status Deliver(grpc::ServerContext* ctx, SessionId s, uint64_t call_id,
                        const cache::KeyGrant& g, pb::KeyGrant* out) {
     RETURN_IF_ERROR(Kept(ctx, s, call_id, g));

@@ -388,8 +388,11 @@ class REGCACHE_CPP_API Client {
   // with `access`. When this session is the registration's only holder and the change only
   // adds (a range containing the old one, more rights) the key is rewritten in place: same
   // rkey and handle, Key::same_key. Otherwise a new key (the old one is invalidated first when
-  // rights are taken away). On error the hold on `handle` is kept (revoked when the daemon had
-  // to invalidate it first: Query says so).
+  // rights are taken away). When the daemon refused the call the hold on `handle` is kept
+  // (revoked when the daemon had to invalidate it first: Query says so). When the outcome is
+  // unknown (kDeadlineExceeded, kCancelled, kUnavailable) the daemon releases whatever the
+  // lost call made; the hold on `handle` is gone if the call ran and kept if it never did:
+  // Query(handle) tells (holders), and a caller that still holds it releases it.
   virtual absl::StatusOr<Key> Reregister(uint64_t handle, const void* addr, uint64_t length,
                                          uint32_t access) = 0;
   // Registers every item in one call, in order: one result per item (an item's error does not

@@ -91,6 +91,38 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
   EXPECT_FALSE(raw_.Call(&pb::RegCacheService::Stub::RegisterBatch, batch, &results,
                          std::chrono::microseconds(0))
                    .ok());
+  // Re-registrations: each trades a hold made with time for one made with none. A lost reply
+  // must leave neither behind.
+  std::vector<uint64_t> untraded;
+  for (int i = 0; i < 20; ++i) {
+    pb::RegisterRequest reg;
+    reg.set_va(base + 512 * 1024 + (i % 4) * 65536);
+    reg.set_length(4096);
+    reg.set_access(kRw);
+    pb::RegisterResponse grant;
+    ASSERT_TRUE(
+        raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, std::chrono::seconds(10))
+            .ok());
+    pb::ReregisterRequest rereg;
+    rereg.set_call_id(2000 + i);
+    rereg.set_handle(grant.grant().handle());
+    rereg.set_va(reg.va());
+    rereg.set_length(8192);
+    // More range keeps the key in place; fewer rights make a new one.
+    rereg.set_access(i % 2 == 0 ? kRw : uint32_t{rc::kLocalWrite | rc::kRemoteRead});
+    pb::ReregisterResponse traded;
+    grpc::Status s = raw_.Call(&pb::RegCacheService::Stub::Reregister, rereg, &traded,
+                               std::chrono::microseconds(0));
+    if (s.ok()) {
+      EXPECT_TRUE(raw_.client->Release(traded.grant().handle()).ok());
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+      // A lost Reregister: the client forgets the call (the daemon then releases what it
+      // made); the hold it was to trade in is still there only if the call never ran.
+      gave_up.add_call_ids(rereg.call_id());
+      untraded.push_back(rereg.handle());
+    }
+  }
   // The daemon cannot know whether a reply reached the client: gRPC hands it the deadline as a
   // relative timeout in whole milliseconds from clocks each side caches, and on a loaded host a
   // call sent with no time left can arrive with tens of ms to go. The client names the calls it
@@ -99,6 +131,13 @@ TEST_F(DeadlineE2e, CallsWithNoTimeLeftLeaveNoHeldKeys) {
   ASSERT_TRUE(
       raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, gave_up, &forgot, std::chrono::seconds(10))
           .ok());
+  // Re-registrations that never ran left the hold they were to trade: Query tells.
+  for (uint64_t handle : untraded) {
+    absl::StatusOr<rc::KeyInfo> k = raw_.client->Query(handle);
+    if (k.ok() && k->holders > 0) {
+      EXPECT_TRUE(raw_.client->Release(handle).ok());
+    }
+  }
   // Nothing of the session is held: every key that exists has no holder.
   auto keys = raw_.client->ListKeys();
   ASSERT_TRUE(keys.ok()) << keys.status();
@@ -152,6 +191,27 @@ TEST_F(DeadlineE2e, ForgottenCallsGiveBackWhatTheyMade) {
   grpc::Status late = raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::CANCELLED) << late.error_message();
   EXPECT_EQ(holders(), 0u);
+  // The same for a re-registration, in place and to a new key: the hold it traded in is gone
+  // and the one it made is released again.
+  reg.set_call_id(0);  // kept by this test itself
+  uint64_t call = 4;
+  // More range keeps the key; fewer rights make a new one.
+  for (uint32_t access : {kRw, uint32_t{rc::kLocalWrite | rc::kRemoteRead}}) {
+    ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::Register, reg, &grant, ten_s).ok());
+    EXPECT_EQ(holders(), 1u);
+    forget.set_call_ids(0, call);
+    ASSERT_TRUE(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).ok());
+    pb::ReregisterRequest rereg;
+    rereg.set_call_id(call++);
+    rereg.set_handle(grant.grant().handle());
+    rereg.set_va(reg.va());
+    rereg.set_length(access == kRw ? 8192 : 4096);
+    rereg.set_access(access);
+    pb::ReregisterResponse traded;
+    late = raw_.Call(&pb::RegCacheService::Stub::Reregister, rereg, &traded, ten_s);
+    EXPECT_EQ(late.error_code(), grpc::StatusCode::CANCELLED) << late.error_message();
+    EXPECT_EQ(holders(), 0u) << "a forgotten Reregister to access " << access << " left a hold";
+  }
   // Call id 0 names no call.
   forget.set_call_ids(0, 0);
   EXPECT_EQ(raw_.Call(&pb::RegCacheService::Stub::ForgetCalls, forget, &forgot, ten_s).error_code(),
