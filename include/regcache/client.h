@@ -19,11 +19,10 @@
 // caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; hugetlbfs files
 // cannot be sealed and are refused). Registrations use this process's own virtual addresses.
 //
-// Errors are the daemon's canonical codes: those each call of cache/reg_cache.h lists, plus
-// the session's own (service/daemon.h). Where one code has several causes the daemon names the
-// cause: ErrorReason(status) ("KEY_QUOTA_EXCEEDED", "MEMORY_QUOTA_EXCEEDED", ...; docs/api.md)
-// and ErrorMetadata(status) (the numbers behind it). Every call has a deadline
-// (ClientOptions::call_timeout).
+// Errors are canonical absl::Status codes, listed at class Client and with each method. Where one
+// code has several causes the daemon names the cause: ErrorReason(status) ("KEY_QUOTA_EXCEEDED",
+// "MEMORY_QUOTA_EXCEEDED", ...) and ErrorMetadata(status) (the numbers behind it). Every call
+// has a deadline (ClientOptions::call_timeout).
 //
 // Thread safety: all methods may be called concurrently, except Close and destruction.
 // Destroying the client closes the session: the daemon invalidates every key of it.
@@ -58,8 +57,7 @@ struct ibv_mr;
 
 namespace regcache::api {
 
-// The access bits (same values as hca::AccessBits and regcache.v1.Access; client/wire_values.cc
-// ties them).
+// The access bits (the same values as regcache.v1.Access and the rings' access word).
 enum AccessBits : uint32_t {
   kLocalRead = 1u << 0,
   kLocalWrite = 1u << 1,
@@ -69,7 +67,7 @@ enum AccessBits : uint32_t {
 };
 
 // Prefetch of on-demand memory: none, before the call returns, or queued to the daemon's fault
-// servicer (same values as regcache.v1.Prefetch; client/wire_values.cc ties them).
+// servicer (the same values as regcache.v1.Prefetch).
 enum class PrefetchMode : uint32_t {
   kNone = 0,
   kSync = 1,
@@ -306,6 +304,14 @@ class REGCACHE_CPP_API KeyRef {
   Key key_;
 };
 
+// Errors. Every call can fail with what any call to the daemon can: kUnavailable (no daemon, or
+// it is draining: reason DRAINING), kDeadlineExceeded (ClientOptions::call_timeout passed, or
+// the daemon saw too little time left: DEADLINE_TOO_SHORT), kUnauthenticated (the session is
+// gone: SESSION_UNKNOWN), kPermissionDenied with OBSERVER_READ_ONLY for a change asked of an
+// observer's client. A `handle` argument is refused with kInvalidArgument when 0,
+// kPermissionDenied (HANDLE_NOT_OWNED) when it is not one of this session's, and kNotFound when
+// it is this session's but no longer held. The method comments list what else each answers. Every
+// error carries the daemon's message, and its stable reason where it has one (ErrorReason(status)).
 class REGCACHE_CPP_API Client {
  public:
   // kPermissionDenied when this process's credentials are not on the daemon's allow-list;
@@ -322,14 +328,20 @@ class REGCACHE_CPP_API Client {
 
   // --- Memory ---
   // Daemon-allocated memfd, mapped here MAP_SHARED and attached at that address.
+  // kInvalidArgument for length 0 or unaligned; kResourceExhausted past the session's memory quota
+  // (MEMORY_QUOTA_EXCEEDED) or the daemon's memory budget (DAEMON_MEMORY_BUDGET_EXHAUSTED); the
+  // mapping's errno here otherwise.
   virtual absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb = false,
                                                 bool on_demand = false) = 0;
   // Sends `fd` (not closed; the daemon keeps its own reference), maps [offset, +length) here
-  // and attaches it.
+  // and attaches it. kInvalidArgument for an fd that is not a regular file (a memfd is
+  // expected) or too small for the range; kFailedPrecondition for a file whose seals the daemon
+  // cannot add; kResourceExhausted past the memory quotas, as AllocateMemory.
   virtual absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
                                           bool on_demand = false) = 0;
   // Detaches (every key over it is invalidated) and unmaps it here (memory of AttachRegion:
-  // only detaches; the region stays registered, the caller's to deregister).
+  // only detaches; the region stays registered, the caller's to deregister). kNotFound for
+  // memory this session has not attached.
   virtual absl::Status DetachMemory(const Memory& memory) = 0;
 
   // --- This session's PD and memory this process registers itself (docs/client_memory.md) ---
@@ -358,7 +370,11 @@ class REGCACHE_CPP_API Client {
                                                                 kRemoteAtomic) = 0;
 
   // --- Keys ---
-  // `prefetch` applies to on-demand memory only.
+  // A key for [addr, +length) of attached memory with at least `access`. `prefetch` applies to
+  // on-demand memory only. kInvalidArgument for a null addr, length 0 or unknown access bits;
+  // kOutOfRange when attached memory does not cover the range; kResourceExhausted for the
+  // session's key quota (KEY_QUOTA_EXCEEDED), the device's key budget
+  // (DEVICE_KEY_BUDGET_EXHAUSTED) or the key pool (KEY_POOL_EXHAUSTED).
   virtual absl::StatusOr<Key> Register(const void* addr, uint64_t length, uint32_t access,
                                        PrefetchMode prefetch = PrefetchMode::kNone) = 0;
   // Register, with the hold owned by the returned KeyRef (released when it goes).
@@ -368,19 +384,27 @@ class REGCACHE_CPP_API Client {
   absl::StatusOr<KeyRef> AcquireWindow(uint64_t parent, uint64_t offset, uint64_t length,
                                        uint32_t access);
   // Makes the translations of on-demand memory present (writable too when `write`).
+  // kOutOfRange when attached memory does not cover the range.
   virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write,
                                 PrefetchMode mode) = 0;
+  // A window key over [offset, +length) of the held key `parent`, with at most its access.
+  // kOutOfRange for a range outside the parent; kFailedPrecondition when the parent was
+  // invalidated (KEY_REVOKED); the quotas and budgets as Register.
   virtual absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
                                      uint32_t access) = 0;
+  // Gives back one hold of `handle`.
   virtual absl::Status Release(uint64_t handle) = 0;
   // `callback` is called, from a thread of the library, for every key this process holds
   // (through the client cache) that the daemon revoked — after the library stopped handing it
   // out. Replaces the previous callback; an empty function removes it. Needs the fast path and
   // the client cache; without them it is never called.
   virtual void SetRevocationCallback(std::function<void(const Revocation&)> callback) = 0;
+  // Revokes the key now (peers lose access); the handle still needs its Release.
   virtual absl::Status Invalidate(uint64_t handle) = 0;
+  // The state of a held key.
   virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;
-  // session 0: this session's keys; another id: admin only.
+  // session 0: this session's keys; another id: admin only (kPermissionDenied,
+  // ADMIN_REQUIRED).
   virtual absl::StatusOr<std::vector<KeyInfo>> ListKeys(uint64_t session = 0) = 0;
 
   // --- Re-registration and batches ---
@@ -405,6 +429,7 @@ class REGCACHE_CPP_API Client {
       absl::Span<const uint64_t> handles) = 0;
 
   // --- Introspection and admin ---
+  // Sessions and Drain are admin only (kPermissionDenied, ADMIN_REQUIRED).
   virtual absl::Status Ping() = 0;
   virtual absl::StatusOr<StatsSnapshot> Stats() = 0;
   virtual absl::StatusOr<DaemonInfo> Status() = 0;

@@ -279,8 +279,11 @@ REGCACHE_API regcache_code_t regcache_window(regcache_client_t* client, uint64_t
 /* The kernel's rereg_mr: trades this hold on `handle` for one on [addr, addr + length) with
  * `access`. When this process holds the key alone and the change only adds (a range that still
  * covers the old one, more rights), the key is rewritten in place and out->same_key is 1: the
- * rkey a peer holds keeps working. Anything that takes rights away gets a new key first. On an
- * error the caller keeps its old hold (possibly revoked: regcache_query says). */
+ * rkey a peer holds keeps working. Anything that takes rights away gets a new key first. When
+ * the daemon refused the call the caller keeps its old hold (possibly revoked: regcache_query
+ * says). When the outcome is unknown (REGCACHE_DEADLINE_EXCEEDED, REGCACHE_CANCELLED,
+ * REGCACHE_UNAVAILABLE) the daemon releases what the lost call made, and the old hold is gone
+ * if the call ran, kept if it never did: regcache_query tells. */
 REGCACHE_API regcache_code_t regcache_reregister(regcache_client_t* client, uint64_t handle,
                                                  const void* addr, uint64_t length, uint32_t access,
                                                  regcache_key_t* out);
