@@ -2,26 +2,29 @@
 
 #include <cerrno>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::base {
 namespace {
 
 TEST(ErrnoStatusTest, MapsCodeAndNamesErrno) {
   absl::Status s = ErrnoToStatus(ENOMEM, "ibv_reg_mr len=4096");
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(s.message(), "ibv_reg_mr len=4096: ENOMEM (Cannot allocate memory)");
 
-  EXPECT_EQ(ErrnoToStatus(EINVAL, "x").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ErrnoToStatus(ENOENT, "x").code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ErrnoToStatus(EPERM, "x").code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(ErrnoToStatus(EOPNOTSUPP, "x").code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(ErrnoToStatus(EAGAIN, "x").code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ErrnoToStatus(EINVAL, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ErrnoToStatus(ENOENT, "x"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ErrnoToStatus(EPERM, "x"), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(ErrnoToStatus(EOPNOTSUPP, "x"), StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_THAT(ErrnoToStatus(EAGAIN, "x"), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST(ErrnoStatusTest, ZeroErrnoIsAnInternalErrorNotOk) {
   absl::Status s = ErrnoToStatus(0, "mmap");
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal));
   EXPECT_NE(s.message().find("errno is 0"), absl::string_view::npos);
 }
 

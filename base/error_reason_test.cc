@@ -4,7 +4,10 @@
 #include <set>
 
 #include "base/status_macros.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::base {
 namespace {
@@ -19,7 +22,7 @@ TEST(ErrorReason, RoundTripsThroughAnnotate) {
   ASSERT_EQ(r->metadata.size(), 2u);
   EXPECT_EQ(r->metadata[0], (std::pair<std::string, std::string>("limit", "3")));
   EXPECT_EQ(r->metadata[1], (std::pair<std::string, std::string>("used", "3")));
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(ErrorReason, OkAndPlainErrorsHaveNone) {

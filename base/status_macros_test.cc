@@ -2,7 +2,10 @@
 
 #include <memory>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::base {
 namespace {
@@ -40,7 +43,7 @@ TEST(StatusMacrosTest, ReturnIfErrorPropagatesAndEvaluatesOnce) {
   g_evaluations = 0;
   bool reached = false;
   absl::Status s = ReturnIfError(/*fail=*/true, &reached);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(s.message(), "bad");
   EXPECT_FALSE(reached);
   EXPECT_EQ(g_evaluations, 1);
@@ -59,7 +62,7 @@ TEST(StatusMacrosTest, AssignOrReturnMovesValueOrReturnsStatus) {
   EXPECT_EQ(g_evaluations, 1);
 
   absl::StatusOr<int> e = AssignOrReturn(false);
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(e, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(e.status().message(), "no int");
 }
 
@@ -67,7 +70,7 @@ TEST(StatusMacrosTest, AnnotatePrependsContextAndKeepsCodeAndPayload) {
   absl::Status s = absl::UnavailableError("queue full");
   s.SetPayload("regcache/syndrome", absl::Cord("0x13"));
   absl::Status a = Annotate(s, "post UMR");
-  EXPECT_EQ(a.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(a, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(a.message(), "post UMR: queue full");
   EXPECT_EQ(a.GetPayload("regcache/syndrome").value_or(absl::Cord()), "0x13");
   EXPECT_TRUE(Annotate(absl::OkStatus(), "x").ok());

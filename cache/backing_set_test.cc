@@ -1,6 +1,9 @@
 #include "cache/backing_set.h"
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -70,15 +73,17 @@ TEST(BackingSetTest, GapsAndUncoveredRangesAreOutOfRange) {
 TEST(BackingSetTest, OverlapsAreRefusedAndRightsEnforced) {
   BackingSet set;
   ASSERT_TRUE(set.Add(Rec(1, 0x10000, 0x2000, 0x100, 0xa000, hca::kLocalRead)).ok());
-  EXPECT_EQ(set.Add(Rec(2, 0x11000, 0x2000, 0x200, 0)).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(set.Add(Rec(3, 0xf000, 0x1001, 0x200, 0)).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(set.Add(Rec(2, 0x11000, 0x2000, 0x200, 0)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(set.Add(Rec(3, 0xf000, 0x1001, 0x200, 0)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_TRUE(set.Add(Rec(4, 0x12000, 0x1000, 0x300, 0)).ok());  // adjacent is fine
   std::vector<BackingId> used;
   EXPECT_EQ(set.Layout(0x10000, 0x100, hca::kLocalRead | hca::kLocalWrite, &used).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(set.total_bytes(), 0x3000u);
   ASSERT_TRUE(set.Remove(1).ok());
-  EXPECT_EQ(set.Remove(1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(set.Remove(1), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(set.total_bytes(), 0x1000u);
 }
 

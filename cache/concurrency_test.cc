@@ -6,9 +6,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -154,9 +157,9 @@ TEST_F(ConcurrencyTest, StaleHandleOfARecycledRecordIsNotFound) {
   ASSERT_TRUE(second.ok());
   EXPECT_FALSE(second->hit);
   EXPECT_NE(second->handle, first->handle);
-  EXPECT_EQ(cache_->Release(tenant_, first->handle).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache_->Query(tenant_, first->handle).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(cache_->Invalidate(tenant_, first->handle).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Release(tenant_, first->handle), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache_->Query(tenant_, first->handle), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache_->Invalidate(tenant_, first->handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(cache_->Query(tenant_, second->handle)->holders, 1u);
   EXPECT_TRUE(cache_->Release(tenant_, second->handle).ok());
 }

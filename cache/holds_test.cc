@@ -14,9 +14,12 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -134,10 +137,10 @@ TEST_F(HoldsTest, AHoldTakenInOneThreadIsReleasedFromAnother) {
   EXPECT_EQ(Holders(g.handle), 1u);
   std::thread([&] { EXPECT_TRUE(cache_->Release(tenant_, g.handle).ok()); }).join();
   EXPECT_EQ(Holders(g.handle), 0u);
-  EXPECT_EQ(cache_->Release(tenant_, g.handle).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cache_->Release(tenant_, g.handle), StatusIs(absl::StatusCode::kFailedPrecondition));
   // Unheld: invalidation takes the handle at once.
   ASSERT_TRUE(cache_->Invalidate(tenant_, g.handle).ok());
-  EXPECT_EQ(cache_->Query(tenant_, g.handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, g.handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(cache_->stats().revoked_with_holders.value(), 0u);
 }
 
@@ -158,7 +161,7 @@ TEST_F(HoldsTest, AStaleEntryLeftByACrossThreadReleaseIsReclaimed) {
   EXPECT_TRUE(cache_->Release(tenant_, again->handle).ok());
   EXPECT_EQ(Holders(again->handle), 0u);
   // The old handle is stale wherever its count was kept.
-  EXPECT_EQ(cache_->Release(tenant_, held->handle).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Release(tenant_, held->handle), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(HoldsTest, RevokingAHoldKeptInAThreadsTableWaitsForItsRelease) {
@@ -192,7 +195,7 @@ TEST_F(HoldsTest, RevokingAHoldKeptInAThreadsTableWaitsForItsRelease) {
   revoked.Notify();
   released.WaitForNotification();
   holder.join();
-  EXPECT_EQ(cache_->Query(tenant_, g.handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, g.handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(UsageNow().revoked_held, 0u);
   EXPECT_EQ(cache_->stats().revoked_with_holders.value(), 1u);
   EXPECT_EQ(cache_->stats().releases_after_revoke.value(), 1u);
@@ -215,7 +218,7 @@ TEST_F(HoldsTest, AThreadThatExitsHoldingLeavesItsHoldCounted) {
   EXPECT_TRUE(cache_->Release(tenant_, g.handle).ok());
   EXPECT_EQ(Holders(g.handle), 0u);
   ASSERT_TRUE(cache_->Invalidate(tenant_, g.handle).ok());
-  EXPECT_EQ(cache_->Query(tenant_, g.handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, g.handle), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // A thread without an index (here: exiting, in a thread_local destructor) holds and releases
@@ -393,7 +396,7 @@ TEST_F(HoldsTest, AReleaseRacingAStopSucceedsAndTheHandleGoes) {
   stall.Resume();
   holder.join();
   EXPECT_TRUE(released.ok()) << released;
-  EXPECT_EQ(cache_->Query(tenant_, handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(UsageNow().revoked_held, 0u);
   EXPECT_EQ(cache_->stats().revoked_with_holders.value(), 0u);
 }
@@ -422,7 +425,7 @@ TEST_F(HoldsTest, ALastReleaseDuringAStopLeavesNoTombstone) {
   releaser.join();
   EXPECT_TRUE(invalidated.ok()) << invalidated;
   EXPECT_TRUE(released.ok()) << released;
-  EXPECT_EQ(cache_->Query(tenant_, g->handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, g->handle), StatusIs(absl::StatusCode::kNotFound));
   const TenantUsage u = UsageNow();
   EXPECT_EQ(u.revoked_held, 0u);
   EXPECT_EQ(u.live_registrations, 0u);
@@ -456,9 +459,10 @@ TEST_F(HoldsTest, CrossThreadReleasesKeepTheSharedCountBounded) {
     std::thread([&] { EXPECT_TRUE(cache_->Release(tenant_, h).ok()); }).join();
   }
   EXPECT_EQ(Holders(handles[0]), 0u);
-  EXPECT_EQ(cache_->Release(tenant_, handles[0]).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cache_->Release(tenant_, handles[0]),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_TRUE(cache_->Invalidate(tenant_, handles[0]).ok());
-  EXPECT_EQ(cache_->Query(tenant_, handles[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, handles[0]), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

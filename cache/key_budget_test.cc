@@ -6,9 +6,12 @@
 
 #include <vector>
 
+#include "base/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -167,7 +170,7 @@ TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
       refused = g.status();
     }
   }
-  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted)) << refused;
   EXPECT_NE(refused.message().find("device key budget: 60 of 60 keys and 240 of 3840 "
                                    "translation entries in use by 2 tenants (fair share 30 keys, "
                                    "1920 entries); this tenant holds 20 keys with 80 entries"),
@@ -203,7 +206,7 @@ TEST_F(KeyBudgetCacheTest, AHogOfLargeKeysGivesBackTranslationEntries) {
   }
   // Alone, the hog may use the whole budget: it is cut off by entries, not by keys.
   EXPECT_EQ(hog.size(), 30u);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted)) << refused;
   EXPECT_NE(refused.message().find("1920 of 1920 translation entries"), absl::string_view::npos)
       << refused;
   // Its registrations stay cached, unheld.

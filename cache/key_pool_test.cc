@@ -7,9 +7,12 @@
 #include <set>
 #include <vector>
 
+#include "base/test_util.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -78,7 +81,7 @@ TEST_F(KeyPoolTest, ClassForPicksTheSmallestClassThatHolds) {
   EXPECT_EQ(*pool_->ClassFor(17), 2);
   EXPECT_EQ(*pool_->ClassFor(48), 2);
   absl::StatusOr<int> none = pool_->ClassFor(49);
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(none.status().message().find("48"), absl::string_view::npos) << none.status();
 }
 
@@ -161,7 +164,7 @@ TEST_F(KeyPoolTest, QuarantineHoldsAKeyForItsTime) {
   ExpectCounts(0, 1, 0);
 
   absl::StatusOr<TakenKey> early = pool_->Take(0, kT0 + absl::Milliseconds(9));
-  EXPECT_EQ(early.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(early, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(early.status().message().find("1 keys wait in quarantine"), absl::string_view::npos)
       << early.status();
   EXPECT_EQ(stats_.pool_exhausted.value(), 1u);
@@ -182,13 +185,13 @@ TEST_F(KeyPoolTest, QuarantineHoldsAKeyUntilEnoughOthersFollowIt) {
   TakenKey a = MustTake(0), b = MustTake(0), c = MustTake(0);
 
   Return(a);  // none after a
-  EXPECT_EQ(pool_->Take(0, kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pool_->Take(0, kT0), StatusIs(absl::StatusCode::kResourceExhausted));
   Return(b);  // one after a
-  EXPECT_EQ(pool_->Take(0, kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pool_->Take(0, kT0), StatusIs(absl::StatusCode::kResourceExhausted));
   Return(c);  // two after a: a may go, b (one after it) may not
   TakenKey next = MustTake(0);
   EXPECT_EQ(hca::KeyIndex(next.pooled.key), hca::KeyIndex(a.pooled.key));
-  EXPECT_EQ(pool_->Take(0, kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pool_->Take(0, kT0), StatusIs(absl::StatusCode::kResourceExhausted));
   ExpectCounts(0, 2, 1);
   EXPECT_EQ(stats_.keys_quarantined.value(), 3u);
 }
@@ -292,10 +295,10 @@ TEST_F(KeyPoolTest, MaintainReportsAClassAtItsLimitAndStaysUsable) {
   Init(o);
   for (int i = 0; i < 3; ++i) MustTake(0);
   absl::Status s = pool_->Maintain(kT0);  // class 0 wants 3 more, may have none
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted)) << s;
   ExpectCounts(1, 0, 3);
   MustTake(0);  // the free one is still there
-  EXPECT_EQ(pool_->Take(0, kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pool_->Take(0, kT0), StatusIs(absl::StatusCode::kResourceExhausted));
   MustTake(1);  // other classes unaffected
 }
 
@@ -307,7 +310,7 @@ TEST_F(KeyPoolTest, ExhaustedAtTheClassLimit) {
   MustTake(0);
   EXPECT_EQ(pool_->total_keys(), 2u);
   absl::StatusOr<TakenKey> t = pool_->Take(0, kT0);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(t, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(t.status().message().find("at its limit of 2 keys"), absl::string_view::npos)
       << t.status();
   EXPECT_EQ(stats_.pool_exhausted.value(), 1u);
@@ -321,7 +324,7 @@ TEST_F(KeyPoolTest, ExhaustedWhenTheDeviceCannotCreateKeys) {
   Init(o, sim);
   const int64_t before = LiveKeys();
   absl::StatusOr<TakenKey> t = pool_->Take(0, kT0);
-  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+  EXPECT_THAT(t, StatusIs(absl::StatusCode::kResourceExhausted)) << t.status();
   EXPECT_NE(t.status().message().find("key pool exhausted"), absl::string_view::npos) << t.status();
   EXPECT_EQ(stats_.pool_exhausted.value(), 1u);
   EXPECT_EQ(LiveKeys(), before);  // the failed batch left nothing behind

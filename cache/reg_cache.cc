@@ -49,7 +49,7 @@ absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
 
 namespace {
 
-using internal::Registration;
+using internal::Record;
 using internal::Tenant;
 
 constexpr uint32_t kMaxTenantSlots = 1u << 16;
@@ -101,10 +101,12 @@ class RegCacheImpl final : public RegCache {
     return internal::MapWindow(*t, parent, offset, length, access);
   }
   absl::StatusOr<KeyGrant> Reregister(TenantId tenant, Handle handle, uint64_t va, uint64_t length,
-                                      hca::AccessFlags access) override {
+                                      hca::AccessFlags access,
+                                      absl::FunctionRef<void(Handle)> revoking) override {
     ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-    return internal::Reregister(*t, handle, va, length, access,
-                                [&] { return Register(tenant, va, length, access); });
+    return internal::Reregister(
+        *t, handle, va, length, access, [&] { return Register(tenant, va, length, access); },
+        revoking);
   }
   absl::Status Release(TenantId tenant, Handle handle) override;
   absl::Status Invalidate(TenantId tenant, Handle handle) override;
@@ -257,7 +259,7 @@ bool RegCacheImpl::TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFl
     uint64_t s = busy ? 0 : internal::HoldLocal(t, mine, slot, h, va, length, access, busy);
     if (s == 0 && busy) s = internal::HoldShared(h, va, length, access);
     if (s == 0) return false;
-    internal::FillGrant(g, *h, internal::MakeHandle(t.slot, internal::st::Gen(s), slot),
+    internal::FillGrant(g, *h, internal::MakeHandle(t.slot, internal::state::Gen(s), slot),
                         /*hit=*/true);
     return true;
   });
@@ -271,7 +273,7 @@ bool RegCacheImpl::TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFl
   int scanned = 0;
   while (it != t.cover.begin() && scanned++ < kCoverScanLimit) {
     --it;
-    Registration* r = it->second;
+    Record* r = it->second;
     const uint64_t rva = r->hot->va.load(std::memory_order_relaxed);
     const uint64_t rlen = r->hot->length.load(std::memory_order_relaxed);
     if (end - rva > t.max_length) break;  // nothing further left can reach `end`
@@ -338,7 +340,7 @@ absl::Status RegCacheImpl::Release(TenantId tenant, Handle handle) {
 
 absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
   ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
-  ASSIGN_OR_RETURN(Registration * r, internal::Resolve(*t, handle));
+  ASSIGN_OR_RETURN(Record * r, internal::Resolve(*t, handle));
   {
     base::MutexLock il(&t->index_mu);
     const internal::Stopped stopped =
@@ -346,7 +348,7 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
     if (stopped == internal::Stopped::kNo) {
       // Not live: revoked and still held, or gone since Resolve.
       const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-      if (internal::st::PublishedAs(s, internal::HandleGen(handle))) {
+      if (internal::state::PublishedAs(s, internal::HandleGen(handle))) {
         return base::WithReason(absl::FailedPreconditionError(
                                     absl::StrFormat("handle 0x%x was already invalidated", handle)),
                                 base::reason::kKeyRevoked, {{"handle", std::to_string(handle)}});
@@ -421,7 +423,7 @@ void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_sh
         return;
       }
     }
-    Registration* victim = internal::PickVictim(t);
+    Record* victim = internal::PickVictim(t);
     if (victim == nullptr) return;
     t.stats().evictions.Inc();
     internal::Retire(t, victim);

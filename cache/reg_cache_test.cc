@@ -5,9 +5,12 @@
 #include <cstring>
 #include <string>
 
+#include "base/test_util.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -33,7 +36,7 @@ TEST_F(RegCacheTest, PeerWriteThroughRkeyLandsInCallerMemory) {
   EXPECT_EQ(std::memcmp(mem.data() + 4096 + 100, "hello regcache", 14), 0);
   // The registration's range is enforced: one byte past the end is refused.
   absl::Status past = PeerWrite(g->rkey, mem.va() + 4096 + 8192 - 2, "xyz");
-  EXPECT_EQ(past.code(), absl::StatusCode::kPermissionDenied) << past;
+  EXPECT_THAT(past, StatusIs(absl::StatusCode::kPermissionDenied)) << past;
   ASSERT_TRUE(hca::ErrorOf(past).has_value());
   EXPECT_EQ(hca::ErrorOf(past)->syndrome, hca::Syndrome::kRemoteAccess);
   // The lkey works for local SGEs too.
@@ -89,20 +92,21 @@ TEST_F(RegCacheTest, InvalidatedKeyRefusesThePeerAndIsNeverHitAgain) {
   ASSERT_TRUE(PeerWrite(g->rkey, mem.va(), "before").ok());
   ASSERT_TRUE(cache_->Invalidate(tenant_, g->handle).ok());
   absl::Status after = PeerWrite(g->rkey, mem.va(), "after!");
-  EXPECT_EQ(after.code(), absl::StatusCode::kPermissionDenied) << after;
+  EXPECT_THAT(after, StatusIs(absl::StatusCode::kPermissionDenied)) << after;
   EXPECT_EQ(hca::ErrorOf(after)->syndrome, hca::Syndrome::kRemoteAccess);
   EXPECT_EQ(std::memcmp(mem.data(), "before", 6), 0);
   // Holders see a revoked handle until they release it.
   auto info = cache_->Query(tenant_, g->handle);
   ASSERT_TRUE(info.ok());
   EXPECT_TRUE(info->revoked);
-  EXPECT_EQ(cache_->Invalidate(tenant_, g->handle).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cache_->Invalidate(tenant_, g->handle),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   auto again = cache_->Register(tenant_, mem.va(), 4096, kRw);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->hit);
   EXPECT_NE(again->handle, g->handle);
   EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
-  EXPECT_EQ(cache_->Release(tenant_, g->handle).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Release(tenant_, g->handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(cache_->Release(tenant_, again->handle).ok());
   EXPECT_EQ(cache_->stats().revoked_with_holders.value(), 1u);
   EXPECT_EQ(cache_->stats().releases_after_revoke.value(), 1u);
@@ -131,7 +135,7 @@ TEST_F(RegCacheTest, StaleRkeyFromBeforeReuseFailsOnItsVariant) {
   EXPECT_EQ(hca::KeyVariant(reused), static_cast<uint8_t>(hca::KeyVariant(stale) + 1));
   const uint64_t target = grants.back().va;
   absl::Status s = PeerWrite(stale, target, "stale");
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied)) << s;
   EXPECT_TRUE(PeerWrite(reused, target, "fresh").ok());
   for (auto& n : grants) EXPECT_TRUE(cache_->Release(tenant_, n.handle).ok());
 }
@@ -197,7 +201,7 @@ TEST_F(RegCacheTest, WindowCannotReachOutsideItselfAndHasNarrowerRights) {
   // A read-only window on the same parent.
   auto ro = cache_->CreateWindow(tenant_, p->handle, 0, 4096, hca::kRemoteRead);
   ASSERT_TRUE(ro.ok());
-  EXPECT_EQ(PeerWrite(ro->rkey, mem.va(), "nope").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(PeerWrite(ro->rkey, mem.va(), "nope"), StatusIs(absl::StatusCode::kPermissionDenied));
   uint8_t buf[6];
   EXPECT_TRUE(peer_->Read(ro->rkey, mem.va() + 4096 + 10, absl::MakeSpan(buf)).code() ==
               absl::StatusCode::kPermissionDenied);  // outside the read-only window
@@ -208,7 +212,7 @@ TEST_F(RegCacheTest, WindowCannotReachOutsideItselfAndHasNarrowerRights) {
   EXPECT_TRUE(PeerWrite(p->rkey, mem.va() + 4096, "parent").ok());
   // Invalidating the parent takes its windows with it, first.
   ASSERT_TRUE(cache_->Invalidate(tenant_, p->handle).ok());
-  EXPECT_EQ(PeerWrite(ro->rkey, mem.va(), "x").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(PeerWrite(ro->rkey, mem.va(), "x"), StatusIs(absl::StatusCode::kPermissionDenied));
   auto ro_info = cache_->Query(tenant_, ro->handle);
   ASSERT_TRUE(ro_info.ok());
   EXPECT_TRUE(ro_info->revoked);
@@ -225,8 +229,8 @@ TEST_F(RegCacheTest, ReleasingTheLastWindowHolderRetiresTheWindow) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(cache_->Query(tenant_, p->handle)->windows, 1u);
   ASSERT_TRUE(cache_->Release(tenant_, w->handle).ok());
-  EXPECT_EQ(PeerWrite(w->rkey, mem.va(), "x").code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(cache_->Query(tenant_, w->handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(PeerWrite(w->rkey, mem.va(), "x"), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(cache_->Query(tenant_, w->handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(cache_->Query(tenant_, p->handle)->windows, 0u);
   EXPECT_TRUE(cache_->Release(tenant_, p->handle).ok());
 }
@@ -245,7 +249,7 @@ TEST_F(RegCacheTest, LruEvictionUnderQuotaPressure) {
   ASSERT_TRUE(a.ok() && b.ok());
   // Both held: the quota refuses a third.
   auto c = cache_->Register(tenant_, mem.va() + 8192, 64, kRw);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kResourceExhausted)) << c.status();
   EXPECT_EQ(cache_->stats().quota_refusals.value(), 1u);
   // Release both (a first: a is the least recently used) — the third evicts a.
   ASSERT_TRUE(cache_->Release(tenant_, a->handle).ok());
@@ -253,8 +257,9 @@ TEST_F(RegCacheTest, LruEvictionUnderQuotaPressure) {
   c = cache_->Register(tenant_, mem.va() + 8192, 64, kRw);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(cache_->stats().evictions.value(), 1u);
-  EXPECT_EQ(cache_->Query(tenant_, a->handle).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(PeerWrite(a->rkey, mem.va(), "evicted").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(cache_->Query(tenant_, a->handle), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(PeerWrite(a->rkey, mem.va(), "evicted"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
   auto b_again = cache_->Register(tenant_, mem.va() + 4096, 64, kRw);
   ASSERT_TRUE(b_again.ok());
   EXPECT_TRUE(b_again->hit);
@@ -275,7 +280,7 @@ TEST_F(RegCacheTest, PoolExhaustedIsAPreciseError) {
   auto b = cache_->Register(tenant_, mem.va() + 64, 64, kRw);
   ASSERT_TRUE(a.ok() && b.ok());
   auto c = cache_->Register(tenant_, mem.va() + 128, 64, kRw);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(c.status().message().find("key pool exhausted"), absl::string_view::npos) << c.status();
   EXPECT_GE(cache_->stats().pool_exhausted.value(), 1u);
   for (Handle h : {a->handle, b->handle}) EXPECT_TRUE(cache_->Release(tenant_, h).ok());
@@ -355,13 +360,14 @@ TEST_F(RegCacheTest, BadInputGetsPreciseErrorsAndCountersBalance) {
   for (const Case& c : cases) EXPECT_EQ(c.status.code(), c.code) << c.name << ": " << c.status;
 
   ASSERT_TRUE(cache_->Invalidate(tenant_, p->handle).ok());
-  EXPECT_EQ(cache_->Invalidate(tenant_, p->handle).code(), absl::StatusCode::kFailedPrecondition)
+  EXPECT_THAT(cache_->Invalidate(tenant_, p->handle),
+              StatusIs(absl::StatusCode::kFailedPrecondition))
       << "double invalidate";
   EXPECT_EQ(cache_->CreateWindow(tenant_, p->handle, 0, 64, kRw).status().code(),
             absl::StatusCode::kFailedPrecondition)
       << "window on a revoked parent";
   EXPECT_TRUE(cache_->Release(tenant_, p->handle).ok());
-  EXPECT_EQ(cache_->Release(tenant_, p->handle).code(), absl::StatusCode::kNotFound)
+  EXPECT_THAT(cache_->Release(tenant_, p->handle), StatusIs(absl::StatusCode::kNotFound))
       << "double release";
   EXPECT_TRUE(cache_->CloseTenant(*other).ok());
 
@@ -383,7 +389,7 @@ TEST_F(RegCacheTest, RemovingMemoryInvalidatesTheRegistrationsOverIt) {
   auto held = cache_->Register(tenant_, mem.va() + 8192, 4096, kRw);
   ASSERT_TRUE(held.ok());
   ASSERT_TRUE(cache_->RemoveBacking(tenant_, id).ok());
-  EXPECT_EQ(PeerWrite(g->rkey, mem.va(), "x").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(PeerWrite(g->rkey, mem.va(), "x"), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(PeerWrite(held->rkey, mem.va() + 8192, "x").code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(cache_->Query(tenant_, held->handle)->revoked);
@@ -391,7 +397,7 @@ TEST_F(RegCacheTest, RemovingMemoryInvalidatesTheRegistrationsOverIt) {
   EXPECT_EQ(UsageNow().backed_bytes, 0u);
   EXPECT_EQ(cache_->Register(tenant_, mem.va(), 64, kRw).status().code(),
             absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(cache_->RemoveBacking(tenant_, id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->RemoveBacking(tenant_, id), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(RegCacheTest, TenantsAreIsolatedByProtectionDomain) {
@@ -500,7 +506,7 @@ TEST_F(RegCacheLimitsTest, LongLayoutsMapByPointerAndBeyondTheLargestClassAreRef
     ASSERT_TRUE((*small)->AddBacking(*t, spec).ok());
   }
   auto too_many = (*small)->Register(*t, mem.va(), 49 * 4096, kRwAll);
-  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument) << too_many.status();
+  EXPECT_THAT(too_many, StatusIs(absl::StatusCode::kInvalidArgument)) << too_many.status();
   EXPECT_TRUE((*small)->CloseTenant(*t).ok());
 }
 
@@ -513,7 +519,7 @@ TEST(RegCacheCreateTest, ClassesMustFitTheDevice) {
   EXPECT_TRUE(RegCache::Create(device->get(), o).ok());
   o.pool.capacity_classes = {4, (*device)->capabilities().max_klm_entries + 1};
   auto c = RegCache::Create(device->get(), o);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(RegCache::FitClasses({4, 16, 48, 1024}, (*device)->capabilities()),
             (std::vector<uint32_t>{4, 16, 48, 1024}));
   hca::Capabilities inline_only = (*device)->capabilities();
@@ -521,7 +527,7 @@ TEST(RegCacheCreateTest, ClassesMustFitTheDevice) {
   EXPECT_EQ(RegCache::FitClasses({4, 16, 48, 1024}, inline_only),
             (std::vector<uint32_t>{4, 16, 48, 52}));
   o.pool.capacity_classes = {16, 4};
-  EXPECT_EQ(RegCache::Create(device->get(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(RegCache::Create(device->get(), o), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // On a device whose UMRs may not change a key's A bit (umr_modify_atomic_disabled), pooled keys
@@ -539,12 +545,12 @@ TEST(RegCacheDeviceLimitsTest, NoAtomicsWhereAUmrCannotGrantThem) {
   Memory mem(1 << 16);
   ASSERT_TRUE((*c)->AddBacking(*t, BackingSpec{mem.va(), mem.data(), 1 << 16}).ok());
   auto refused = (*c)->Register(*t, mem.va(), 4096, hca::kAllAccess);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition)) << refused.status();
   EXPECT_NE(refused.status().message().find("umr_modify_atomic_disabled"), std::string::npos);
   auto g = (*c)->Register(*t, mem.va(), 4096, kRw);
   ASSERT_TRUE(g.ok()) << g.status();
   auto grown = (*c)->Reregister(*t, g->handle, mem.va(), 8192, hca::kAllAccess);
-  EXPECT_EQ(grown.status().code(), absl::StatusCode::kFailedPrecondition) << grown.status();
+  EXPECT_THAT(grown, StatusIs(absl::StatusCode::kFailedPrecondition)) << grown.status();
   EXPECT_TRUE((*c)->CloseTenant(*t).ok());
 }
 

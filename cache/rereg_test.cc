@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -39,7 +42,7 @@ class ReregTest : public CacheTest {
   // The peer's write of one byte at `addr` through `rkey` is refused as a remote access error.
   void ExpectRefused(hca::Key rkey, uint64_t addr) {
     absl::Status s = PeerWrite(rkey, addr, "x");
-    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied)) << s;
     ASSERT_TRUE(hca::ErrorOf(s).has_value());
     EXPECT_EQ(hca::ErrorOf(s)->syndrome, hca::Syndrome::kRemoteAccess);
   }
@@ -114,6 +117,46 @@ TEST_F(ReregTest, UnchangedIsANoOp) {
   EXPECT_TRUE(cache_->Release(tenant_, g.handle).ok());
 }
 
+// The caller learns which handle the call revokes from the call itself, before the key refuses
+// anything, and only then: narrowed yes; in place, unchanged and replaced no.
+TEST_F(ReregTest, TheRevokingHookNamesExactlyTheHandleAboutToBeRevoked) {
+  Memory mem(16 * kPage);
+  Attach(mem);
+  std::vector<Handle> revoked;
+  std::vector<bool> key_still_worked;  // at the moment of the call
+  hca::Key rkey = 0;
+  auto hook = [&](Handle h) {
+    revoked.push_back(h);
+    key_still_worked.push_back(PeerWrite(rkey, mem.va(), "x").ok());
+  };
+  // In place (grows, the only holder): nothing revoked.
+  const KeyGrant g = Reg(mem.va(), kPage, kRw);
+  rkey = g.rkey;
+  auto grown = cache_->Reregister(tenant_, g.handle, mem.va(), 2 * kPage, kRw, hook);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  ASSERT_TRUE(grown->same_key);
+  // Unchanged: nothing revoked.
+  ASSERT_TRUE(cache_->Reregister(tenant_, g.handle, mem.va(), 2 * kPage, kRw, hook).ok());
+  EXPECT_TRUE(revoked.empty());
+  // Replaced (another holder): nothing revoked, the other holder keeps the key.
+  const KeyGrant twice = Reg(mem.va(), 2 * kPage, kRw);
+  ASSERT_EQ(twice.handle, g.handle);
+  auto replaced = cache_->Reregister(tenant_, g.handle, mem.va(), kPage, kRw, hook);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_TRUE(revoked.empty());
+  ASSERT_TRUE(cache_->Release(tenant_, replaced->handle).ok());
+  // Narrowed (the only holder again, fewer rights): the hook names it while its key still works.
+  auto narrowed =
+      cache_->Reregister(tenant_, g.handle, mem.va(), 2 * kPage, hca::kRemoteRead, hook);
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+  EXPECT_FALSE(narrowed->same_key);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(revoked[0], g.handle);
+  EXPECT_TRUE(key_still_worked[0]) << "the hook ran after the key was revoked";
+  ExpectRefused(g.rkey, mem.va());
+  EXPECT_TRUE(cache_->Release(tenant_, narrowed->handle).ok());
+}
+
 TEST_F(ReregTest, NarrowingGoesThroughTheLifecycleAndTheOldRkeyFails) {
   Memory mem(8 * kPage);
   Attach(mem);
@@ -126,7 +169,7 @@ TEST_F(ReregTest, NarrowingGoesThroughTheLifecycleAndTheOldRkeyFails) {
   EXPECT_NE(r->handle, g.handle);
   EXPECT_NE(r->rkey, g.rkey);
   ExpectRefused(g.rkey, mem.va());
-  EXPECT_EQ(cache_->Query(tenant_, g.handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, g.handle), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_TRUE(PeerWrite(r->rkey, mem.va(), "new").ok());
   ExpectRefused(r->rkey, mem.va() + 3 * kPage);
   EXPECT_EQ(cache_->stats().invalidations.value(), 1u);
@@ -208,7 +251,7 @@ TEST_F(ReregTest, WindowsKeepTheirParentAndAWindowIsReplaced) {
   auto from_window = cache_->Reregister(tenant_, w->handle, mem.va() + kPage, kPage, kRw);
   ASSERT_TRUE(from_window.ok()) << from_window.status();
   EXPECT_FALSE(from_window->same_key);
-  EXPECT_EQ(cache_->Query(tenant_, w->handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(cache_->Query(tenant_, w->handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(Info(parent.handle).windows, 0u);
   EXPECT_TRUE(cache_->Release(tenant_, from_window->handle).ok());
   EXPECT_TRUE(cache_->Release(tenant_, grown->handle).ok());
@@ -293,7 +336,7 @@ TEST_F(ReregOneKeyTest, ReplacingWithoutAKeyLeavesTheOldHoldsAlone) {
   const KeyGrant a = Reg(mem.va(), kPage, kRw);
   const KeyGrant b = Reg(mem.va(), kPage, kRw);
   auto r = cache_->Reregister(tenant_, a.handle, mem.va(), 2 * kPage, kRw);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kResourceExhausted)) << r.status();
   EXPECT_EQ(Info(a.handle).holders, 2u);
   EXPECT_TRUE(PeerWrite(a.rkey, mem.va(), "kept").ok());
   EXPECT_TRUE(cache_->Release(tenant_, a.handle).ok());
@@ -305,7 +348,7 @@ TEST_F(ReregOneKeyTest, NarrowingWithoutAKeyLeavesTheCallerTheRevokedHandle) {
   Attach(mem);
   const KeyGrant g = Reg(mem.va(), 2 * kPage, kRw);
   auto r = cache_->Reregister(tenant_, g.handle, mem.va(), kPage, kRw);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kResourceExhausted)) << r.status();
   EXPECT_TRUE(Info(g.handle).revoked);
   ExpectRefused(g.rkey, mem.va());
   EXPECT_TRUE(cache_->Release(tenant_, g.handle).ok());

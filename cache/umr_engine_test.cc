@@ -10,10 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "base/test_util.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::cache {
 namespace {
@@ -115,7 +118,7 @@ TEST_F(UmrEngineTest, CreateRefusesZeroQueues) {
   EngineOptions o = TestEngineOptions();
   o.queues_per_tenant = 0;
   auto engine = UmrEngine::Create(device_.get(), pd_, o, &stats_);
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(engine, StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(UmrEngineTest, MapThenInvalidate) {
@@ -134,13 +137,13 @@ TEST_F(UmrEngineTest, MapThenInvalidate) {
   EXPECT_EQ(info.length, kPage);
   ASSERT_TRUE(PeerWrite(mapped, 3, "through the map").ok());
   EXPECT_EQ(PageText(3, 15), "through the map");
-  EXPECT_EQ(PeerWrite(key, 3, "old variant").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(PeerWrite(key, 3, "old variant"), StatusIs(absl::StatusCode::kPermissionDenied));
 
   std::vector<UmrOp> inv = {UmrOp::Invalidate(mapped, /*fence=*/true)};
   Execute(inv);
   ASSERT_TRUE(inv[0].result.ok()) << inv[0].result;
   EXPECT_TRUE(Query(mapped).free);
-  EXPECT_EQ(PeerWrite(mapped, 3, "refused").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(PeerWrite(mapped, 3, "refused"), StatusIs(absl::StatusCode::kPermissionDenied));
 
   EXPECT_EQ(stats_.umr_posted.value(), 2u);
   EXPECT_EQ(stats_.umr_batches.value(), 2u);
@@ -232,7 +235,7 @@ TEST_F(UmrEngineTest, InvalidatingAKeyThatDoesNotExistReportsTheDeviceError) {
   // No key was ever created at this index: the device refuses the UMR (MW_BIND).
   std::vector<UmrOp> ops = {UmrOp::Invalidate(hca::MakeKey(60000, 0), false)};
   Execute(ops);
-  EXPECT_EQ(ops[0].result.code(), absl::StatusCode::kFailedPrecondition) << ops[0].result;
+  EXPECT_THAT(ops[0].result, StatusIs(absl::StatusCode::kFailedPrecondition)) << ops[0].result;
   const auto error = hca::ErrorOf(ops[0].result);
   ASSERT_TRUE(error.has_value()) << ops[0].result;
   EXPECT_EQ(error->syndrome, hca::Syndrome::kMwBind);
@@ -247,7 +250,7 @@ TEST_F(UmrEngineTest, MappingAKeyOfAnotherPdReportsTheDeviceError) {
   const hca::Key foreign = MakeKeys(1, *other_pd)[0];
   std::vector<UmrOp> ops = {Map(foreign, 1, 0)};
   Execute(ops);
-  EXPECT_EQ(ops[0].result.code(), absl::StatusCode::kFailedPrecondition) << ops[0].result;
+  EXPECT_THAT(ops[0].result, StatusIs(absl::StatusCode::kFailedPrecondition)) << ops[0].result;
   const auto error = hca::ErrorOf(ops[0].result);
   ASSERT_TRUE(error.has_value()) << ops[0].result;
   EXPECT_EQ(error->syndrome, hca::Syndrome::kMwBind);
@@ -263,7 +266,7 @@ TEST_F(UmrEngineTest, MappingAKeyThatIsNotFreeReportsTheDeviceError) {
   // Mapped again without an invalidation in between: the free check refuses it.
   std::vector<UmrOp> again = {Map(hca::MakeKey(hca::KeyIndex(key), 1), 2, 1)};
   Execute(again);
-  EXPECT_EQ(again[0].result.code(), absl::StatusCode::kFailedPrecondition) << again[0].result;
+  EXPECT_THAT(again[0].result, StatusIs(absl::StatusCode::kFailedPrecondition)) << again[0].result;
   const hca::KeyInfo info = Query(key);
   EXPECT_EQ(hca::KeyVariant(info.key), 1);  // the first map stands
   EXPECT_EQ(info.start_addr, mem_.va());
@@ -278,7 +281,7 @@ TEST_F(UmrEngineTest, AFailureInTheMiddleOfABatchIsThatOpsAlone) {
   ops.push_back(Map(keys[1], 1, 1));
   Execute(ops);
   EXPECT_TRUE(ops[0].result.ok()) << ops[0].result;
-  EXPECT_EQ(ops[1].result.code(), absl::StatusCode::kFailedPrecondition) << ops[1].result;
+  EXPECT_THAT(ops[1].result, StatusIs(absl::StatusCode::kFailedPrecondition)) << ops[1].result;
   EXPECT_TRUE(ops[2].result.ok()) << ops[2].result;
   EXPECT_FALSE(Query(keys[0]).free);
   EXPECT_FALSE(Query(keys[1]).free);
@@ -299,7 +302,7 @@ TEST_F(UmrEngineTest, AnOpThatCannotBePostedFailsAloneAndTheRestComplete) {
   ops.back().klm[0].length = 0;
   Execute(ops);
   EXPECT_TRUE(ops[0].result.ok()) << ops[0].result;
-  EXPECT_EQ(ops[1].result.code(), absl::StatusCode::kInvalidArgument) << ops[1].result;
+  EXPECT_THAT(ops[1].result, StatusIs(absl::StatusCode::kInvalidArgument)) << ops[1].result;
   EXPECT_NE(ops[1].result.message().find("post UMR"), absl::string_view::npos) << ops[1].result;
   EXPECT_FALSE(Query(keys[0]).free);
   EXPECT_TRUE(Query(keys[1]).free);
@@ -322,7 +325,7 @@ TEST_F(UmrEngineTest, AnOpWithoutACompletionInTimeReportsDeadlineExceeded) {
   std::vector<UmrOp> ops = {Map(key, 1, 0)};
   Execute(ops);
   device_->DelayCompletionsForTest(absl::ZeroDuration());
-  EXPECT_EQ(ops[0].result.code(), absl::StatusCode::kDeadlineExceeded) << ops[0].result;
+  EXPECT_THAT(ops[0].result, StatusIs(absl::StatusCode::kDeadlineExceeded)) << ops[0].result;
   EXPECT_EQ(stats_.umr_timeouts.value(), 1u);
   EXPECT_EQ(stats_.umr_latency_ns.Snapshot().count, 1u);
   // The engine forgot the op: destroying it with the late completion still due is fine.

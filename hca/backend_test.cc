@@ -1,7 +1,10 @@
 #include "hca/backend.h"
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca {
 namespace {
@@ -27,13 +30,13 @@ TEST(ParseBackendSpecTest, DeviceAndParams) {
 }
 
 TEST(ParseBackendSpecTest, Rejects) {
-  EXPECT_EQ(ParseBackendSpec("").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec(":x").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec("sim:").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec("sim:a,,b=1").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec("verbs:a,b").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec("sim:k=1,k=2").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseBackendSpec("sim:=1").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ParseBackendSpec(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec(":x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec("sim:"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec("sim:a,,b=1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec("verbs:a,b"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec("sim:k=1,k=2"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseBackendSpec("sim:=1"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 class RegistryTest : public ::testing::Test {
@@ -44,7 +47,7 @@ class RegistryTest : public ::testing::Test {
 
 TEST_F(RegistryTest, UnknownNameIsNotFoundWithHint) {
   absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice("sim");
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(d, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(d.status().message(), HasSubstr("hca::sim::RegisterBackend()"));
 }
 
@@ -58,7 +61,7 @@ TEST_F(RegistryTest, FactoryGetsParsedSpecAndItsErrorIsReturned) {
                               })
                   .ok());
   absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice("fake:dev0,x=1");
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(d, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(seen.device, "dev0");
   EXPECT_EQ(seen.params.at("x"), "1");
   EXPECT_THAT(RegisteredBackends(), ElementsAre("fake"));
@@ -70,7 +73,7 @@ TEST_F(RegistryTest, DuplicateRegistrationIsAlreadyExists) {
     return absl::UnavailableError("x");
   };
   ASSERT_TRUE(RegisterBackend("fake", factory).ok());
-  EXPECT_EQ(RegisterBackend("fake", factory).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(RegisterBackend("fake", factory), StatusIs(absl::StatusCode::kAlreadyExists));
 }
 
 TEST(AccessToStringTest, Renders) {

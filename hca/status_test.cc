@@ -1,14 +1,17 @@
 #include "hca/status.h"
 
 #include "base/status_macros.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca {
 namespace {
 
 TEST(DeviceErrorTest, CarriesCodeMessageAndSyndrome) {
   absl::Status s = DeviceError(Syndrome::kRemoteAccess, "rkey 0x100 lacks rw");
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(s.message(), "REMOTE_ACCESS (syndrome 0x13): rkey 0x100 lacks rw");
   ASSERT_TRUE(ErrorOf(s).has_value());
   EXPECT_EQ(ErrorOf(s)->syndrome, Syndrome::kRemoteAccess);
@@ -18,14 +21,14 @@ TEST(DeviceErrorTest, CarriesCodeMessageAndSyndrome) {
 TEST(DeviceErrorTest, VendorOdpSyndromeIsUnavailable) {
   absl::Status s =
       DeviceError(Syndrome::kRemoteAccess, "fault resumed with error", kVendorSyndromeOdpFault);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_NE(s.message().find("vendor 0x93"), absl::string_view::npos);
   EXPECT_EQ(ErrorOf(s)->vendor_syndrome, kVendorSyndromeOdpFault);
 }
 
 TEST(DeviceErrorTest, SurvivesAnnotate) {
   absl::Status s = base::Annotate(DeviceError(Syndrome::kMwBind, "key not free"), "map");
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_TRUE(ErrorOf(s).has_value());
   EXPECT_EQ(ErrorOf(s)->syndrome, Syndrome::kMwBind);
 }

@@ -1,6 +1,7 @@
 #include "odp/register.h"
 
 #include "base/status_macros.h"
+#include "odp/servicer.h"
 
 namespace regcache::odp {
 

@@ -16,9 +16,11 @@
 #include "absl/status/statusor.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
-#include "odp/servicer.h"
+#include "odp/types.h"
 
 namespace regcache::odp {
+
+class Servicer;  // odp/servicer.h
 
 struct RegisterOptions {
   bool prefetch = true;  // false: a plain Register

@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::odp {
 namespace {
@@ -204,8 +207,8 @@ TEST_P(ServicerTest, PrefetchErrors) {
   EXPECT_EQ(servicer_->Prefetch(ro.key, mem.va(), kPage, true, PrefetchMode::kSync).code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(servicer_->Prefetch(ro.key, mem.va(), kPage, false, PrefetchMode::kSync).ok());
-  EXPECT_EQ(servicer_->Zap(hca::MakeKey(999, 0), 0, 1).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(servicer_->Zap(b.key, mem.va() - 1, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(servicer_->Zap(hca::MakeKey(999, 0), 0, 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(servicer_->Zap(b.key, mem.va() - 1, 2), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_P(ServicerTest, AsyncPrefetchQueueIsBounded) {
@@ -571,7 +574,7 @@ class NoOdpDevice final : public hca::Device {
 TEST(ServicerCreateTest, DeviceWithoutOdpIsUnimplemented) {
   NoOdpDevice dev(hca::sim::NewSimDevice({}).value());
   auto s = Servicer::Create(&dev);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_NE(s.status().message().find("no ODP"), absl::string_view::npos) << s.status();
 }
 
@@ -579,10 +582,10 @@ TEST(ServicerCreateTest, BadOptions) {
   auto dev = hca::sim::NewSimDevice({}).value();
   ServicerOptions o;
   o.queue_depth = 100;
-  EXPECT_EQ(Servicer::Create(dev.get(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Servicer::Create(dev.get(), o), StatusIs(absl::StatusCode::kInvalidArgument));
   o = ServicerOptions{};
   o.max_pending_faults = 0;
-  EXPECT_EQ(Servicer::Create(dev.get(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Servicer::Create(dev.get(), o), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

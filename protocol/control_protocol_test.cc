@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::protocol {
 namespace {
@@ -53,10 +56,10 @@ TEST(DeviceName, EmptyFullAndBadNames) {
   const std::string full(kDeviceNameBytes, 'x');
   ASSERT_TRUE(SetDeviceName(full, field).ok());
   EXPECT_EQ(DeviceNameOf(field).value_or("?"), full) << "a full field needs no NUL";
-  EXPECT_EQ(SetDeviceName(full + "x", field).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SetDeviceName(full + "x", field), StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_TRUE(SetDeviceName("ab", field).ok());
   field[1] = '\n';
-  EXPECT_EQ(DeviceNameOf(field).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DeviceNameOf(field), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(SocketPair, FdTravelsWithItsMessage) {
@@ -170,7 +173,7 @@ TEST_F(SocketPair, TooManyReceivedFdsAreRefusedAndClosed) {
       EXPECT_EQ(m->As<ImportFdMsg>().nonce, count);
       CloseFds(&m->fds);
     } else {
-      EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << count;
+      EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument)) << count;
       EXPECT_EQ(std::string(m.status().message()),
                 "control message carries more than 4 descriptors")
           << count;
@@ -220,25 +223,25 @@ TEST_F(SocketPair, GarbageIsRefused) {
     ASSERT_EQ(send(fds_[0], c.bytes.data(), c.bytes.size(), 0),
               static_cast<ssize_t>(c.bytes.size()));
     auto m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
-    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument)) << c.name;
   }
 }
 
 TEST_F(SocketPair, EofAndTimeout) {
   auto m = ReceiveControlMessage(fds_[1], absl::Milliseconds(10));
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kDeadlineExceeded));
   shutdown(fds_[0], SHUT_WR);
   m = ReceiveControlMessage(fds_[1], absl::Seconds(1));
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST(ErrorMessage, RoundTripsCodeAndMessage) {
   ErrorMsg e = MakeErrorMessage(absl::PermissionDeniedError("uid 65534 not allowed"), 7, 5);
   absl::Status s = StatusFromErrorMessage(e);
-  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(s.message(), "uid 65534 not allowed");
   e.code = 999;
-  EXPECT_EQ(StatusFromErrorMessage(e).code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(StatusFromErrorMessage(e), StatusIs(absl::StatusCode::kUnknown));
   e.message_length = 60000;  // clamped to the buffer
   EXPECT_LE(StatusFromErrorMessage(e).message().size(), sizeof(e.message));
 }

@@ -4,8 +4,11 @@
 #include <string>
 
 #include "base/error_reason.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "protocol/reason_numbers.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::protocol::shm {
 namespace {
@@ -54,7 +57,7 @@ TEST(RingCodec, EveryBadFieldIsNamed) {
     c.mutate(r);
     absl::StatusOr<DecodedRequest> d = DecodeRequest(r);
     ASSERT_FALSE(d.ok()) << c.name;
-    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(d, StatusIs(absl::StatusCode::kInvalidArgument)) << c.name;
     EXPECT_NE(std::string(d.status().message()).find(c.says), std::string::npos)
         << c.name << ": " << d.status();
   }
@@ -98,7 +101,7 @@ TEST(RingCodec, CompletionStatusRoundTripsAndTruncates) {
   EXPECT_EQ(c.seq, 3u);
   EXPECT_EQ(c.slot, kNoSlot);
   absl::Status s = StatusFromCompletion(c);
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(s.message().size(), kMessageBytes - 1);
   EXPECT_TRUE(StatusFromCompletion(CompletionFor(1, 1, absl::OkStatus())).ok());
 }
@@ -109,7 +112,7 @@ TEST(RingCodec, TheReasonCrossesAsANumber) {
   RingCompletion c = CompletionFor(4, 1, quota);
   EXPECT_EQ(c.reason, ReasonNumber(base::reason::kKeyQuotaExceeded));
   absl::Status back = StatusFromCompletion(c);
-  EXPECT_EQ(back.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(back, StatusIs(absl::StatusCode::kResourceExhausted));
   std::optional<base::ErrorReason> r = base::GetErrorReason(back);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->reason, "KEY_QUOTA_EXCEEDED");
@@ -125,7 +128,7 @@ TEST(RingCodec, GarbageCompletionsStayBounded) {
   RingCompletion c;
   std::memset(&c, 0x7f, sizeof(c));  // no NUL anywhere, an unknown code
   absl::Status s = StatusFromCompletion(c);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnknown));
   EXPECT_EQ(s.message().size(), kMessageBytes);
 }
 

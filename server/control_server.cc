@@ -21,6 +21,7 @@
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "base/unique_fd.h"
 #include "protocol/control_protocol.h"
 #include "server/internal/control_client_memory.h"
 #include "server/internal/session_closer.h"
@@ -43,8 +44,12 @@ struct Connection {
 
 class ControlServerImpl final : public ControlServer {
  public:
-  ControlServerImpl(service::Daemon* daemon, int listen_fd, int epoll_fd, int wake_fd)
-      : daemon_(daemon), listen_fd_(listen_fd), epoll_fd_(epoll_fd), wake_fd_(wake_fd) {
+  ControlServerImpl(service::Daemon* daemon, base::UniqueFd listen_fd, base::UniqueFd epoll_fd,
+                    base::UniqueFd wake_fd)
+      : daemon_(daemon),
+        listen_fd_(std::move(listen_fd)),
+        epoll_fd_(std::move(epoll_fd)),
+        wake_fd_(std::move(wake_fd)) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~ControlServerImpl() override { Stop(); }
@@ -52,7 +57,7 @@ class ControlServerImpl final : public ControlServer {
   void Stop() override {
     if (stopped_.exchange(true)) return;
     uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
+    (void)!write(wake_fd_.get(), &one, sizeof(one));
     thread_.join();
     std::vector<int> fds;
     {
@@ -61,9 +66,9 @@ class ControlServerImpl final : public ControlServer {
     }
     for (int fd : fds) Drop(fd, "server stopping");
     closer_.Drain();
-    close(listen_fd_);
-    close(epoll_fd_);
-    close(wake_fd_);
+    listen_fd_.reset();
+    epoll_fd_.reset();
+    wake_fd_.reset();
   }
 
   size_t connections() const override {
@@ -96,7 +101,7 @@ class ControlServerImpl final : public ControlServer {
   void Loop() {
     epoll_event events[32];
     while (!stopped_.load(std::memory_order_acquire)) {
-      int n = epoll_wait(epoll_fd_, events, 32, 1000);
+      int n = epoll_wait(epoll_fd_.get(), events, 32, 1000);
       if (n < 0) {
         if (errno == EINTR) continue;
         RC_LOG(ERROR) << "control socket epoll_wait: " << base::ErrnoName(errno);
@@ -105,8 +110,8 @@ class ControlServerImpl final : public ControlServer {
       DropLateOpens();
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
-        if (fd == wake_fd_) return;
-        if (fd == listen_fd_) {
+        if (fd == wake_fd_.get()) return;
+        if (fd == listen_fd_.get()) {
           Accept();
         } else {
           Serve(fd, events[i].events);
@@ -116,7 +121,7 @@ class ControlServerImpl final : public ControlServer {
   }
 
   void Accept() {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EINTR) {
         RC_LOG(WARNING) << "control socket accept: " << base::ErrnoName(errno);
@@ -146,7 +151,7 @@ class ControlServerImpl final : public ControlServer {
       ++pending_;
       by_fd_[fd] = Connection{fd, {}, peer, absl::Now()};
     }
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) Drop(fd, "epoll_ctl");
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) Drop(fd, "epoll_ctl");
   }
 
   // The client's first message: opens its session on the device it names and answers with the
@@ -352,7 +357,7 @@ class ControlServerImpl final : public ControlServer {
       }
       by_fd_.erase(it);
     }
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     if (session == 0) {
       RC_LOG(INFO) << "control: connection closed before its session opened (" << why << ")";
@@ -370,9 +375,9 @@ class ControlServerImpl final : public ControlServer {
 
   service::Daemon* const daemon_;
   internal::SessionCloser closer_{daemon_, kCloseWorkers};
-  const int listen_fd_;
-  const int epoll_fd_;
-  const int wake_fd_;
+  base::UniqueFd listen_fd_;  // closed by Stop, after the loop ended
+  base::UniqueFd epoll_fd_;
+  base::UniqueFd wake_fd_;
   std::atomic<bool> stopped_{false};
   std::thread thread_;
   mutable base::Mutex mu_;
@@ -392,37 +397,29 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(service::Dae
     return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (lfd < 0) return base::ErrnoToStatus(errno, "control socket");
+  base::UniqueFd lfd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!lfd) return base::ErrnoToStatus(errno, "control socket");
   unlink(path.c_str());  // a stale socket of a previous run
-  if (bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
-    close(lfd);
-    return base::ErrnoToStatus(err, absl::StrCat("bind ", path));
+  if (bind(lfd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return base::ErrnoToStatus(errno, absl::StrCat("bind ", path));
   }
   chmod(path.c_str(), 0666);
-  if (listen(lfd, 128) != 0) {
-    int err = errno;
-    close(lfd);
-    return base::ErrnoToStatus(err, absl::StrCat("listen ", path));
+  if (listen(lfd.get(), 128) != 0) {
+    return base::ErrnoToStatus(errno, absl::StrCat("listen ", path));
   }
-  int efd = epoll_create1(EPOLL_CLOEXEC);
-  int wfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (efd < 0 || wfd < 0) {
-    int err = errno;
-    close(lfd);
-    if (efd >= 0) close(efd);
-    if (wfd >= 0) close(wfd);
-    return base::ErrnoToStatus(err, "control socket epoll/eventfd");
-  }
-  for (int fd : {lfd, wfd}) {
+  base::UniqueFd efd(epoll_create1(EPOLL_CLOEXEC));
+  if (!efd) return base::ErrnoToStatus(errno, "control socket epoll");
+  base::UniqueFd wfd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wfd) return base::ErrnoToStatus(errno, "control socket eventfd");
+  for (int fd : {lfd.get(), wfd.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    epoll_ctl(efd, EPOLL_CTL_ADD, fd, &ev);
+    epoll_ctl(efd.get(), EPOLL_CTL_ADD, fd, &ev);
   }
   RC_LOG(INFO) << "control socket listening on " << path;
-  return std::unique_ptr<ControlServer>(new ControlServerImpl(daemon, lfd, efd, wfd));
+  return std::unique_ptr<ControlServer>(
+      new ControlServerImpl(daemon, std::move(lfd), std::move(efd), std::move(wfd)));
 }
 
 }  // namespace regcache::server

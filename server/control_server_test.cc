@@ -16,10 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "protocol/control_protocol.h"
 #include "service/daemon.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::server {
 namespace {
@@ -142,7 +145,7 @@ TEST_F(ControlServerTest, AnObserverGetsAWelcomeWithoutFilesAndNoSession) {
          absl::Now() < deadline)
     absl::SleepFor(absl::Milliseconds(1));
   EXPECT_EQ(control_->connections(), 0u);
-  EXPECT_EQ(daemon_->Authenticate(token).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(daemon_->Authenticate(token), StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
 TEST_F(ControlServerTest, AnOpenWithUnknownFlagsIsRefused) {
@@ -161,7 +164,7 @@ TEST_F(ControlServerTest, AnOpenWithUnknownFlagsIsRefused) {
   ASSERT_TRUE(reply.ok()) << reply.status();
   ASSERT_EQ(reply->type, protocol::ControlType::kError);
   absl::Status refused = protocol::StatusFromErrorMessage(reply->As<protocol::ErrorMsg>());
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(refused.message().find("flags"), absl::string_view::npos) << refused;
 }
 
@@ -196,7 +199,7 @@ TEST_F(ControlServerTest, ImportFdWithTheWrongDescriptorCountSaysHowMany) {
     protocol::ErrorMsg e = reply->As<protocol::ErrorMsg>();
     EXPECT_EQ(e.nonce, c.nonce) << c.fds;
     absl::Status s = protocol::StatusFromErrorMessage(e);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.fds;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.fds;
     EXPECT_EQ(std::string(s.message()), c.message) << c.fds;
   }
   // The replies come after the daemon closed the descriptors, so nothing is in flight.

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "service/internal/access_policy.h"
 #include "service/internal/attach_memory.h"
 #include "service/internal/backing_page.h"
@@ -86,8 +87,9 @@ class DaemonImpl final : public Daemon {
     return observers_.Find(session) ? internal::ObserverRefusal(session) : absl::OkStatus();
   }
   absl::StatusOr<DeviceIdentity> SessionDevice(SessionId session) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return (**pin).device->Identity();
+    return WithSession(session, [&](Session& s) -> absl::StatusOr<DeviceIdentity> {
+      return s.device->Identity();
+    });
   }
   absl::StatusOr<SessionId> Authenticate(absl::string_view token) override;
   absl::Status CloseSession(SessionId session) override;
@@ -102,85 +104,75 @@ class DaemonImpl final : public Daemon {
   absl::Status DetachMemory(SessionId session, MemoryId memory) override;
   absl::StatusOr<std::vector<MemoryInfo>> ListMemory(SessionId session) override;
   absl::StatusOr<hca::PdExport> ExportPd(SessionId session) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return internal::ExportSessionPd(config_, **pin);
+    return WithSession(session, [&](Session& s) { return internal::ExportSessionPd(config_, s); });
   }
   absl::StatusOr<MemoryId> AttachRegion(SessionId session, const ClientRegion& region) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return internal::AttachClientRegion(config_, **pin, region);
+    return WithSession(
+        session, [&](Session& s) { return internal::AttachClientRegion(config_, s, region); });
   }
 
   // The key calls: the session pinned, then the same code as the session's ring worker runs.
   absl::StatusOr<cache::KeyGrant> Register(SessionId session, uint64_t va, uint64_t length,
                                            hca::AccessFlags access,
                                            std::optional<odp::PrefetchMode> prefetch) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingRegister(**pin, va, length, access, prefetch));
-    return g.grant;
+    return GrantOf(WithSession(
+        session, [&](Session& s) { return Keys(s).Register(s, va, length, access, prefetch); }));
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return Keys(**pin).RingPrefetch(**pin, va, length, write, mode);
+    return WithSession(session,
+                       [&](Session& s) { return Keys(s).Prefetch(s, va, length, write, mode); });
   }
   absl::StatusOr<cache::KeyGrant> CreateWindow(SessionId session, cache::Handle parent,
                                                uint64_t offset, uint64_t length,
                                                hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingWindow(**pin, parent, offset, length, access));
-    return g.grant;
+    return GrantOf(WithSession(
+        session, [&](Session& s) { return Keys(s).Window(s, parent, offset, length, access); }));
   }
   absl::StatusOr<cache::KeyGrant> Reregister(SessionId session, cache::Handle handle, uint64_t va,
                                              uint64_t length, hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    ASSIGN_OR_RETURN(SlottedGrant g, Keys(**pin).RingReregister(**pin, handle, va, length, access));
-    return g.grant;
+    return GrantOf(WithSession(
+        session, [&](Session& s) { return Keys(s).Reregister(s, handle, va, length, access); }));
   }
   absl::Status Release(SessionId session, cache::Handle handle) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return Keys(**pin).RingRelease(**pin, handle);
+    return WithSession(session, [&](Session& s) { return Keys(s).Release(s, handle); });
   }
   absl::Status Invalidate(SessionId session, cache::Handle handle) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return Keys(**pin).RingInvalidate(**pin, handle);
+    return WithSession(session, [&](Session& s) { return Keys(s).Invalidate(s, handle); });
   }
   absl::StatusOr<cache::RegistrationInfo> Query(SessionId session, cache::Handle handle) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    return Keys(**pin).RingQuery(**pin, handle);
+    return WithSession(session, [&](Session& s) { return Keys(s).Query(s, handle); });
   }
   absl::StatusOr<std::vector<cache::RegistrationInfo>> ListKeys(SessionId session) override {
     if (observers_.Find(session)) return std::vector<cache::RegistrationInfo>{};
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    return s.device->cache->List(s.tenant);
+    return WithSession(session, [&](Session& s) { return s.device->cache->List(s.tenant); });
   }
   absl::StatusOr<cache::TenantUsage> Usage(SessionId session) override {
     if (observers_.Find(session)) return cache::TenantUsage{};
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    return s.device->cache->Usage(s.tenant);
+    return WithSession(session, [&](Session& s) { return s.device->cache->Usage(s.tenant); });
   }
 
   absl::StatusOr<EndpointInfo> CreateEndpoint(SessionId session, const hca::EndpointAddress& remote,
                                               hca::AccessFlags access) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    ASSIGN_OR_RETURN(cache::TenantUsage u, s.device->cache->Usage(s.tenant));
-    base::MutexLock lock(&s.mu);
-    return s.endpoints->Create(s.device->device.get(), u.pd, remote, access, config_.max_endpoints);
+    return WithSession(session, [&](Session& s) -> absl::StatusOr<EndpointInfo> {
+      ASSIGN_OR_RETURN(cache::TenantUsage u, s.device->cache->Usage(s.tenant));
+      base::MutexLock lock(&s.mu);
+      return s.endpoints->Create(s.device->device.get(), u.pd, remote, access,
+                                 config_.max_endpoints);
+    });
   }
   absl::Status DestroyEndpoint(SessionId session, EndpointId endpoint) override {
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    base::MutexLock lock(&s.mu);
-    return s.endpoints->Destroy(endpoint);
+    return WithSession(session, [&](Session& s) {
+      base::MutexLock lock(&s.mu);
+      return s.endpoints->Destroy(endpoint);
+    });
   }
   absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(SessionId session) override {
     if (observers_.Find(session)) return std::vector<EndpointInfo>{};
-    ASSIGN_OR_RETURN(auto pin, Pin(session));
-    Session& s = **pin;
-    base::MutexLock lock(&s.mu);
-    return s.endpoints->List();
+    return WithSession(session, [&](Session& s) -> absl::StatusOr<std::vector<EndpointInfo>> {
+      base::MutexLock lock(&s.mu);
+      return s.endpoints->List();
+    });
   }
 
   absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
@@ -202,6 +194,18 @@ class DaemonImpl final : public Daemon {
   // The session, pinned against closing for the caller's scope. kNotFound if unknown or closed,
   // kUnavailable while draining.
   absl::StatusOr<std::unique_ptr<SessionRef>> Pin(SessionId id);
+  // fn(Session&) with the session pinned (Pin) for the call; Pin's error without calling it.
+  template <typename Fn>
+  auto WithSession(SessionId id, Fn&& fn) -> decltype(fn(std::declval<Session&>())) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SessionRef> pin, Pin(id));
+    return fn(**pin);
+  }
+  // The grant of a key call, without its state slot (the transports that ask this way have
+  // their own record of it).
+  static absl::StatusOr<cache::KeyGrant> GrantOf(absl::StatusOr<SlottedGrant> g) {
+    if (!g.ok()) return g.status();
+    return g->grant;
+  }
   // The key calls of the session's device.
   static internal::SessionKeys& Keys(Session& s) { return *s.device->keys; }
   // Every open session's info, in id order.
@@ -416,19 +420,12 @@ absl::StatusOr<AllocatedMemory> DaemonImpl::AllocateMemory(SessionId session, ui
 
 absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uint64_t offset,
                                                   uint64_t length) {
-  auto pinned = Pin(session);
-  if (!pinned.ok()) {
-    ::close(fd);
-    return pinned.status();
-  }
-  Session& s = ***pinned;
+  base::UniqueFd owned(fd);  // closed on every refusal below
+  ASSIGN_OR_RETURN(auto pin, Pin(session));
+  Session& s = **pin;
   base::MutexLock lock(&s.mu);
-  absl::StatusOr<internal::MemoryCharge> charge = AdmitMemory(s, length);
-  if (!charge.ok()) {
-    ::close(fd);
-    return charge.status();
-  }
-  auto mem = SharedMemory::Import(fd, offset, length);  // owns fd now
+  ASSIGN_OR_RETURN(internal::MemoryCharge charge, AdmitMemory(s, length));
+  auto mem = SharedMemory::Import(owned.release(), offset, length);  // owns the fd now
   if (!mem.ok()) {
     stats_.memory_refused.Inc();
     return mem.status();
@@ -436,7 +433,7 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
   Memory m;
   m.id = s.next_memory++;
   m.mem = std::move(*mem);
-  m.charge = std::move(*charge);
+  m.charge = std::move(charge);
   s.mapped_bytes += length;
   stats_.memory_mapped_bytes.Add(length);
   stats_.memory_imported.Inc();

@@ -8,9 +8,12 @@
 #include <memory>
 #include <string>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::service {
 namespace {
@@ -114,12 +117,12 @@ TEST_F(DaemonDevicesTest, SessionsChooseTheirDeviceAndGrantsNameIt) {
   EXPECT_EQ((*sessions)[1].device.name, "sim1");
   ASSERT_TRUE(daemon_->CloseSession(b->id).ok());
   EXPECT_EQ(daemon_->Status().devices[1].sessions, 0u);
-  EXPECT_EQ(daemon_->SessionDevice(b->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->SessionDevice(b->id), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(DaemonDevicesTest, UnknownDeviceIsNotFoundAndListsTheDevices) {
   auto g = Open("mlx5_7");
-  ASSERT_EQ(g.status().code(), absl::StatusCode::kNotFound);
+  ASSERT_THAT(g, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_NE(g.status().message().find("mlx5_7"), absl::string_view::npos) << g.status();
   EXPECT_NE(g.status().message().find("sim0, sim1"), absl::string_view::npos) << g.status();
   EXPECT_EQ(daemon_->Status().sessions, 0u);
@@ -183,7 +186,7 @@ TEST_F(DaemonDevicesTest, SessionLimitPerDevice) {
   auto a = Open("sim0");
   ASSERT_TRUE(a.ok());
   auto refused = Open("sim0");
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(refused.status().message().find("sim0"), absl::string_view::npos);
   EXPECT_TRUE(Open("sim1").ok()) << "the other device has its own limit";
   ASSERT_TRUE(daemon_->CloseSession(a->id).ok());
@@ -200,16 +203,16 @@ TEST(DaemonDeviceList, BadListsAreRefusedClearly) {
     return d.ok() ? absl::OkStatus() : d.status();
   };
   absl::Status s = code_and_message("sim;sim");
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("two devices are named 'sim0'"), absl::string_view::npos) << s;
   s = code_and_message("sim;;sim:sim1");
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("item 2 is empty"), absl::string_view::npos) << s;
   s = code_and_message("auto;sim");
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("must stand alone"), absl::string_view::npos) << s;
   s = code_and_message("sim;nosuch");
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound)) << s;
   EXPECT_NE(s.message().find("device 'nosuch'"), absl::string_view::npos) << s;
   EXPECT_TRUE(code_and_message("sim:sim0").ok()) << "one device: as always";
 }

@@ -9,11 +9,14 @@
 #include <memory>
 #include <string>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
 #include "service/daemon.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::service {
 namespace {
@@ -150,7 +153,8 @@ TEST_F(DaemonEndpointTest, RemoteWriteThroughTheEndpointLandsInTheClientsMapping
 TEST_F(DaemonEndpointTest, RefusedWithoutAnEndpointAndAfterDestroy) {
   const SessionId s = Open();
   Client c = Memory(s);
-  EXPECT_EQ(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), 7).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), 7),
+              StatusIs(absl::StatusCode::kNotFound));
   auto ep = daemon_->CreateEndpoint(s, PeerAddress(), kAllRemote);
   ASSERT_TRUE(ep.ok()) << ep.status();
   ASSERT_TRUE(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).ok());
@@ -163,12 +167,12 @@ TEST_F(DaemonEndpointTest, RefusedWithoutAnEndpointAndAfterDestroy) {
 
   ASSERT_TRUE(daemon_->DestroyEndpoint(s, ep->id).ok());
   absl::Status gone = daemon_->PeerWrite(s, c.rkey, c.va, Bytes("z"), ep->id);
-  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(gone, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(gone.message(), HasSubstr("no endpoint"));
   absl::Status dropped = held->Write(c.rkey, c.va + 8, Bytes("z"));
   EXPECT_EQ(Syn(dropped), hca::Syndrome::kWrFlush) << dropped;
   EXPECT_EQ(c.mem[8], 'y');
-  EXPECT_EQ(daemon_->DestroyEndpoint(s, ep->id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->DestroyEndpoint(s, ep->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(daemon_->ListEndpoints(s)->empty());
   EXPECT_EQ(Stat("hca_sim", "live_endpoints"), 0);
 }
@@ -180,7 +184,7 @@ TEST_F(DaemonEndpointTest, EndpointAccessAndPdAreHonoured) {
   ASSERT_TRUE(read_only.ok()) << read_only.status();
   EXPECT_TRUE(daemon_->PeerRead(a, ca.rkey, ca.va, 8, read_only->id).ok());
   absl::Status w = daemon_->PeerWrite(a, ca.rkey, ca.va, Bytes("x"), read_only->id);
-  EXPECT_EQ(w.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(w, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(Syn(w), hca::Syndrome::kRemoteAccess);
   // b's endpoint lives in b's PD: a's rkey does not work through it, nor does b see a's id.
   auto eb = daemon_->CreateEndpoint(b, PeerAddress(0x999), kAllRemote);
@@ -192,7 +196,7 @@ TEST_F(DaemonEndpointTest, EndpointAccessAndPdAreHonoured) {
   auto a2 = daemon_->CreateEndpoint(a, PeerAddress(0x777), kAllRemote);
   ASSERT_TRUE(a2.ok());
   EXPECT_EQ(a2->id, 2u);
-  EXPECT_EQ(daemon_->DestroyEndpoint(b, a2->id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->DestroyEndpoint(b, a2->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(daemon_->PeerRead(b, ca.rkey, ca.va, 8, a2->id).status().code(),
             absl::StatusCode::kNotFound);
 }
@@ -204,7 +208,7 @@ TEST_F(DaemonEndpointTest, PerSessionLimit) {
   auto e2 = daemon_->CreateEndpoint(a, PeerAddress(2), kAllRemote);
   ASSERT_TRUE(e1.ok() && e2.ok());
   auto e3 = daemon_->CreateEndpoint(a, PeerAddress(3), kAllRemote);
-  EXPECT_EQ(e3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(e3, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(e3.status().message(), HasSubstr("limit is 2"));
   EXPECT_TRUE(daemon_->CreateEndpoint(b, PeerAddress(3), kAllRemote).ok());  // per session
   ASSERT_TRUE(daemon_->DestroyEndpoint(a, e1->id).ok());
@@ -216,7 +220,7 @@ TEST_F(DaemonEndpointTest, EveryFieldIsValidated) {
   const SessionId s = Open();
   auto refused = [&](hca::EndpointAddress a, hca::AccessFlags access, absl::string_view what) {
     auto ep = daemon_->CreateEndpoint(s, a, access);
-    EXPECT_EQ(ep.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(ep, StatusIs(absl::StatusCode::kInvalidArgument)) << what;
     EXPECT_THAT(ep.status().message(), HasSubstr(what));
   };
   hca::EndpointAddress a = PeerAddress();
@@ -260,7 +264,7 @@ TEST_F(DaemonEndpointTest, EndpointsDieWithTheirSession) {
   EXPECT_EQ(Stat("endpoints", "endpoints_open"), 1);
   EXPECT_EQ(Stat("endpoints", "endpoints_destroyed"), 2);
   EXPECT_EQ(Syn(held->Write(c.rkey, c.va, Bytes("y"))), hca::Syndrome::kWrFlush);
-  EXPECT_EQ(daemon_->ListEndpoints(s).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->ListEndpoints(s), StatusIs(absl::StatusCode::kNotFound));
   // The other session's endpoint is untouched.
   EXPECT_TRUE(daemon_->PeerWrite(other, co.rkey, co.va, Bytes("still"), keep->id).ok());
   EXPECT_EQ(std::string(reinterpret_cast<char*>(co.mem), 5), "still");

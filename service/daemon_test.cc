@@ -6,9 +6,12 @@
 
 #include <cstring>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::service {
 namespace {
@@ -90,7 +93,7 @@ TEST_F(DaemonTest, PeerWriteLandsInTheClientsOwnMapping) {
   ASSERT_TRUE(daemon_->Invalidate(s.id, g->handle).ok());
   absl::Status refused = daemon_->PeerWrite(
       s.id, g->rkey, va + 4096, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1));
-  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(hca::ErrorOf(refused)->syndrome, hca::Syndrome::kRemoteAccess);
   auto keys = daemon_->ListKeys(s.id);
   ASSERT_TRUE(keys.ok());
@@ -101,14 +104,14 @@ TEST_F(DaemonTest, PeerWriteLandsInTheClientsOwnMapping) {
 
 TEST_F(DaemonTest, AllowListAndTokens) {
   auto refused = daemon_->OpenSession(PeerCredentials{1, 65534, 65534});
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kPermissionDenied));
   SessionGrant s = Open();
   EXPECT_FALSE(s.admin) << "root is not admin unless --admin_uids or --admin_gids says so";
   EXPECT_EQ(s.token.size(), 32u);
   auto id = daemon_->Authenticate(s.token);
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(*id, s.id);
-  EXPECT_EQ(daemon_->Authenticate("nope").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(daemon_->Authenticate("nope"), StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_EQ(daemon_->Authenticate(std::string(32, '0')).status().code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Stat("daemon", "sessions_refused"), 1);
@@ -120,15 +123,16 @@ TEST_F(DaemonTest, SessionsAreIsolated) {
   auto g = daemon_->Register(a.id, reinterpret_cast<uint64_t>(am.client), 4096, kRw);
   ASSERT_TRUE(g.ok());
   // b can neither use nor invalidate a's key, nor see it.
-  EXPECT_EQ(daemon_->Invalidate(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(daemon_->Release(b.id, g->handle).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(daemon_->Invalidate(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(daemon_->Release(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(daemon_
                 ->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
                             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
                 .code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(daemon_->ListKeys(b.id)->empty());
-  EXPECT_EQ(daemon_->AttachMemory(b.id, am.id, 0x10000, false).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->AttachMemory(b.id, am.id, 0x10000, false),
+              StatusIs(absl::StatusCode::kNotFound));
   ::munmap(am.client, am.length);
 }
 
@@ -148,9 +152,9 @@ TEST_F(DaemonTest, ClosingASessionReturnsEverything) {
   EXPECT_EQ(Stat("daemon", "memory_mapped_bytes"), 0);
   EXPECT_EQ(Stat("daemon", "sessions_open"), 0);
   EXPECT_EQ(Stat("cache", "keys_in_use"), keys_before);
-  EXPECT_EQ(daemon_->Register(s.id, va, 64, kRw).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(daemon_->Authenticate(s.token).status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(daemon_->CloseSession(s.id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->Register(s.id, va, 64, kRw), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->Authenticate(s.token), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(daemon_->CloseSession(s.id), StatusIs(absl::StatusCode::kNotFound));
   ::munmap(cm.client, cm.length);
 }
 
@@ -163,7 +167,8 @@ TEST_F(DaemonTest, ImportedMemoryAndDetach) {
   ASSERT_TRUE(id.ok()) << id.status();
   const uint64_t va = reinterpret_cast<uint64_t>(client);
   ASSERT_TRUE(daemon_->AttachMemory(s.id, *id, va, false).ok());
-  EXPECT_EQ(daemon_->AttachMemory(s.id, *id, va, false).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(daemon_->AttachMemory(s.id, *id, va, false),
+              StatusIs(absl::StatusCode::kAlreadyExists));
   auto g = daemon_->Register(s.id, va, 8192, kRw);
   ASSERT_TRUE(g.ok());
   ASSERT_TRUE(daemon_
@@ -179,7 +184,7 @@ TEST_F(DaemonTest, ImportedMemoryAndDetach) {
                 .code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(daemon_->ListMemory(s.id)->empty());
-  EXPECT_EQ(daemon_->DetachMemory(s.id, *id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->DetachMemory(s.id, *id), StatusIs(absl::StatusCode::kNotFound));
   ::munmap(client, 1 << 16);
   ::close(fd);
 }
@@ -199,7 +204,8 @@ TEST_F(DaemonTest, MemoryQuotasAndBadLengths) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ((*d)->AllocateMemory(s->id, 0, false).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*d)->AttachMemory(s->id, a->id, 0, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT((*d)->AttachMemory(s->id, a->id, 0, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ((*d)->AttachMemory(s->id, a->id, ~uint64_t{0} - 100, false).code(),
             absl::StatusCode::kInvalidArgument);  // wraps
 }
@@ -213,7 +219,7 @@ TEST_F(DaemonTest, DrainClosesEverySessionAndRefusesNewWork) {
   EXPECT_EQ(Stat("cache", "live_registrations"), 0);
   EXPECT_EQ(daemon_->OpenSession(PeerCredentials{1, 0, 0}).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ(daemon_->Register(a.id, 0, 1, kRw).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(daemon_->Register(a.id, 0, 1, kRw), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(daemon_->Drain().ok());  // idempotent
   ::munmap(am.client, am.length);
 }
@@ -228,8 +234,8 @@ TEST_F(DaemonTest, SessionsIsAdminOnly) {
   auto user = (*d)->OpenSession(PeerCredentials{1, 4242, 4242});
   ASSERT_TRUE(user.ok()) << user.status();
   EXPECT_FALSE(user->admin);
-  EXPECT_EQ((*d)->Sessions(user->id).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ((*d)->RequireAdmin(user->id, "Drain").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT((*d)->Sessions(user->id), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT((*d)->RequireAdmin(user->id, "Drain"), StatusIs(absl::StatusCode::kPermissionDenied));
   auto root = (*d)->OpenSession(PeerCredentials{2, 0, 0});
   ASSERT_TRUE(root.ok());
   EXPECT_TRUE(root->admin);
@@ -243,8 +249,9 @@ TEST_F(DaemonTest, SessionsIsAdminOnly) {
 TEST_F(DaemonTest, RootIsNotAdminUnlessListed) {
   SessionGrant root = Open(0);  // the default config: no admin at all
   EXPECT_FALSE(root.admin);
-  EXPECT_EQ(daemon_->Sessions(root.id).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(daemon_->RequireAdmin(root.id, "Drain").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(daemon_->Sessions(root.id), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(daemon_->RequireAdmin(root.id, "Drain"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
 }
 
 TEST_F(DaemonTest, AdminByGid) {
@@ -258,7 +265,7 @@ TEST_F(DaemonTest, AdminByGid) {
   auto user = (*d)->OpenSession(PeerCredentials{2, 5001, 78});
   auto root = (*d)->OpenSession(PeerCredentials{3, 0, 0});
   ASSERT_TRUE(op.ok() && user.ok());
-  EXPECT_EQ(root.status().code(), absl::StatusCode::kPermissionDenied)
+  EXPECT_THAT(root, StatusIs(absl::StatusCode::kPermissionDenied))
       << "root is not on an allow-list of gids";
   EXPECT_TRUE(op->admin);
   EXPECT_FALSE(user->admin);
@@ -303,7 +310,7 @@ TEST(DaemonCreateTest, UnknownDeviceIsAClearError) {
   DaemonConfig config;
   config.device = "nosuch";
   auto d = Daemon::Create(config, nullptr);
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound) << d.status();
+  EXPECT_THAT(d, StatusIs(absl::StatusCode::kNotFound)) << d.status();
 }
 
 TEST_F(DaemonTest, ReregisterGrowsInPlaceAndIsBoundToTheSession) {
@@ -357,7 +364,7 @@ TEST_F(DaemonTest, ObserverReadsButHoldsAndChangesNothing) {
   EXPECT_EQ(daemon_->Status().sessions, 1u) << "an observer is not a session";
   EXPECT_EQ(Stat("daemon", "sessions_opened"), opened);
   EXPECT_EQ(Stat("daemon", "sessions_open"), 1);
-  EXPECT_EQ(daemon_->Sessions(o->id).status().code(), absl::StatusCode::kPermissionDenied)
+  EXPECT_THAT(daemon_->Sessions(o->id), StatusIs(absl::StatusCode::kPermissionDenied))
       << "an observer not on the admin list lists no sessions";
   auto own = daemon_->ListKeys(o->id);
   ASSERT_TRUE(own.ok()) << own.status();
@@ -385,16 +392,16 @@ TEST_F(DaemonTest, ObserverReadsButHoldsAndChangesNothing) {
   EXPECT_TRUE(daemon_->CheckMayChange(s.id).ok());
 
   EXPECT_TRUE(daemon_->CloseSession(o->id).ok());
-  EXPECT_EQ(daemon_->Authenticate(o->token).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(daemon_->Authenticate(o->token), StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_EQ(daemon_->Status().sessions, 1u);
   EXPECT_EQ(Stat("daemon", "sessions_closed"), 0) << "closing an observer closes no session";
 }
 
 TEST_F(DaemonTest, ObserverNeedsTheAllowListAndAKnownDevice) {
   auto stranger = daemon_->OpenObserver(PeerCredentials{::getpid(), 12345, 12345});
-  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied) << stranger.status();
+  EXPECT_THAT(stranger, StatusIs(absl::StatusCode::kPermissionDenied)) << stranger.status();
   auto nosuch = daemon_->OpenObserver(PeerCredentials{::getpid(), 0, 0}, "nosuch");
-  EXPECT_EQ(nosuch.status().code(), absl::StatusCode::kNotFound) << nosuch.status();
+  EXPECT_THAT(nosuch, StatusIs(absl::StatusCode::kNotFound)) << nosuch.status();
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 #include <cstring>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
 #include "service/internal/backing_page.h"
 #include "service/internal/memory_budget.h"
 #include "service/internal/shared_memory.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::service {
 namespace {
@@ -211,7 +214,7 @@ TEST_F(LargeMemoryDaemonTest, DaemonWideBudgetAcrossSessions) {
   ASSERT_TRUE(ma.ok()) << ma.status();
   ::close(ma->fd);
   auto mb = daemon_->AllocateMemory(b, 512 * 1024, false);
-  ASSERT_EQ(mb.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_THAT(mb, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_NE(mb.status().message().find("max_bytes_total"), std::string::npos) << mb.status();
   // A refused import loses nothing and closes the fd it was given.
   const int fd = ::memfd_create("large-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -237,7 +240,7 @@ TEST(MemoryBudgetTest, ChargesRefundWhenDestroyed) {
   {
     auto a = budget.Charge(60);
     ASSERT_TRUE(a.ok());
-    EXPECT_EQ(budget.Charge(41).status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(budget.Charge(41), StatusIs(absl::StatusCode::kResourceExhausted));
     auto b = budget.Charge(40);
     ASSERT_TRUE(b.ok());
     EXPECT_EQ(budget.charged(), 100u);
@@ -245,7 +248,7 @@ TEST(MemoryBudgetTest, ChargesRefundWhenDestroyed) {
     EXPECT_EQ(budget.charged(), 100u);
   }
   EXPECT_EQ(budget.charged(), 0u);
-  EXPECT_EQ(budget.Charge(~uint64_t{0}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(budget.Charge(~uint64_t{0}), StatusIs(absl::StatusCode::kResourceExhausted));
   internal::MemoryBudget unlimited(0);
   EXPECT_TRUE(unlimited.Charge(~uint64_t{0}).ok());
 }

@@ -6,7 +6,10 @@
 
 #include <cstring>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::service {
 namespace {
@@ -72,7 +75,7 @@ TEST(SharedMemoryTest, ImportRefusesWhatCouldShrinkOrDoesNotFit) {
   EXPECT_EQ(SharedMemory::Import(p[0], 0, 4096).status().code(),
             absl::StatusCode::kInvalidArgument);
   ::close(p[1]);
-  EXPECT_EQ(SharedMemory::Import(-1, 0, 4096).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SharedMemory::Import(-1, 0, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "umr/caps.h"
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -25,7 +28,7 @@ TEST(CapsTest, GoldenOffsets) {
   EXPECT_EQ(cap[83], 0x00);
   EXPECT_EQ(*DecodeHcaCaps(*out), c);
   c.log_max_klm_list_size = 64;
-  EXPECT_EQ(EncodeQueryHcaCapOut({}, c).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeQueryHcaCapOut({}, c), StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_FALSE(DecodeHcaCaps(absl::MakeConstSpan(out->data(), 100)).ok());
 }
 

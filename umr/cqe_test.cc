@@ -1,6 +1,9 @@
 #include "umr/cqe.h"
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -43,13 +46,13 @@ TEST(CqeTest, ErrorCqeGolden) {
   EXPECT_EQ(*DecodeCqe(*b), c);
   EXPECT_STREQ(CqeSyndromeName(c.syndrome), "LOCAL_PROT_ERR");
   c.byte_cnt = 1;
-  EXPECT_EQ(EncodeCqe(c).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeCqe(c), StatusIs(absl::StatusCode::kInvalidArgument));
   c = {};
   c.syndrome = 1;
-  EXPECT_EQ(EncodeCqe(c).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeCqe(c), StatusIs(absl::StatusCode::kInvalidArgument));
   c.syndrome = 0;
   c.opcode = 16;
-  EXPECT_EQ(EncodeCqe(c).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeCqe(c), StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_FALSE(DecodeCqe(absl::MakeConstSpan(b->data(), 63)).ok());
 }
 

@@ -1,6 +1,9 @@
 #include "umr/mailbox.h"
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -54,13 +57,13 @@ TEST(CreateMkeyTest, AnyAccessModeAndErrors) {
   EXPECT_EQ(BuildCreateFreeMkey(p)->mkc.access_mode, kAccessModeMemic);
   p.mode = AccessMode::kKsm;
   p.log_entity_size = 11;
-  EXPECT_EQ(BuildCreateFreeMkey(p).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(BuildCreateFreeMkey(p), StatusIs(absl::StatusCode::kOutOfRange));
   p.log_entity_size = 30;
   p.capacity_entries = 0;
-  EXPECT_EQ(BuildCreateFreeMkey(p).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(BuildCreateFreeMkey(p), StatusIs(absl::StatusCode::kInvalidArgument));
   p.capacity_entries = 4;
   p.pd = 1 << 24;
-  EXPECT_EQ(BuildCreateFreeMkey(p).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(BuildCreateFreeMkey(p), StatusIs(absl::StatusCode::kOutOfRange));
 }
 
 TEST(CreateMkeyTest, TranslationAndShortInputs) {
@@ -78,9 +81,9 @@ TEST(CreateMkeyTest, TranslationAndShortInputs) {
   EXPECT_EQ(DecodeCreateMkeyIn(absl::MakeConstSpan(b->data(), 300)).status().code(),
             absl::StatusCode::kInvalidArgument);
   (*b)[1] = 0x01;  // opcode 0x201
-  EXPECT_EQ(DecodeCreateMkeyIn(*b).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeCreateMkeyIn(*b), StatusIs(absl::StatusCode::kInvalidArgument));
   in.translation.resize(20);
-  EXPECT_EQ(EncodeCreateMkeyIn(in).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeCreateMkeyIn(in), StatusIs(absl::StatusCode::kInvalidArgument));
   auto out = EncodeCreateMkeyOut({{0, 0}, 0x00abcd});
   ASSERT_TRUE(out.ok());
   EXPECT_EQ((std::vector<uint8_t>(out->begin() + 8, out->begin() + 12)),
@@ -108,7 +111,7 @@ TEST(QueryDestroyResumeTest, GoldenAndRoundTrip) {
             (Mailbox16{0x02, 0x04, 0, 0, 0, 0, 0, 0, 0x85, 0x00, 0x07, 0x77, 0, 0x00, 0xab, 0xcd}));
   EXPECT_EQ(*DecodePageFaultResumeIn(*rb), r);
   r.page_fault_type = 8;
-  EXPECT_EQ(EncodePageFaultResumeIn(r).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodePageFaultResumeIn(r), StatusIs(absl::StatusCode::kOutOfRange));
 
   QueryMkeyOut out;
   out.status = {0, 0};

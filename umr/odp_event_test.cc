@@ -1,6 +1,9 @@
 #include "umr/odp_event.h"
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -44,12 +47,12 @@ TEST(PageFaultEqeTest, WqeSubtypeAndErrors) {
   EXPECT_EQ(*DecodePageFaultEqe(*b), e);
   EXPECT_EQ(ResumeFor(e, true), (PageFaultResumeIn{0, 0, true, 1, 0x77, 0x55}));
   e.rkey = 1;
-  EXPECT_EQ(EncodePageFaultEqe(e).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodePageFaultEqe(e), StatusIs(absl::StatusCode::kInvalidArgument));
   (*b)[1] = 0x0d;
-  EXPECT_EQ(DecodePageFaultEqe(*b).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodePageFaultEqe(*b), StatusIs(absl::StatusCode::kInvalidArgument));
   (*b)[1] = 0x0c;
   (*b)[3] = 2;
-  EXPECT_EQ(DecodePageFaultEqe(*b).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodePageFaultEqe(*b), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 #include <cstring>
 #include <random>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -76,17 +79,17 @@ TEST(MkeyContextTest, RejectsTooWideFields) {
   MkeyContext m;
   MkeyContextDesc d;
   d.qpn = 1 << 24;
-  EXPECT_EQ(EncodeMkeyContext(d, &m).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeMkeyContext(d, &m), StatusIs(absl::StatusCode::kOutOfRange));
   d = {};
   d.pd = 1 << 24;
-  EXPECT_EQ(EncodeMkeyContext(d, &m).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeMkeyContext(d, &m), StatusIs(absl::StatusCode::kOutOfRange));
   d = {};
   d.log_entity_size = 32;
-  EXPECT_EQ(EncodeMkeyContext(d, &m).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeMkeyContext(d, &m), StatusIs(absl::StatusCode::kOutOfRange));
   d = {};
   d.access_mode = 32;
   auto s = EncodeMkeyContext(d, &m);
-  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_NE(s.message().find("access_mode=32"), absl::string_view::npos) << s;
 }
 
@@ -146,12 +149,12 @@ TEST(CtrlSegTest, GoldenBytes) {
                                             0x20 | 0x08 | 0x02, 0x00, 0x11, 0x22, 0x33}));
   EXPECT_EQ(*DecodeCtrlSeg(s), d);
   d.ds = 64;
-  EXPECT_EQ(EncodeCtrlSeg(d, &s).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeCtrlSeg(d, &s), StatusIs(absl::StatusCode::kOutOfRange));
   d.ds = 1;
   d.fence = static_cast<FenceMode>(5);
-  EXPECT_EQ(EncodeCtrlSeg(d, &s).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeCtrlSeg(d, &s), StatusIs(absl::StatusCode::kOutOfRange));
   s.fm_ce_se = 0xa0;  // fence 5
-  EXPECT_EQ(DecodeCtrlSeg(s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeCtrlSeg(s), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(UmrCtrlSegTest, GoldenFlagsAndOffsetSplit) {
@@ -183,13 +186,13 @@ TEST(UmrCtrlSegTest, GoldenFlagsAndOffsetSplit) {
   ASSERT_TRUE(EncodeUmrCtrlSeg(d, &s).ok());
   EXPECT_EQ(s.flags & kUmrCheckFreeMask, 0x40);
   s.flags |= kUmrCheckFreeMask;  // value 3
-  EXPECT_EQ(DecodeUmrCtrlSeg(s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeUmrCtrlSeg(s), StatusIs(absl::StatusCode::kInvalidArgument));
 
   d.translation_offset = kMaxTranslationOffset + 1;
-  EXPECT_EQ(EncodeUmrCtrlSeg(d, &s).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(EncodeUmrCtrlSeg(d, &s), StatusIs(absl::StatusCode::kOutOfRange));
   d.translation_offset_en = false;
   d.translation_offset = 64;
-  EXPECT_EQ(EncodeUmrCtrlSeg(d, &s).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeUmrCtrlSeg(d, &s), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(TranslationEntryTest, GoldenMttKlmKsm) {
@@ -226,9 +229,9 @@ TEST(TranslationEntryTest, RepeatBlockGoldenAndRoundTrip) {
             (std::vector<uint8_t>{0x01, 0x00, 0x00, 0x40, 0, 0, 0x12, 0x34}));
   EXPECT_EQ(*DecodeRepeatBlock(buf), b);
   buf[3] = 0xc1;  // byte_count no longer the sum
-  EXPECT_EQ(DecodeRepeatBlock(buf).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeRepeatBlock(buf), StatusIs(absl::StatusCode::kInvalidArgument));
   b.entries[0].stride = 0x10;  // < byte_count
-  EXPECT_EQ(EncodeRepeatBlock(b, buf.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(EncodeRepeatBlock(b, buf.data()), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(DataSegTest, RoundTripAndInlineRejected) {
@@ -238,7 +241,7 @@ TEST(DataSegTest, RoundTripAndInlineRejected) {
   EXPECT_EQ(EncodeDataSeg({kInlineSegBit | 4, 0, 0}, &l).code(),
             absl::StatusCode::kInvalidArgument);
   l.byte_count = be32::FromHost(kInlineSegBit | 4);
-  EXPECT_EQ(DecodeDataSeg(l).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(DecodeDataSeg(l), StatusIs(absl::StatusCode::kUnimplemented));
 }
 
 }  // namespace

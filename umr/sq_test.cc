@@ -2,8 +2,11 @@
 
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "umr/wqe_decoder.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -75,10 +78,10 @@ TEST(SqRingTest, FullRingIsResourceExhausted) {
   ASSERT_TRUE(sq.ok());
   ASSERT_TRUE(sq->Begin(0, 3).ok());
   ASSERT_TRUE(sq->Commit({12, 3}, {}, true).ok());
-  EXPECT_EQ(sq->Begin(0, 2).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(sq->Begin(0, 2), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(sq->Begin(3, 2).ok());
-  EXPECT_EQ(sq->Commit({12, 3}, {}, true).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(sq->Begin(3, 17).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sq->Commit({12, 3}, {}, true), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(sq->Begin(3, 17), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SqRingTest, FencePolicyAndSelectiveSignalling) {
@@ -111,10 +114,10 @@ TEST(SqRingTest, FencePolicyAndSelectiveSignalling) {
 TEST(GatherWqeTest, Errors) {
   std::vector<uint8_t> ring(4 * kWqebb, 0);
   WqeScratch s;
-  EXPECT_EQ(GatherWqe(ring, 0, &s).status().code(), absl::StatusCode::kInvalidArgument);  // DS 0
-  EXPECT_EQ(GatherWqe(ring, 4, &s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(GatherWqe(ring, 0, &s), StatusIs(absl::StatusCode::kInvalidArgument));  // DS 0
+  EXPECT_THAT(GatherWqe(ring, 4, &s), StatusIs(absl::StatusCode::kInvalidArgument));
   ring[7] = 63;  // 16 WQEBBs > ring
-  EXPECT_EQ(GatherWqe(ring, 0, &s).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(GatherWqe(ring, 0, &s), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(GatherWqe(absl::MakeConstSpan(ring.data(), 100), 0, &s).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

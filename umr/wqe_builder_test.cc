@@ -3,8 +3,11 @@
 #include <array>
 #include <cstring>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "umr/mkey.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -113,7 +116,7 @@ TEST(BuildMapKeyTest, MaskFollowsWhatTheDeviceLetsAUmrChange) {
   EXPECT_EQ(Slice(b, 24, 32), (std::vector<uint8_t>{0, 0, 0, 0, 0x20, 0x1e, 0x21, 0x41}));
   r.access.remote_atomic = true;
   size = BuildMapKey(Header(), r, 4, absl::MakeSpan(b));
-  EXPECT_EQ(size.status().code(), absl::StatusCode::kFailedPrecondition) << size.status();
+  EXPECT_THAT(size, StatusIs(absl::StatusCode::kFailedPrecondition)) << size.status();
   EXPECT_NE(size.status().message().find("umr_modify_atomic_disabled"), std::string::npos);
 }
 
@@ -124,13 +127,13 @@ TEST(BuildMapKeyTest, RejectsInvalidRequests) {
   };
   // More entries than capacity.
   auto s = code(Klm4(), 3);
-  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_NE(s.message().find("capacity"), absl::string_view::npos) << s;
   // KLM byte count over 2 GiB (exactly 2 GiB is allowed).
   MapKeyRequest r = Klm4();
   r.klm[1].byte_count = 0x80000001;
   s = code(r, 4);
-  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_NE(s.message().find("KLM entry 1 byte_count=2147483649"), absl::string_view::npos) << s;
   r.klm[1].byte_count = 0x80000000;
   EXPECT_TRUE(code(r, 4).ok());
@@ -139,35 +142,35 @@ TEST(BuildMapKeyTest, RejectsInvalidRequests) {
   m.mode = AccessMode::kKsm;
   m.ksm = {{0x100, 0}};
   m.log_entity_size = 11;
-  EXPECT_EQ(code(m, 4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(code(m, 4), StatusIs(absl::StatusCode::kOutOfRange));
   m.log_entity_size = 32;
-  EXPECT_EQ(code(m, 4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(code(m, 4), StatusIs(absl::StatusCode::kOutOfRange));
   m.log_entity_size = 30;
   m.length = uint64_t{1} << 30;
   EXPECT_TRUE(code(m, 4).ok());
   m.length += 1;  // beyond what one 1 GiB entity covers
-  EXPECT_EQ(code(m, 4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(code(m, 4), StatusIs(absl::StatusCode::kOutOfRange));
   // Unsupported access mode.
   r = Klm4();
   r.mode = AccessMode::kMemic;
-  EXPECT_EQ(code(r, 4).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(code(r, 4), StatusIs(absl::StatusCode::kUnimplemented));
   // Wrong list for the mode, empty list.
   r = Klm4();
   r.mode = AccessMode::kKsm;
-  EXPECT_EQ(code(r, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(r, 4), StatusIs(absl::StatusCode::kInvalidArgument));
   r = Klm4();
   r.klm.clear();
-  EXPECT_EQ(code(r, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(r, 4), StatusIs(absl::StatusCode::kInvalidArgument));
   // Length beyond the KLMs.
   r = Klm4();
   r.length += 1;
-  EXPECT_EQ(code(r, 4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(code(r, 4), StatusIs(absl::StatusCode::kOutOfRange));
   // Over the DS limit: 53 KLMs need DS 8 + 56 = 64.
   r = Klm4();
   r.klm.assign(53, KlmEntry{64, 1, 0});
   r.length = 64;
   s = code(r, 100);
-  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_NE(s.message().find("DS=64"), absl::string_view::npos) << s;
   r.klm.resize(kMaxInlineKlms);
   EXPECT_TRUE(code(r, 100).ok());
@@ -217,7 +220,7 @@ TEST(BuildRewriteTranslationTest, OffsetSplitAndAlignment) {
             absl::StatusCode::kOutOfRange);  // needs the extended offset
   r.first_entry = 4;                         // not a multiple of 8 MTTs
   auto s = BuildRewriteTranslation(Header(), r, true, absl::MakeSpan(b)).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("first_entry=4"), absl::string_view::npos) << s;
   r.first_entry = 8;
   r.mtt.resize(7);

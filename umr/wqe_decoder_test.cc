@@ -3,7 +3,10 @@
 #include <array>
 #include <random>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::umr {
 namespace {
@@ -181,28 +184,28 @@ TEST(DecodeWqeTest, MalformedBytesArePreciseErrors) {
   ASSERT_TRUE(size.ok());
   auto code = [&](size_t n) { return DecodeWqe(absl::MakeConstSpan(b.data(), n)).status(); };
   EXPECT_TRUE(code(128).ok());
-  EXPECT_EQ(code(8).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(127).code(), absl::StatusCode::kInvalidArgument);  // DS beyond the bytes
-  b[7] = 0;                                                         // DS 0
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(8), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(code(127), StatusIs(absl::StatusCode::kInvalidArgument));  // DS beyond the bytes
+  b[7] = 0;                                                              // DS 0
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kInvalidArgument));
   b[7] = 4;  // DS too small for a UMR
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kInvalidArgument));
   b[7] = 8;
   b[21] = 4;  // klm_octowords 4 but DS 8
   auto s = code(1024);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("klm_octowords=4 exceeds"), absl::string_view::npos) << s;
   b[21] = 0;
   b[3] = kOpcodeRdmaWrite;
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kUnimplemented));
   b[3] = 0x7e;
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kUnimplemented));
   b[3] = kOpcodeUmr;
   b[24] = 0x80;  // unknown mkey_mask bit 63
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kInvalidArgument));
   b[24] = 0;
   b[16] |= 0x60;  // check-free value 3
-  EXPECT_EQ(code(128).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(128), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Fuzz-like: random bytes (and mutated valid WQEs) never crash the decoder; every result is

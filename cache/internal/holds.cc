@@ -13,9 +13,9 @@ std::atomic<void (*)(HookPoint)> test_hook{nullptr};
 
 // --- Records ----------------------------------------------------------------------------------
 
-Registration* AllocateRecord(Tenant& t) {
+Record* AllocateRecord(Tenant& t) {
   base::MutexLock il(&t.index_mu);
-  Registration* r = t.slab.Allocate();
+  Record* r = t.slab.Allocate();
   if (r == nullptr) return nullptr;
   r->klm_entries = 0;
   r->handle = 0;
@@ -30,26 +30,25 @@ Registration* AllocateRecord(Tenant& t) {
   return r;
 }
 
-void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access,
-              hca::Key key) {
+void SetRange(Record* r, uint64_t va, uint64_t length, hca::AccessFlags access, hca::Key key) {
   r->hot->va.store(va, std::memory_order_relaxed);
   r->hot->length.store(length, std::memory_order_relaxed);
   r->hot->access.store(access, std::memory_order_relaxed);
   r->hot->key.store(key, std::memory_order_relaxed);
 }
 
-void Publish(Tenant& t, Registration* r, bool window) {
-  const uint32_t gen = (st::Gen(r->hot->state.load(std::memory_order_relaxed)) + 1) & kGenMask;
+void Publish(Tenant& t, Record* r, bool window) {
+  const uint32_t gen = (state::Gen(r->hot->state.load(std::memory_order_relaxed)) + 1) & kGenMask;
   r->handle = MakeHandle(t.slot, gen, r->slot);
-  const uint64_t flags = st::kPublished | (window ? st::kWindow : 0);
-  r->hot->state.store((uint64_t{gen} << st::kGenShift) | flags | 1, std::memory_order_release);
+  const uint64_t flags = state::kPublished | (window ? state::kWindow : 0);
+  r->hot->state.store((uint64_t{gen} << state::kGenShift) | flags | 1, std::memory_order_release);
 }
 
-void Recycle(Tenant& t, Registration* r) {
+void Recycle(Tenant& t, Record* r) {
   const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-  RC_DCHECK((s & st::kPublished) == 0);
+  RC_DCHECK((s & state::kPublished) == 0);
   // Keeps the generation (the next publication bumps it) and drops every flag.
-  r->hot->state.store(uint64_t{st::Gen(s)} << st::kGenShift, std::memory_order_release);
+  r->hot->state.store(uint64_t{state::Gen(s)} << state::kGenShift, std::memory_order_release);
   t.slab.Free(r);
 }
 
@@ -64,8 +63,8 @@ LocalHoldCounts CountLocalHolds(const Tenant& t) {
 }
 
 int64_t HoldersFrom(const LocalHoldCounts& local, uint32_t slot, uint64_t s) {
-  int64_t n = st::SharedHolders(s);
-  if (auto it = local.find(HoldTable::KeyOf(slot, st::Gen(s))); it != local.end()) {
+  int64_t n = state::SharedHolders(s);
+  if (auto it = local.find(HoldTable::KeyOf(slot, state::Gen(s))); it != local.end()) {
     n += it->second;
   }
   return n;
@@ -78,16 +77,16 @@ void Unpublish(Tenant& t, uint32_t slot, uint32_t gen) {
   HotRecord* h = t.slab.Hot(slot);
   uint64_t s = h->state.load(std::memory_order_acquire);
   for (;;) {
-    const bool dead_here = st::PublishedAs(s, gen) && (s & st::kDead) != 0;
+    const bool dead_here = state::PublishedAs(s, gen) && (s & state::kDead) != 0;
     // Not ours to unpublish (already unpublished, or a stop that undid its mark), or held.
     if (!dead_here || Holders(t, slot, s) > 0) return;
-    if (h->state.compare_exchange_weak(s, s & ~st::kPublished, std::memory_order_acq_rel,
+    if (h->state.compare_exchange_weak(s, s & ~state::kPublished, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       break;
     }
   }
   // The lifecycle is done with it: recycle it here (else the lifecycle will when it ends).
-  if ((s & st::kDone) != 0) Recycle(t, t.slab.At(slot));
+  if ((s & state::kDone) != 0) Recycle(t, t.slab.At(slot));
 }
 
 absl::Status DropHold(Tenant& t, uint32_t slot, uint32_t gen, Handle handle, bool user_release) {
@@ -96,18 +95,18 @@ absl::Status DropHold(Tenant& t, uint32_t slot, uint32_t gen, Handle handle, boo
   uint64_t s = h->state.load(std::memory_order_acquire);
   uint64_t next;
   for (;;) {
-    if (!st::PublishedAs(s, gen)) return NoSuchHandle(handle);
+    if (!state::PublishedAs(s, gen)) return NoSuchHandle(handle);
     // Over-release: the shared count can be negative (holds released by another thread than
     // the one that took them), so look at every holder. A snapshot: exact unless a hit on the
     // same registration races this release.
-    if (st::SharedHolders(s) <= 0 && Holders(t, slot, s) <= 0) {
+    if (state::SharedHolders(s) <= 0 && Holders(t, slot, s) <= 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("handle 0x%x has no holders left to release", handle));
     }
-    if (st::SharedHolders(s) == INT32_MIN) {
+    if (state::SharedHolders(s) == INT32_MIN) {
       return absl::ResourceExhaustedError("the registration has the most releases it can count");
     }
-    next = st::WithShared(s, st::SharedHolders(s) - 1);
+    next = state::WithShared(s, state::SharedHolders(s) - 1);
     if (h->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       break;
@@ -115,12 +114,12 @@ absl::Status DropHold(Tenant& t, uint32_t slot, uint32_t gen, Handle handle, boo
   }
   if (user_release) {
     t.stats().releases.Inc();
-    if ((s & st::kRevoked) != 0) t.stats().releases_after_revoke.Inc();
+    if ((s & state::kRevoked) != 0) t.stats().releases_after_revoke.Inc();
   }
-  if ((s & st::kDead) != 0) {
+  if ((s & state::kDead) != 0) {
     // Dead: the last holder unpublishes it, and recycles it if the lifecycle is done with it.
     Unpublish(t, slot, gen);
-  } else if ((s & st::kWindow) != 0 && st::SharedHolders(next) == 0) {
+  } else if ((s & state::kWindow) != 0 && state::SharedHolders(next) == 0) {
     // Windows are not cached (and all their holds are shared): the last release retires one.
     Stopped stopped;
     {
@@ -139,13 +138,13 @@ namespace {
 
 // The stop's first half, before the HeavyFence: marks the record DEAD. Returns the state word
 // before the mark, or 0 if it did not mark it.
-uint64_t MarkDead(Registration* r, bool only_unheld, uint32_t gen) {
+uint64_t MarkDead(Record* r, bool only_unheld, uint32_t gen) {
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
   for (;;) {
-    if (!st::Live(s) || (gen != kAnyGen && st::Gen(s) != gen)) return 0;
+    if (!state::Live(s) || (gen != kAnyGen && state::Gen(s) != gen)) return 0;
     // A cheap refusal (a shared holder); the threads' entries are summed after the fence.
-    if (only_unheld && st::SharedHolders(s) > 0) return 0;
-    if (r->hot->state.compare_exchange_weak(s, s | st::kDead, std::memory_order_acq_rel,
+    if (only_unheld && state::SharedHolders(s) > 0) return 0;
+    if (r->hot->state.compare_exchange_weak(s, s | state::kDead, std::memory_order_acq_rel,
                                             std::memory_order_acquire)) {
       return s;
     }
@@ -154,23 +153,23 @@ uint64_t MarkDead(Registration* r, bool only_unheld, uint32_t gen) {
 
 // The stop's second half, after the HeavyFence: counts the holders and unpublishes, revokes or
 // (if `only_unheld` and held) takes the mark back. `before`: MarkDead's answer.
-Stopped CountAndSettle(Tenant& t, Registration* r, uint64_t before, bool only_unheld)
+Stopped CountAndSettle(Tenant& t, Record* r, uint64_t before, bool only_unheld)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
   // Dead now, so only releases (and hits undoing themselves) change the count: each of those
   // that this sum misses sees DEAD and calls Unpublish, which runs after this (index_mu).
   Stopped result;
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
   for (;;) {
-    RC_DCHECK((s & st::kDead) != 0 && st::Gen(s) == st::Gen(before));
+    RC_DCHECK((s & state::kDead) != 0 && state::Gen(s) == state::Gen(before));
     uint64_t next;
     if (Holders(t, r->slot, s) <= 0) {
-      next = s & ~st::kPublished;  // unheld: the handle goes now
+      next = s & ~state::kPublished;  // unheld: the handle goes now
       result = Stopped::kUnheld;
     } else if (only_unheld) {
-      next = s & ~st::kDead;  // a hit got in before the mark: not a victim after all
+      next = s & ~state::kDead;  // a hit got in before the mark: not a victim after all
       result = Stopped::kNo;
     } else {
-      next = s | st::kRevoked;  // the handle stays for Release/Query until the last holder
+      next = s | state::kRevoked;  // the handle stays for Release/Query until the last holder
       result = Stopped::kRevoked;
     }
     if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
@@ -178,7 +177,7 @@ Stopped CountAndSettle(Tenant& t, Registration* r, uint64_t before, bool only_un
       break;
     }
   }
-  if (result != Stopped::kNo && (before & st::kWindow) == 0) {
+  if (result != Stopped::kNo && (before & state::kWindow) == 0) {
     t.index.Erase(RangeIndex::Hash(r->hot->va.load(std::memory_order_relaxed),
                                    r->hot->length.load(std::memory_order_relaxed)),
                   r->slot);
@@ -188,7 +187,7 @@ Stopped CountAndSettle(Tenant& t, Registration* r, uint64_t before, bool only_un
 
 }  // namespace
 
-Stopped StopReference(Tenant& t, Registration* r, bool only_unheld, uint32_t gen) {
+Stopped StopReference(Tenant& t, Record* r, bool only_unheld, uint32_t gen) {
   const uint64_t before = MarkDead(r, only_unheld, gen);
   if (before == 0) return Stopped::kNo;
   RC_CACHE_TEST_HOOK(kStopMarked);
@@ -196,11 +195,11 @@ Stopped StopReference(Tenant& t, Registration* r, bool only_unheld, uint32_t gen
   return CountAndSettle(t, r, before, only_unheld);
 }
 
-void StopReferences(Tenant& t, std::vector<Registration*>& rs) {
+void StopReferences(Tenant& t, std::vector<Record*>& rs) {
   std::vector<uint64_t> before;
   before.reserve(rs.size());
   size_t marked = 0;
-  for (Registration* r : rs) {
+  for (Record* r : rs) {
     const uint64_t s = MarkDead(r, /*only_unheld=*/false, kAnyGen);
     if (s == 0) continue;
     rs[marked++] = r;
@@ -214,7 +213,7 @@ void StopReferences(Tenant& t, std::vector<Registration*>& rs) {
 
 // --- Sole holder --------------------------------------------------------------------------------
 
-Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) {
+Sole MarkSole(Tenant& t, Record* r, uint32_t gen) {
   const uint64_t before = MarkDead(r, /*only_unheld=*/false, gen);
   if (before == 0) return Sole::kNotLive;
   base::HeavyFence();  // as StopReference: every hold that will succeed is counted below
@@ -224,7 +223,7 @@ Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) {
     // One holder: keep the mark and add the re-registration's hold. Else take the mark back;
     // a hit that saw it undid itself, and its Unpublish (after index_mu) finds the record live.
     const uint64_t next =
-        holders == 1 ? st::WithShared(s, st::SharedHolders(s) + 1) : s & ~st::kDead;
+        holders == 1 ? state::WithShared(s, state::SharedHolders(s) + 1) : s & ~state::kDead;
     if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                             std::memory_order_acquire)) {
       if (holders == 1) return Sole::kMarked;
@@ -233,13 +232,14 @@ Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) {
   }
 }
 
-void ReviveSole(Tenant& /*t*/, Registration* r) {
+void ReviveSole(Tenant& /*t*/, Record* r) {
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
   for (;;) {
-    RC_DCHECK((s & st::kDead) != 0 && (s & st::kRevoked) == 0);
-    const uint64_t epoch = (s + st::kEpochOne) & st::kEpoch;
+    RC_DCHECK((s & state::kDead) != 0 && (s & state::kRevoked) == 0);
+    const uint64_t epoch = (s + state::kEpochOne) & state::kEpoch;
     const uint64_t next =
-        (st::WithShared(s, st::SharedHolders(s) - 1) & ~(st::kDead | st::kEpoch)) | epoch;
+        (state::WithShared(s, state::SharedHolders(s) - 1) & ~(state::kDead | state::kEpoch)) |
+        epoch;
     // Release: the rewritten range and rights, before a hit can see the record live again.
     if (r->hot->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                             std::memory_order_acquire)) {
@@ -248,9 +248,9 @@ void ReviveSole(Tenant& /*t*/, Registration* r) {
   }
 }
 
-Stopped RevokeSole(Tenant& t, Registration* r) {
+Stopped RevokeSole(Tenant& t, Record* r) {
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
-  while (!r->hot->state.compare_exchange_weak(s, st::WithShared(s, st::SharedHolders(s) - 1),
+  while (!r->hot->state.compare_exchange_weak(s, state::WithShared(s, state::SharedHolders(s) - 1),
                                               std::memory_order_acq_rel,
                                               std::memory_order_acquire)) {
   }

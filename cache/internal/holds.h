@@ -75,16 +75,16 @@ extern std::atomic<void (*)(HookPoint)> test_hook;
 
 // A free record for a new registration or window, its cold fields reset; nullptr when the
 // tenant has Slab::kMaxSlots records.
-Registration* AllocateRecord(Tenant& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+Record* AllocateRecord(Tenant& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
 
 // Writes the range a record will be published with (before Publish).
-void SetRange(Registration* r, uint64_t va, uint64_t length, hca::AccessFlags access, hca::Key key);
+void SetRange(Record* r, uint64_t va, uint64_t length, hca::AccessFlags access, hca::Key key);
 
 // Gives `r` its next generation and handle, published with one shared holder (the caller).
-void Publish(Tenant& t, Registration* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+void Publish(Tenant& t, Record* r, bool window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // Back to the slab's free list. REQUIRES: unpublished, and nobody will touch it again.
-void Recycle(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+void Recycle(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // Writes the grant of the record whose hot half is `h` field by field into `g` (the hit path's
 // `g` is the caller's StatusOr, so nothing is copied after).
@@ -101,7 +101,7 @@ inline void FillGrant(KeyGrant& g, const HotRecord& h, Handle handle, bool hit) 
 
 // Every holder of the record at `slot` in state `s` (generation Gen(s)): shared + per thread.
 inline int64_t Holders(const Tenant& t, uint32_t slot, uint64_t s) {
-  return st::SharedHolders(s) + t.holds.Count(slot, st::Gen(s));
+  return state::SharedHolders(s) + t.holds.Count(slot, state::Gen(s));
 }
 
 // For callers that need the holders of many records: every thread's holds in one pass over
@@ -117,7 +117,8 @@ int64_t HoldersFrom(const LocalHoldCounts& local, uint32_t slot, uint64_t s);
 // answer re-checks the state word afterwards (a recycle changes the generation).
 inline bool Matches(const HotRecord* r, uint64_t s, uint64_t va, uint64_t length,
                     hca::AccessFlags access) {
-  return st::Live(s) && (s & st::kWindow) == 0 && r->va.load(std::memory_order_relaxed) == va &&
+  return state::Live(s) && (s & state::kWindow) == 0 &&
+         r->va.load(std::memory_order_relaxed) == va &&
          r->length.load(std::memory_order_relaxed) == length &&
          (access & ~r->access.load(std::memory_order_relaxed)) == 0;
 }
@@ -128,9 +129,9 @@ inline bool Matches(const HotRecord* r, uint64_t s, uint64_t va, uint64_t length
 inline uint64_t HoldShared(HotRecord* r, uint64_t va, uint64_t length, hca::AccessFlags access) {
   uint64_t s = r->state.load(std::memory_order_acquire);
   for (;;) {
-    if (!Matches(r, s, va, length, access) || st::SharedHolders(s) == INT32_MAX) return 0;
+    if (!Matches(r, s, va, length, access) || state::SharedHolders(s) == INT32_MAX) return 0;
     std::atomic_thread_fence(std::memory_order_acquire);  // the range loads above, before the CAS
-    const uint64_t next = st::WithShared(s, st::SharedHolders(s) + 1) | st::kReferenced;
+    const uint64_t next = state::WithShared(s, state::SharedHolders(s) + 1) | state::kReferenced;
     if (r->state.compare_exchange_weak(s, next, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
       return s;
@@ -152,12 +153,12 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
                           uint64_t length, hca::AccessFlags access, bool& busy) {
   const uint64_t s = h->state.load(std::memory_order_acquire);
   if (!Matches(h, s, va, length, access)) return 0;
-  if (st::SharedHolders(s) < 0) [[unlikely]] {
+  if (state::SharedHolders(s) < 0) [[unlikely]] {
     busy = true;  // releases from other threads outstanding: keep the shared count balanced
     return 0;
   }
   RC_CACHE_TEST_HOOK(kHitRead);
-  const uint32_t gen = st::Gen(s);
+  const uint32_t gen = state::Gen(s);
   const uint64_t key = HoldTable::KeyOf(slot, gen);
   std::atomic<uint64_t>& entry = mine->At(slot);
   const uint64_t e = entry.load(std::memory_order_relaxed);  // this thread is its only writer
@@ -172,7 +173,7 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
     // once the record is recycled nobody counts the entry again.
     const HotRecord* other = t.slab.Hot(HoldTable::SlotOf(e));
     const uint64_t os = other->state.load(std::memory_order_acquire);
-    if (st::PublishedAs(os, HoldTable::GenOf(e))) {
+    if (state::PublishedAs(os, HoldTable::GenOf(e))) {
       busy = true;
       return 0;
     }
@@ -182,9 +183,10 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
   base::LightFence();  // the entry, before the recheck (a stop's HeavyFence pairs with this)
   std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
   const uint64_t now = h->state.load(std::memory_order_relaxed);
-  if (st::SameLive(s, now)) [[likely]] {
+  if (state::SameLive(s, now)) [[likely]] {
     // CLOCK's referenced bit: a shared write only when the hand has cleared it.
-    if ((now & st::kReferenced) == 0) h->state.fetch_or(st::kReferenced, std::memory_order_relaxed);
+    if ((now & state::kReferenced) == 0)
+      h->state.fetch_or(state::kReferenced, std::memory_order_relaxed);
     return s;
   }
   // Stopped (or recycled) since the first read: undo. A stop that counted this hold before the
@@ -192,7 +194,7 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
   entry.store(held - 1, std::memory_order_release);
   base::LightFence();
   const uint64_t after = h->state.load(std::memory_order_acquire);
-  if ((after & st::kDead) != 0 && st::PublishedAs(after, gen)) Unpublish(t, slot, gen);
+  if ((after & state::kDead) != 0 && state::PublishedAs(after, gen)) Unpublish(t, slot, gen);
   return 0;
 }
 
@@ -215,7 +217,7 @@ inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
     if (HoldTable::KeyOfEntry(e) == HoldTable::KeyOf(slot, gen) && HoldTable::CountOf(e) > 0) {
       HotRecord* h = t.slab.Hot(slot);
       const uint64_t before = h->state.load(std::memory_order_acquire);
-      if (!st::PublishedAs(before, gen)) [[unlikely]] {
+      if (!state::PublishedAs(before, gen)) [[unlikely]] {
         // The publication is over: this entry's holds were all released from other threads
         // (each +1 here was balanced by a -1 in the shared count). Nobody counts it any more.
         entry.store(0, std::memory_order_relaxed);
@@ -227,7 +229,7 @@ inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
       RC_CACHE_TEST_HOOK(kReleaseStore);
       base::LightFence();  // the entry, before the state read (pairs with a stop's HeavyFence)
       const uint64_t s = h->state.load(std::memory_order_acquire);
-      if (st::SharedHolders(s) < 0 && st::PublishedAs(s, gen) && Holders(t, slot, s) < 0)
+      if (state::SharedHolders(s) < 0 && state::PublishedAs(s, gen) && Holders(t, slot, s) < 0)
           [[unlikely]] {
         // Released once more than held: this thread's hold was already released from another
         // thread. Put the count back and refuse, as the shared path does.
@@ -236,8 +238,8 @@ inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
             absl::StrFormat("handle 0x%x has no holders left to release", handle));
       }
       t.stats().releases.Inc();
-      if ((s & st::kDead) != 0) [[unlikely]] {
-        if ((s & st::kRevoked) != 0) t.stats().releases_after_revoke.Inc();
+      if ((s & state::kDead) != 0) [[unlikely]] {
+        if ((s & state::kRevoked) != 0) t.stats().releases_after_revoke.Inc();
         Unpublish(t, slot, gen);
       }
       return absl::OkStatus();
@@ -259,11 +261,10 @@ inline constexpr uint32_t kAnyGen = UINT32_MAX;
 
 // After this no one can become a holder, and the record leaves the range index. Costs a
 // HeavyFence; StopReferences stops many for one.
-Stopped StopReference(Tenant& t, Registration* r, bool only_unheld = false, uint32_t gen = kAnyGen)
+Stopped StopReference(Tenant& t, Record* r, bool only_unheld = false, uint32_t gen = kAnyGen)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 // The same for every record in `rs`; keeps in `rs` those it stopped.
-void StopReferences(Tenant& t, std::vector<Registration*>& rs)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+void StopReferences(Tenant& t, std::vector<Record*>& rs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // --- Sole holder (re-registering: cache/internal/rereg.h) --------------------------------------
 
@@ -280,17 +281,17 @@ enum class Sole {
 // leaves `r` dead but published and indexed, with one more shared hold (the re-registration's
 // own, so a release meanwhile never unpublishes it); the caller ends the mark with ReviveSole
 // or RevokeSole. Otherwise it takes the mark back (as a stop that found a holder does).
-Sole MarkSole(Tenant& t, Registration* r, uint32_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+Sole MarkSole(Tenant& t, Record* r, uint32_t gen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // Ends a kMarked record's mark after its key was rewritten in place: drops the
 // re-registration's hold, clears the mark and bumps the rewrite epoch (a hit that read the old
 // range before the mark fails its recheck). The caller re-indexed the record first.
-void ReviveSole(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+void ReviveSole(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // Ends a kMarked record's mark by revoking it, as Invalidate's stop does (out of the range
 // index; the handle lives until its last holder releases), and drops the re-registration's
 // hold. The caller then Retires it.
-Stopped RevokeSole(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+Stopped RevokeSole(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_HOLDS_H_

@@ -11,9 +11,9 @@ Slab::~Slab() {
   for (auto& seg : cold_) delete[] seg.load(std::memory_order_relaxed);
 }
 
-Registration* Slab::Allocate() {
+Record* Slab::Allocate() {
   if (!free_.empty()) {
-    Registration* r = At(free_.front());
+    Record* r = At(free_.front());
     free_.pop_front();
     return r;
   }
@@ -23,7 +23,7 @@ Registration* Slab::Allocate() {
   if (cold_[seg].load(std::memory_order_relaxed) == nullptr) {
     const uint32_t count = 64u << seg;
     auto* hot = new HotRecord[count];
-    auto* cold = new Registration[count];
+    auto* cold = new Record[count];
     for (uint32_t i = 0; i < count; ++i) {
       cold[i].hot = &hot[i];
       cold[i].slot = slot - offset + i;
@@ -35,8 +35,8 @@ Registration* Slab::Allocate() {
   return At(slot);
 }
 
-void Slab::Free(Registration* r) {
-  RC_DCHECK((r->hot->state.load(std::memory_order_relaxed) & st::kPublished) == 0);
+void Slab::Free(Record* r) {
+  RC_DCHECK((r->hot->state.load(std::memory_order_relaxed) & state::kPublished) == 0);
   free_.push_back(r->slot);
 }
 

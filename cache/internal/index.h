@@ -31,7 +31,7 @@
 #include "cache/backing_set.h"
 #include "cache/internal/key_pool.h"
 #include "cache/lifecycle.h"
-#include "cache/reg_cache.h"
+#include "cache/types.h"
 
 namespace regcache::cache::internal {
 
@@ -55,7 +55,7 @@ inline Handle MakeHandle(uint32_t tenant_slot, uint32_t gen, uint32_t slot) {
 }
 
 // The state word of a record.
-namespace st {
+namespace state {
 inline constexpr uint64_t kShared = 0xffffffffull;   // shared holder count: int32, low bits
 inline constexpr uint64_t kPublished = 1ull << 32;   // its handle resolves
 inline constexpr uint64_t kDead = 1ull << 33;        // stop-reference began: no new holders
@@ -86,7 +86,7 @@ inline bool SameLive(uint64_t before, uint64_t now) {
   constexpr uint64_t kIdentity = ~uint64_t{0} << kGenShift | kPublished | kDead | kWindow | kEpoch;
   return Live(now) && ((before ^ now) & kIdentity) == 0;
 }
-}  // namespace st
+}  // namespace state
 
 // The half of a record that hits and releases touch. They read it without a lock, so its
 // fields are atomics (a stale reader may look at a recycled record). 32 bytes, packed densely
@@ -102,18 +102,20 @@ static_assert(sizeof(HotRecord) == 32);
 
 // One registration or window: its hot half, and the rest, guarded by the tenant mutex or fixed
 // while the record is published.
-struct Registration {
+struct Record {
   HotRecord* hot = nullptr;                    // fixed: its hot half
   uint32_t slot = 0;                           // fixed: position in the slab
   uint32_t klm_entries = 0;                    // fixed while published
   Handle handle = 0;                           // fixed while published
   PooledKey pooled;                            // fixed while published: the key as the pool has it
-  Registration* parent = nullptr;              // fixed while published (windows)
+  Record* parent = nullptr;                    // fixed while published (windows)
   KeyLifecycle life;                           // tenant mutex
-  std::vector<Registration*> windows;          // tenant mutex
+  std::vector<Record*> windows;                // tenant mutex
   absl::InlinedVector<BackingId, 1> backings;  // tenant mutex
 
-  bool is_window() const { return (hot->state.load(std::memory_order_relaxed) & st::kWindow) != 0; }
+  bool is_window() const {
+    return (hot->state.load(std::memory_order_relaxed) & state::kWindow) != 0;
+  }
 };
 
 // One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each
@@ -224,17 +226,17 @@ class Slab {
     return base != nullptr ? base + offset : nullptr;
   }
   // The record at `slot`, or nullptr. Lock-free.
-  Registration* At(uint32_t slot) const {
+  Record* At(uint32_t slot) const {
     const auto [seg, offset] = Locate(slot);
-    Registration* base = cold_[seg].load(std::memory_order_acquire);
+    Record* base = cold_[seg].load(std::memory_order_acquire);
     return base != nullptr ? base + offset : nullptr;
   }
 
   // A record to fill in: the oldest freed one, else a new one. Its state keeps its old
   // generation and has no flags. nullptr when all 2^24 slots are in use.
-  Registration* Allocate();
+  Record* Allocate();
   // Back to the free list (FIFO). REQUIRES: unpublished, nobody will use it again.
-  void Free(Registration* r);
+  void Free(Record* r);
 
   // Slots handed out so far (the high-water mark); At() is non-null below it.
   uint32_t size() const { return next_; }
@@ -254,7 +256,7 @@ class Slab {
 
   // Published cold before hot: a reader that finds a hot half finds its record.
   std::atomic<HotRecord*> hot_[kSegments] = {};
-  std::atomic<Registration*> cold_[kSegments] = {};
+  std::atomic<Record*> cold_[kSegments] = {};
   uint32_t next_ = 0;
   std::deque<uint32_t> free_;  // FIFO
 };

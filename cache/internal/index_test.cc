@@ -54,62 +54,65 @@ TEST(HandleTest, GenerationWrapsAtItsWidth) {
 // --- The state word ---
 
 uint64_t StateWith(uint32_t gen, uint64_t flags, int32_t shared = 0) {
-  return st::WithShared((uint64_t{gen} << st::kGenShift) | flags, shared);
+  return state::WithShared((uint64_t{gen} << state::kGenShift) | flags, shared);
 }
 
 TEST(StateWordTest, GenerationReadsBack) {
-  EXPECT_EQ(st::Gen(StateWith(0, 0)), 0u);
-  EXPECT_EQ(st::Gen(StateWith(42, st::kPublished | st::kReferenced, 3)), 42u);
-  EXPECT_EQ(st::Gen(StateWith(kGenMask, st::kDead)), kGenMask);
+  EXPECT_EQ(state::Gen(StateWith(0, 0)), 0u);
+  EXPECT_EQ(state::Gen(StateWith(42, state::kPublished | state::kReferenced, 3)), 42u);
+  EXPECT_EQ(state::Gen(StateWith(kGenMask, state::kDead)), kGenMask);
 }
 
 TEST(StateWordTest, SharedHoldersAreSignedAndLeaveTheRestAlone) {
-  const uint64_t base = StateWith(77, st::kPublished | st::kWindow);
+  const uint64_t base = StateWith(77, state::kPublished | state::kWindow);
   for (int32_t n : {0, 1, 2, 1000, -1, -2, -1000, INT32_MAX, INT32_MIN}) {
-    const uint64_t s = st::WithShared(base, n);
-    EXPECT_EQ(st::SharedHolders(s), n) << n;
-    EXPECT_EQ(s & ~st::kShared, base & ~st::kShared) << n;
-    EXPECT_EQ(st::Gen(s), 77u) << n;
+    const uint64_t s = state::WithShared(base, n);
+    EXPECT_EQ(state::SharedHolders(s), n) << n;
+    EXPECT_EQ(s & ~state::kShared, base & ~state::kShared) << n;
+    EXPECT_EQ(state::Gen(s), 77u) << n;
   }
   // A negative count replaced by a positive one (and back) clears every low bit it set.
-  const uint64_t neg = st::WithShared(base, -1);
-  EXPECT_EQ(st::SharedHolders(st::WithShared(neg, 2)), 2);
-  EXPECT_EQ(st::SharedHolders(st::WithShared(st::WithShared(neg, 2), -3)), -3);
-  EXPECT_EQ(st::WithShared(neg, 0), base);
+  const uint64_t neg = state::WithShared(base, -1);
+  EXPECT_EQ(state::SharedHolders(state::WithShared(neg, 2)), 2);
+  EXPECT_EQ(state::SharedHolders(state::WithShared(state::WithShared(neg, 2), -3)), -3);
+  EXPECT_EQ(state::WithShared(neg, 0), base);
 }
 
 TEST(StateWordTest, LiveMeansPublishedAndNotDead) {
-  EXPECT_FALSE(st::Live(StateWith(1, 0)));
-  EXPECT_TRUE(st::Live(StateWith(1, st::kPublished)));
-  EXPECT_TRUE(st::Live(StateWith(1, st::kPublished | st::kReferenced | st::kWindow, -4)));
-  EXPECT_FALSE(st::Live(StateWith(1, st::kPublished | st::kDead)));
-  EXPECT_FALSE(st::Live(StateWith(1, st::kPublished | st::kDead | st::kRevoked)));
-  EXPECT_FALSE(st::Live(StateWith(1, st::kDead)));
+  EXPECT_FALSE(state::Live(StateWith(1, 0)));
+  EXPECT_TRUE(state::Live(StateWith(1, state::kPublished)));
+  EXPECT_TRUE(
+      state::Live(StateWith(1, state::kPublished | state::kReferenced | state::kWindow, -4)));
+  EXPECT_FALSE(state::Live(StateWith(1, state::kPublished | state::kDead)));
+  EXPECT_FALSE(state::Live(StateWith(1, state::kPublished | state::kDead | state::kRevoked)));
+  EXPECT_FALSE(state::Live(StateWith(1, state::kDead)));
 }
 
 TEST(StateWordTest, PublishedAsNamesOnePublication) {
-  EXPECT_TRUE(st::PublishedAs(StateWith(9, st::kPublished), 9));
-  EXPECT_FALSE(st::PublishedAs(StateWith(9, st::kPublished), 10));
-  EXPECT_FALSE(st::PublishedAs(StateWith(9, 0), 9));
+  EXPECT_TRUE(state::PublishedAs(StateWith(9, state::kPublished), 9));
+  EXPECT_FALSE(state::PublishedAs(StateWith(9, state::kPublished), 10));
+  EXPECT_FALSE(state::PublishedAs(StateWith(9, 0), 9));
   // Dead but still published: the handle still resolves (a release finds its record).
-  EXPECT_TRUE(st::PublishedAs(StateWith(9, st::kPublished | st::kDead | st::kRevoked), 9));
+  EXPECT_TRUE(
+      state::PublishedAs(StateWith(9, state::kPublished | state::kDead | state::kRevoked), 9));
 }
 
 TEST(StateWordTest, SameLiveToleratesCountsAndReferenceBitOnly) {
-  const uint64_t before = StateWith(5, st::kPublished, 1);
-  EXPECT_TRUE(st::SameLive(before, before));
+  const uint64_t before = StateWith(5, state::kPublished, 1);
+  EXPECT_TRUE(state::SameLive(before, before));
   // Holder counts and the CLOCK bit change under a hit without changing its identity.
-  EXPECT_TRUE(st::SameLive(before, StateWith(5, st::kPublished, 4)));
-  EXPECT_TRUE(st::SameLive(before, StateWith(5, st::kPublished, -2)));
-  EXPECT_TRUE(st::SameLive(before, StateWith(5, st::kPublished | st::kReferenced, 1)));
+  EXPECT_TRUE(state::SameLive(before, StateWith(5, state::kPublished, 4)));
+  EXPECT_TRUE(state::SameLive(before, StateWith(5, state::kPublished, -2)));
+  EXPECT_TRUE(state::SameLive(before, StateWith(5, state::kPublished | state::kReferenced, 1)));
   // A stop, a new generation, a different kind of record, or no publication: not the same.
-  EXPECT_FALSE(st::SameLive(before, StateWith(5, st::kPublished | st::kDead, 1)));
-  EXPECT_FALSE(st::SameLive(before, StateWith(6, st::kPublished, 1)));
-  EXPECT_FALSE(st::SameLive(before, StateWith(5, st::kPublished | st::kWindow, 1)));
-  EXPECT_FALSE(st::SameLive(before, StateWith(5, 0, 1)));
+  EXPECT_FALSE(state::SameLive(before, StateWith(5, state::kPublished | state::kDead, 1)));
+  EXPECT_FALSE(state::SameLive(before, StateWith(6, state::kPublished, 1)));
+  EXPECT_FALSE(state::SameLive(before, StateWith(5, state::kPublished | state::kWindow, 1)));
+  EXPECT_FALSE(state::SameLive(before, StateWith(5, 0, 1)));
   // The generation wraps: the same low 24 bits with another value is a different identity only
   // through the bits the state word keeps.
-  EXPECT_FALSE(st::SameLive(StateWith(kGenMask, st::kPublished), StateWith(0, st::kPublished)));
+  EXPECT_FALSE(
+      state::SameLive(StateWith(kGenMask, state::kPublished), StateWith(0, state::kPublished)));
 }
 
 // --- Hold table entries ---
@@ -340,7 +343,7 @@ TEST(SlabTest, EmptySlabHasNoRecords) {
 TEST(SlabTest, AllocatesSlotsInOrderWithTheirHotHalves) {
   Slab slab;
   for (uint32_t i = 0; i < 10; ++i) {
-    Registration* r = slab.Allocate();
+    Record* r = slab.Allocate();
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->slot, i);
     EXPECT_EQ(slab.At(i), r);
@@ -357,7 +360,7 @@ TEST(SlabTest, AllocatesSlotsInOrderWithTheirHotHalves) {
 
 TEST(SlabTest, FreedSlotsComeBackOldestFirst) {
   Slab slab;
-  std::vector<Registration*> r;
+  std::vector<Record*> r;
   for (int i = 0; i < 6; ++i) r.push_back(slab.Allocate());
   slab.Free(r[3]);
   slab.Free(r[1]);
@@ -366,7 +369,7 @@ TEST(SlabTest, FreedSlotsComeBackOldestFirst) {
   EXPECT_EQ(slab.Allocate(), r[1]);
   EXPECT_EQ(slab.Allocate(), r[4]);
   // The free list is empty again: the next one is new.
-  Registration* fresh = slab.Allocate();
+  Record* fresh = slab.Allocate();
   EXPECT_EQ(fresh->slot, 6u);
   EXPECT_EQ(slab.size(), 7u);
 }
@@ -375,22 +378,22 @@ TEST(SlabTest, ReuseKeepsTheRecordsGeneration) {
   // Allocate hands a recycled record back as it was left: its generation carries on, so the
   // next publication's generation differs from every earlier handle's.
   Slab slab;
-  Registration* r = slab.Allocate();
-  r->hot->state.store(uint64_t{41} << st::kGenShift);
+  Record* r = slab.Allocate();
+  r->hot->state.store(uint64_t{41} << state::kGenShift);
   slab.Free(r);
-  Registration* again = slab.Allocate();
+  Record* again = slab.Allocate();
   ASSERT_EQ(again, r);
-  EXPECT_EQ(st::Gen(again->hot->state.load()), 41u);
-  EXPECT_FALSE(st::Live(again->hot->state.load()));
+  EXPECT_EQ(state::Gen(again->hot->state.load()), 41u);
+  EXPECT_FALSE(state::Live(again->hot->state.load()));
 }
 
 TEST(SlabTest, GrowthNeverMovesARecord) {
   Slab slab;
   constexpr uint32_t kCount = 5000;  // segments of 64, 128, ..., 4096
-  std::vector<Registration*> cold;
+  std::vector<Record*> cold;
   std::vector<HotRecord*> hot;
   for (uint32_t i = 0; i < kCount; ++i) {
-    Registration* r = slab.Allocate();
+    Record* r = slab.Allocate();
     ASSERT_NE(r, nullptr);
     ASSERT_EQ(r->slot, i);
     r->hot->va.store(0x1000 + i);

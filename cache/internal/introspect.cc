@@ -11,7 +11,7 @@ namespace {
 
 // `s`: the record's state word, read by the caller; `holders`: all of them (Holders(), or a sum
 // the caller made for many records at once).
-RegistrationInfo InfoOf(const Tenant& t, const Registration& r, uint64_t s, int64_t holders)
+RegistrationInfo InfoOf(const Tenant& t, const Record& r, uint64_t s, int64_t holders)
     ABSL_SHARED_LOCKS_REQUIRED(t.mu) {
   RegistrationInfo info;
   info.handle = r.handle;
@@ -20,8 +20,8 @@ RegistrationInfo InfoOf(const Tenant& t, const Registration& r, uint64_t s, int6
   info.length = r.hot->length.load(std::memory_order_relaxed);
   info.access = r.hot->access.load(std::memory_order_relaxed);
   info.holders = static_cast<uint32_t>(std::max<int64_t>(0, holders));
-  info.revoked = (s & st::kRevoked) != 0;
-  info.is_window = (s & st::kWindow) != 0;
+  info.revoked = (s & state::kRevoked) != 0;
+  info.is_window = (s & state::kWindow) != 0;
   info.parent = r.parent != nullptr ? r.parent->handle : 0;
   info.windows = static_cast<uint32_t>(r.windows.size());
   info.klm_entries = r.klm_entries;
@@ -33,10 +33,10 @@ RegistrationInfo InfoOf(const Tenant& t, const Registration& r, uint64_t s, int6
 }  // namespace
 
 absl::StatusOr<RegistrationInfo> QueryRecord(Tenant& t, Handle handle) {
-  ASSIGN_OR_RETURN(Registration * r, Resolve(t, handle));
+  ASSIGN_OR_RETURN(Record * r, Resolve(t, handle));
   base::ReaderMutexLock lock(&t.mu);  // keeps the record from being reallocated
   const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-  if (!st::PublishedAs(s, HandleGen(handle))) return NoSuchHandle(handle);
+  if (!state::PublishedAs(s, HandleGen(handle))) return NoSuchHandle(handle);
   return InfoOf(t, *r, s, Holders(t, r->slot, s));
 }
 
@@ -46,9 +46,9 @@ std::vector<RegistrationInfo> ListRecords(Tenant& t) {
   base::MutexLock il(&t.index_mu);
   const LocalHoldCounts local = CountLocalHolds(t);
   for (uint32_t i = 0; i < t.slab.size(); ++i) {
-    const Registration* r = t.slab.At(i);
+    const Record* r = t.slab.At(i);
     const uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    if ((s & st::kPublished) != 0) out.push_back(InfoOf(t, *r, s, HoldersFrom(local, i, s)));
+    if ((s & state::kPublished) != 0) out.push_back(InfoOf(t, *r, s, HoldersFrom(local, i, s)));
   }
   return out;
 }
@@ -68,10 +68,10 @@ TenantUsage UsageOf(Tenant& t) {
   const LocalHoldCounts local = CountLocalHolds(t);
   for (uint32_t i = 0; i < t.slab.size(); ++i) {
     const uint64_t s = t.slab.Hot(i)->state.load(std::memory_order_acquire);
-    if (st::Live(s) && (s & st::kWindow) == 0 && HoldersFrom(local, i, s) <= 0) {
+    if (state::Live(s) && (s & state::kWindow) == 0 && HoldersFrom(local, i, s) <= 0) {
       u.cached_unreferenced++;
     }
-    if ((s & st::kPublished) != 0 && (s & st::kRevoked) != 0) u.revoked_held++;
+    if ((s & state::kPublished) != 0 && (s & state::kRevoked) != 0) u.revoked_held++;
   }
   return u;
 }

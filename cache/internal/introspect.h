@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/internal/tenant.h"
-#include "cache/reg_cache.h"
+#include "cache/types.h"
 
 namespace regcache::cache::internal {
 

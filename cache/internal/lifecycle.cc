@@ -17,9 +17,9 @@ namespace {
 // kDraining: out of the cover index, and every window on `r` stopped and retired first (a
 // parent's key is invalidated only after every window on it is). Waits out windows that are
 // still being mapped, or retired by another thread.
-void Drain(Tenant& t, Registration* r) {
+void Drain(Tenant& t, Record* r) {
   for (int round = 0;; ++round) {
-    std::vector<Registration*> stopped;
+    std::vector<Record*> stopped;
     bool waiting = false;
     {
       base::MutexLock lock(&t.mu);
@@ -35,7 +35,7 @@ void Drain(Tenant& t, Registration* r) {
           }
         }
       }
-      for (Registration* w : r->windows) {
+      for (Record* w : r->windows) {
         if (w->life.state() != KeyState::kActive) {
           waiting = true;  // mapping, or retiring on another thread
           continue;
@@ -49,7 +49,7 @@ void Drain(Tenant& t, Registration* r) {
       }
       if (stopped.empty() && !waiting) return;
     }
-    for (Registration* w : stopped) Retire(t, w);
+    for (Record* w : stopped) Retire(t, w);
     if (stopped.empty() && waiting) absl::SleepFor(absl::Microseconds(50));
   }
 }
@@ -64,7 +64,7 @@ hca::Key FreeKey(Tenant& t, hca::Key invalidated) {
 
 }  // namespace
 
-void Retire(Tenant& t, Registration* r) {
+void Retire(Tenant& t, Record* r) {
   Drain(t, r);
   {
     base::MutexLock lock(&t.mu);
@@ -85,7 +85,7 @@ void Retire(Tenant& t, Registration* r) {
     }
     Recover(t, r, key);
   }
-  Registration* parent = nullptr;
+  Record* parent = nullptr;
   {
     base::MutexLock lock(&t.mu);
     if (r->life.state() == KeyState::kInvalidating) {
@@ -113,14 +113,14 @@ void Retire(Tenant& t, Registration* r) {
   }
   // Done: a revoked handle lives until its last holder releases it, so whichever of the two
   // comes second (this, or the release that unpublishes it) recycles the record.
-  const uint64_t before = r->hot->state.fetch_or(st::kDone, std::memory_order_acq_rel);
-  if ((before & st::kPublished) == 0) {
+  const uint64_t before = r->hot->state.fetch_or(state::kDone, std::memory_order_acq_rel);
+  if ((before & state::kPublished) == 0) {
     base::MutexLock il(&t.index_mu);
     Recycle(t, r);
   }
 }
 
-void Recover(Tenant& t, Registration* r, hca::Key previous_key) {
+void Recover(Tenant& t, Record* r, hca::Key previous_key) {
   t.stats().keys_recovered.Inc();
   {
     base::MutexLock lock(&t.mu);

@@ -21,13 +21,13 @@ namespace regcache::cache::internal {
 // Runs the lifecycle of `r`, whose references were stopped, to its end (quarantined, or
 // destroyed in recovery), then hands the record back: to the slab now if it is unpublished,
 // else at its last release. A window drops its hold on its parent.
-void Retire(Tenant& t, Registration* r);
+void Retire(Tenant& t, Record* r);
 
 // A key whose UMR failed or timed out: invalidates it again, trying the key value the record
 // has and `previous_key` (how far the failed UMR got decides which the device knows), else
 // destroys it. Returns with the key quarantined (kQuarantined) or destroyed (kDestroyed, and
 // forgotten by the pool).
-void Recover(Tenant& t, Registration* r, hca::Key previous_key);
+void Recover(Tenant& t, Record* r, hca::Key previous_key);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_LIFECYCLE_H_

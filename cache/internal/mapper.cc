@@ -30,7 +30,7 @@ struct Mapping {
   hca::AccessFlags access = 0;  // normalized
   std::vector<hca::KlmEntry> layout;
   std::vector<BackingId> backings;  // a registration: the memory its layout uses
-  Registration* parent = nullptr;   // a window: its parent, held by the caller
+  Record* parent = nullptr;         // a window: its parent, held by the caller
   int cls = 0;
 
   bool window() const { return parent != nullptr; }
@@ -62,7 +62,7 @@ void Unreserve(Tenant& t, const TakenKey& taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t
 }
 
 // Step 3, under the tenant mutex: a record for the reserved key, bound to what it maps.
-absl::StatusOr<Registration*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
+absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   absl::Cleanup unreserve = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) { Unreserve(t, taken); };
   if (!m.window()) {
@@ -75,7 +75,7 @@ absl::StatusOr<Registration*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     }
     m.layout = std::move(relaid);
   }
-  Registration* r = AllocateRecord(t);
+  Record* r = AllocateRecord(t);
   if (r == nullptr) return TooManyRecords();
   std::move(unreserve).Cancel();
   SetRange(r, m.va, m.length, m.access, taken.mapped_key());
@@ -93,7 +93,7 @@ absl::StatusOr<Registration*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
 }
 
 // Undoes Bind for a record whose map failed (its key already went to recovery).
-void Unbind(Tenant& t, Registration* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+void Unbind(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   if (r->parent != nullptr) {
     std::erase(r->parent->windows, r);
   } else {
@@ -118,7 +118,7 @@ bool AwaitBudget(KeyBudget& budget, uint32_t capacity) {
 
 // Steps 2 and 3: reserve (evicting unheld registrations while the quota or the pool is
 // exhausted) and bind. On success the record is in kMapping and `taken` says what to map.
-absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
+absl::StatusOr<Record*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
   absl::Status last;
   bool quota_refused = false;
   bool waited = false;
@@ -138,7 +138,7 @@ absl::StatusOr<Registration*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& ta
                     t.pool->total_keys() < t.ctx->budget->FairShare() &&
                     t.pool->total_entries() + capacity <= t.ctx->budget->FairEntryShare();
     }
-    Registration* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
+    Record* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
     if (victim != nullptr) {
       t.stats().evictions.Inc();
       Retire(t, victim);
@@ -172,7 +172,7 @@ namespace {
 absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
   RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
   TakenKey taken;
-  ASSIGN_OR_RETURN(Registration * r, ReserveAndBind(t, m, taken));
+  ASSIGN_OR_RETURN(Record * r, ReserveAndBind(t, m, taken));
 
   UmrOp op;
   op.kind = UmrOp::Kind::kMap;
@@ -217,23 +217,23 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
 // Takes one shared hold on `p`, the record `handle` resolved to, for a window on it: the
 // parent's range and rights are fixed while it is held. Fails if the record is no longer that
 // publication, or is not a live registration.
-absl::Status HoldParent(Registration* p, Handle handle) {
+absl::Status HoldParent(Record* p, Handle handle) {
   const uint32_t gen = HandleGen(handle);
   uint64_t ps = p->hot->state.load(std::memory_order_acquire);
   for (;;) {
-    if (!st::PublishedAs(ps, gen)) return NoSuchHandle(handle);
-    if ((ps & st::kDead) != 0) {
+    if (!state::PublishedAs(ps, gen)) return NoSuchHandle(handle);
+    if ((ps & state::kDead) != 0) {
       return base::WithReason(absl::FailedPreconditionError(
                                   absl::StrFormat("registration 0x%x was invalidated", handle)),
                               base::reason::kKeyRevoked, {{"handle", std::to_string(handle)}});
     }
-    if ((ps & st::kWindow) != 0) {
+    if ((ps & state::kWindow) != 0) {
       return absl::InvalidArgumentError("a window cannot be the parent of a window");
     }
-    if (st::SharedHolders(ps) == INT32_MAX) {
+    if (state::SharedHolders(ps) == INT32_MAX) {
       return absl::ResourceExhaustedError("the parent has the most holders it can count");
     }
-    if (p->hot->state.compare_exchange_weak(ps, st::WithShared(ps, st::SharedHolders(ps) + 1),
+    if (p->hot->state.compare_exchange_weak(ps, state::WithShared(ps, state::SharedHolders(ps) + 1),
                                             std::memory_order_acq_rel, std::memory_order_acquire)) {
       return absl::OkStatus();
     }
@@ -263,7 +263,7 @@ absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length
 
 absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, uint64_t length,
                                    hca::AccessFlags access) {
-  ASSIGN_OR_RETURN(Registration * p, Resolve(t, parent));
+  ASSIGN_OR_RETURN(Record * p, Resolve(t, parent));
   ASSIGN_OR_RETURN(hca::AccessFlags normalized, NormalizeAccess(access));
   if (length == 0) return absl::InvalidArgumentError("window length 0");
   Mapping m;
@@ -304,18 +304,18 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
   return grant;
 }
 
-Registration* PickVictim(Tenant& t) {
+Record* PickVictim(Tenant& t) {
   // Two turns of the hand at most: the first may only clear referenced bits.
   base::MutexLock lock(&t.index_mu);
   const uint32_t n = t.slab.size();
   for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
     if (t.clock_hand >= n) t.clock_hand = 0;
-    Registration* r = t.slab.At(t.clock_hand++);
+    Record* r = t.slab.At(t.clock_hand++);
     uint64_t s = r->hot->state.load(std::memory_order_acquire);
-    while (st::Live(s) && (s & st::kWindow) == 0 && st::SharedHolders(s) <= 0) {
-      if ((s & st::kReferenced) != 0) {  // second chance
-        if (r->hot->state.compare_exchange_weak(s, s & ~st::kReferenced, std::memory_order_acq_rel,
-                                                std::memory_order_acquire)) {
+    while (state::Live(s) && (s & state::kWindow) == 0 && state::SharedHolders(s) <= 0) {
+      if ((s & state::kReferenced) != 0) {  // second chance
+        if (r->hot->state.compare_exchange_weak(
+                s, s & ~state::kReferenced, std::memory_order_acq_rel, std::memory_order_acquire)) {
           break;
         }
         continue;

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "cache/internal/index.h"
 #include "cache/internal/tenant.h"
-#include "cache/reg_cache.h"
+#include "cache/types.h"
 #include "hca/device.h"
 
 namespace regcache::cache::internal {
@@ -41,7 +41,7 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
 
 // CLOCK over the tenant's records: the first unheld registration not hit since the hand last
 // passed it, with its references stopped (ready to Retire). nullptr if none.
-Registration* PickVictim(Tenant& t);
+Record* PickVictim(Tenant& t);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_MAPPER_H_

@@ -19,7 +19,7 @@ namespace {
 
 // What a re-registration works with: the record, its range before, and the range asked for.
 struct Plan {
-  Registration* r = nullptr;
+  Record* r = nullptr;
   Handle handle = 0;
   uint64_t old_va = 0;
   uint64_t old_length = 0;
@@ -47,8 +47,8 @@ struct Plan {
 absl::Status ReadHandle(const Tenant& t, Handle handle, Plan& p) {
   ASSIGN_OR_RETURN(p.r, Resolve(t, handle));
   const uint64_t s = p.r->hot->state.load(std::memory_order_acquire);
-  if (!st::PublishedAs(s, HandleGen(handle))) return NoSuchHandle(handle);
-  if ((s & st::kDead) != 0) {
+  if (!state::PublishedAs(s, HandleGen(handle))) return NoSuchHandle(handle);
+  if ((s & state::kDead) != 0) {
     return base::WithReason(
         absl::FailedPreconditionError(absl::StrFormat(
             "handle 0x%x was invalidated or is being re-registered by another call", handle)),
@@ -59,7 +59,7 @@ absl::Status ReadHandle(const Tenant& t, Handle handle, Plan& p) {
         absl::StrFormat("handle 0x%x has no holders left to trade", handle));
   }
   p.handle = handle;
-  p.window = (s & st::kWindow) != 0;
+  p.window = (s & state::kWindow) != 0;
   p.old_va = p.r->hot->va.load(std::memory_order_relaxed);
   p.old_length = p.r->hot->length.load(std::memory_order_relaxed);
   p.old_access = p.r->hot->access.load(std::memory_order_relaxed);
@@ -81,7 +81,7 @@ absl::Status ReadRange(uint64_t va, uint64_t length, hca::AccessFlags access, Pl
 }
 
 // Takes `r` out of the cover index (it is there under its start address).
-void EraseCover(Tenant& t, Registration* r, uint64_t va) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+void EraseCover(Tenant& t, Record* r, uint64_t va) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   auto [lo, hi] = t.cover.equal_range(va);
   for (auto it = lo; it != hi; ++it) {
     if (it->second == r) {
@@ -118,7 +118,7 @@ absl::StatusOr<Sole> PlanAndMark(Tenant& t, Plan& p) {
 KeyGrant Commit(Tenant& t, Plan& p) {
   KeyGrant grant;
   base::MutexLock lock(&t.mu);
-  Registration* r = p.r;
+  Record* r = p.r;
   CountUsers(t, r->backings, /*add=*/false);
   r->backings.assign(p.backings.begin(), p.backings.end());
   r->klm_entries = static_cast<uint32_t>(p.layout.size());
@@ -140,7 +140,7 @@ KeyGrant Commit(Tenant& t, Plan& p) {
 }
 
 // Step 4: one UMR rewrites the marked record's key; on failure the key goes to recovery.
-absl::StatusOr<KeyGrant> InPlace(Tenant& t, Plan& p) {
+absl::StatusOr<KeyGrant> InPlace(Tenant& t, Plan& p, absl::FunctionRef<void(Handle)> revoking) {
   UmrOp op;
   op.kind = UmrOp::Kind::kMap;
   op.klm = p.layout;
@@ -160,6 +160,7 @@ absl::StatusOr<KeyGrant> InPlace(Tenant& t, Plan& p) {
   }
   // The key's state is unknown: the registration is revoked (the caller keeps the revoked
   // handle) and retired, whose invalidate or recovery settles the key.
+  revoking(p.handle);
   {
     base::MutexLock lock(&t.mu);
     CountUsers(t, p.backings,
@@ -173,7 +174,9 @@ absl::StatusOr<KeyGrant> InPlace(Tenant& t, Plan& p) {
 }
 
 // Step 5: the marked record is revoked and retired before the new range is registered.
-absl::StatusOr<KeyGrant> Narrow(Tenant& t, Plan& p, RegisterNew register_new) {
+absl::StatusOr<KeyGrant> Narrow(Tenant& t, Plan& p, RegisterNew register_new,
+                                absl::FunctionRef<void(Handle)> revoking) {
+  revoking(p.handle);  // before the key refuses anything
   {
     base::MutexLock il(&t.index_mu);
     (void)RevokeSole(t, p.r);
@@ -202,7 +205,8 @@ absl::StatusOr<KeyGrant> Replace(Tenant& t, const Plan& p, RegisterNew register_
 }  // namespace
 
 absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint64_t length,
-                                    hca::AccessFlags access, RegisterNew register_new) {
+                                    hca::AccessFlags access, RegisterNew register_new,
+                                    absl::FunctionRef<void(Handle)> revoking) {
   Plan p;
   RETURN_IF_ERROR(ReadHandle(t, handle, p));
   RETURN_IF_ERROR(ReadRange(va, length, access, p));
@@ -217,7 +221,7 @@ absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint6
   ASSIGN_OR_RETURN(const Sole sole, PlanAndMark(t, p));
   switch (sole) {
     case Sole::kMarked:
-      return p.in_place() ? InPlace(t, p) : Narrow(t, p, register_new);
+      return p.in_place() ? InPlace(t, p, revoking) : Narrow(t, p, register_new, revoking);
     case Sole::kShared:
       return Replace(t, p, register_new);
     case Sole::kNone:

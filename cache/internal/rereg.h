@@ -21,7 +21,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "cache/internal/tenant.h"
-#include "cache/reg_cache.h"
+#include "cache/types.h"
 #include "hca/device.h"
 
 namespace regcache::cache::internal {
@@ -30,9 +30,10 @@ namespace regcache::cache::internal {
 using RegisterNew = absl::FunctionRef<absl::StatusOr<KeyGrant>()>;
 
 // RegCache::Reregister after the tenant lookup. `access` not yet normalized. Errors (and what
-// the caller holds after each) as RegCache::Reregister.
+// the caller holds after each), and when `revoking` is called, as RegCache::Reregister.
 absl::StatusOr<KeyGrant> Reregister(Tenant& t, Handle handle, uint64_t va, uint64_t length,
-                                    hca::AccessFlags access, RegisterNew register_new);
+                                    hca::AccessFlags access, RegisterNew register_new,
+                                    absl::FunctionRef<void(Handle)> revoking);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_REREG_H_

@@ -50,12 +50,12 @@ absl::Status CheckHandleTenant(const Tenant& t, Handle handle) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Registration*> Resolve(const Tenant& t, Handle handle) {
+absl::StatusOr<Record*> Resolve(const Tenant& t, Handle handle) {
   RETURN_IF_ERROR(CheckHandleTenant(t, handle));
   // The hot half only: the cold one stays out of the cache on the release path.
   if (const HotRecord* h = t.slab.Hot(HandleSlot(handle))) {
     const uint64_t s = h->state.load(std::memory_order_acquire);
-    if (st::PublishedAs(s, HandleGen(handle))) return t.slab.At(HandleSlot(handle));
+    if (state::PublishedAs(s, HandleGen(handle))) return t.slab.At(HandleSlot(handle));
   }
   return NoSuchHandle(handle);
 }
@@ -146,7 +146,7 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
 
 absl::Status DetachMemory(Tenant& t, BackingId backing) {
   for (int attempt = 0; attempt < kDetachAttempts; ++attempt) {
-    std::vector<Registration*> victims;
+    std::vector<Record*> victims;
     {
       base::MutexLock lock(&t.mu);
       BackingRecord* b = t.backings.Find(backing);
@@ -164,14 +164,14 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       const uint64_t lo = b->va > t.max_length ? b->va - t.max_length : 0;
       for (auto it = t.cover.lower_bound(lo); it != t.cover.end() && it->first < b->va + b->length;
            ++it) {
-        Registration* r = it->second;
+        Record* r = it->second;
         if (r->hot->va + r->hot->length <= b->va) continue;
         victims.push_back(r);
       }
       base::MutexLock il(&t.index_mu);
       StopReferences(t, victims);
     }
-    for (Registration* r : victims) Retire(t, r);
+    for (Record* r : victims) Retire(t, r);
     if (victims.empty()) absl::SleepFor(absl::Microseconds(100));  // a map in flight
   }
   return absl::UnavailableError(
@@ -180,16 +180,16 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
 
 absl::Status CloseTenant(Tenant& t) {
   // Every registration through the lifecycle: windows first (a parent waits for its windows).
-  std::vector<Registration*> windows, parents;
+  std::vector<Record*> windows, parents;
   {
     base::MutexLock lock(&t.index_mu);
-    std::vector<Registration*> all;
+    std::vector<Record*> all;
     for (uint32_t i = 0; i < t.slab.size(); ++i) all.push_back(t.slab.At(i));
     StopReferences(t, all);
-    for (Registration* r : all) (r->is_window() ? windows : parents).push_back(r);
+    for (Record* r : all) (r->is_window() ? windows : parents).push_back(r);
   }
-  for (Registration* r : windows) Retire(t, r);
-  for (Registration* r : parents) Retire(t, r);
+  for (Record* r : windows) Retire(t, r);
+  for (Record* r : parents) Retire(t, r);
 
   absl::Status first;
   {

@@ -32,8 +32,8 @@
 #include "cache/internal/key_ledger.h"
 #include "cache/internal/key_pool.h"
 #include "cache/options.h"
-#include "cache/reg_cache.h"
 #include "cache/stats.h"
+#include "cache/types.h"
 #include "cache/umr_engine.h"
 #include "hca/device.h"
 
@@ -64,7 +64,7 @@ struct Tenant {
   std::unique_ptr<KeyPool> pool ABSL_GUARDED_BY(mu);
   // Live registrations (not windows) by start address: the cover lookup of a hit that the
   // exact-range index misses, and the registrations over a backing being detached.
-  absl::btree_multimap<uint64_t, Registration*> cover ABSL_GUARDED_BY(mu);
+  absl::btree_multimap<uint64_t, Record*> cover ABSL_GUARDED_BY(mu);
   uint64_t max_length ABSL_GUARDED_BY(mu) = 0;  // longest registration ever in `cover`
   uint64_t live ABSL_GUARDED_BY(mu) = 0;        // quota-counted keys: from reserved to unmapped
   BackingId next_backing ABSL_GUARDED_BY(mu) = 1;
@@ -90,7 +90,7 @@ absl::Status CheckHandleTenant(const Tenant& t, Handle handle);
 // The record `handle` names, if it belongs to `t` and is published with that generation.
 // Lock-free; the answer can be stale by the time the caller acts on it, so callers that change
 // the record re-check the state word (CAS) or hold index_mu.
-absl::StatusOr<Registration*> Resolve(const Tenant& t, Handle handle);
+absl::StatusOr<Record*> Resolve(const Tenant& t, Handle handle);
 
 // Attaches memory to the tenant: one device registration (RegCache::AddBacking).
 absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec);

@@ -7,9 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/backend.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca::sim {
 namespace {
@@ -334,7 +337,7 @@ TEST_P(SimDeviceTest, MustBeFreeUmrOnLiveKeyFailsAndChangesNothing) {
   const KeyInfo before = dev_->QueryKey(k).value();
   absl::Status s = MapKlm(k, 2, {{backing_.key, base_ + 4096, 300}}, kAllAccess, 0x9000);
   EXPECT_EQ(Syn(s), Syndrome::kMwBind);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(s.message(), HasSubstr("must-be-free"));
   const KeyInfo after = dev_->QueryKey(k).value();
   EXPECT_EQ(after.key, before.key);
@@ -360,7 +363,7 @@ TEST_P(SimDeviceTest, CapacityAndUmrEnChecks) {
   r.klm = absl::MakeSpan(e).subspan(0, 1);
   r.length = 64;
   EXPECT_EQ(Syn(Map(r)), Syndrome::kMwBind);
-  EXPECT_EQ(dev_->QueryKey(k).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(dev_->QueryKey(k), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_P(SimDeviceTest, UpdateRewriteAndInjectedFailure) {
@@ -474,7 +477,8 @@ TEST_P(SimDeviceTest, MttDirectKeyMapAndRewrite) {
   ASSERT_TRUE(peer_->Read(d, 0x100000 + 1, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out[0], At(5 * kPage + 1));
   EXPECT_EQ(Syn(peer_->Read(d, 0x100000 + kPage, absl::MakeSpan(out))), Syndrome::kRemoteAccess);
-  EXPECT_EQ(q_->PostRewriteTranslation(7, d, 4, rw, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(q_->PostRewriteTranslation(7, d, 4, rw, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_P(SimDeviceTest, ConcurrentAccessesDuringRemaps) {
@@ -521,8 +525,8 @@ TEST(SimBackendTest, OpenByNameAndSpec) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ((*d)->capabilities().backend, "sim");
   EXPECT_EQ((*d)->capabilities().max_indirection, 3u);
-  EXPECT_EQ(OpenDevice("sim:bogus=1").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(OpenDevice("nosuch").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(OpenDevice("sim:bogus=1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(OpenDevice("nosuch"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // --device=auto: mlx5, else verbs, else sim — here a verbs that cannot open and no mlx5 in the
@@ -543,11 +547,11 @@ TEST(SimBackendTest, AutoFallsBackToTheSimAndSaysWhy) {
   EXPECT_THAT(why, ::testing::HasSubstr("auto chose sim (sim0)"));
   EXPECT_THAT(why, ::testing::HasSubstr("not mlx5: no hca backend 'mlx5'"));
   EXPECT_THAT(why, ::testing::HasSubstr("not verbs: verbs: no RDMA devices on this machine"));
-  EXPECT_EQ(OpenDevice("auto:x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenDevice("auto:x"), StatusIs(absl::StatusCode::kInvalidArgument));
   // auto:rdma never falls back to the sim: with no RDMA device here (the sim registered and
   // openable) it opens nothing, and says why for each real backend.
   absl::Status rdma = OpenDevice("auto:rdma", o).status();
-  EXPECT_EQ(rdma.code(), absl::StatusCode::kNotFound) << rdma;
+  EXPECT_THAT(rdma, StatusIs(absl::StatusCode::kNotFound)) << rdma;
   EXPECT_THAT(rdma.message(), ::testing::HasSubstr("device 'auto:rdma' found nothing to open"));
   EXPECT_THAT(rdma.message(), ::testing::HasSubstr("verbs: no RDMA devices on this machine"));
   ASSERT_TRUE(OpenDevice("sim", o).ok());

@@ -5,10 +5,13 @@
 #include <memory>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "hca/status.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca::sim {
 namespace {
@@ -80,9 +83,9 @@ TEST_F(SimEndpointTest, CapabilityAndLocalAddress) {
 }
 
 TEST_F(SimEndpointTest, CreateChecksPdAndAccess) {
-  EXPECT_EQ(dev_->CreateEndpoint(Pd{999}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dev_->CreateEndpoint(Pd{999}, {}), StatusIs(absl::StatusCode::kInvalidArgument));
   auto local = dev_->CreateEndpoint(pd_, EndpointOptions{kRemoteRead | kLocalWrite});
-  EXPECT_EQ(local.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(local, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(local.status().message(), HasSubstr("local bits"));
 }
 
@@ -93,7 +96,7 @@ TEST_F(SimEndpointTest, ConnectValidatesTheAddressOnce) {
     EndpointAddress a = good;
     mutate(a);
     absl::Status s = ep->Connect(a);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << what;
     EXPECT_THAT(s.message(), HasSubstr(what));
   };
   bad([](EndpointAddress& a) { a.qpn = 1u << 24; }, "qpn");
@@ -104,7 +107,7 @@ TEST_F(SimEndpointTest, ConnectValidatesTheAddressOnce) {
   // A refused address leaves it unconnected: a good one is still taken, then never another.
   good.mtu = 1024;
   ASSERT_TRUE(ep->Connect(good).ok());
-  EXPECT_EQ(ep->Connect(good).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ep->Connect(good), StatusIs(absl::StatusCode::kFailedPrecondition));
   for (uint32_t mtu : {0u, 256u, 512u, 2048u, 4096u}) {
     std::unique_ptr<Endpoint> other = NewEndpoint();
     good.mtu = mtu;
@@ -130,7 +133,7 @@ TEST_F(SimEndpointTest, RemoteOneSidedOperationsReachThePdsMemory) {
   EXPECT_EQ(remote->CompareSwap(backing_.key, base_ + kPage, 5, 9).value(), 5u);
   EXPECT_EQ(*reinterpret_cast<uint64_t*>(base_ + kPage), 9u);
   // One-sided only; no local keys on the remote side.
-  EXPECT_EQ(remote->SendWithInvalidate(backing_.key).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(remote->SendWithInvalidate(backing_.key), StatusIs(absl::StatusCode::kUnimplemented));
   EXPECT_EQ(remote->LocalRead(backing_.key, base_, absl::MakeSpan(back)).code(),
             absl::StatusCode::kUnimplemented);
 }
@@ -152,7 +155,7 @@ TEST_F(SimEndpointTest, RemoteAccessOfTheEndpointIsHonoured) {
   EXPECT_TRUE(remote->Read(backing_.key, base_, absl::MakeSpan(b)).ok());
   absl::Status w = remote->Write(backing_.key, base_, absl::MakeConstSpan(b));
   EXPECT_EQ(Syn(w), Syndrome::kRemoteAccess) << w;
-  EXPECT_EQ(w.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(w, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(w.message(), HasSubstr("accepts only"));
   EXPECT_EQ(Syn(remote->FetchAdd(backing_.key, base_, 1).status()), Syndrome::kRemoteAccess);
   EXPECT_GE(dev_->stats().endpoint_refusals.value(), 2);
@@ -167,7 +170,7 @@ TEST_F(SimEndpointTest, AccessesFailOnceTheEndpointIsDestroyed) {
   EXPECT_EQ(LiveEndpoints(), 0);
   absl::Status s = remote->Write(backing_.key, base_ + 8, absl::MakeConstSpan(b));
   EXPECT_EQ(Syn(s), Syndrome::kWrFlush) << s;
-  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kAborted));
   EXPECT_THAT(s.message(), HasSubstr("transport retry exceeded"));
   EXPECT_EQ(mem_[base_ + 8 - reinterpret_cast<uint64_t>(mem_.data())], 0);
   EXPECT_EQ(Syn(remote->Read(backing_.key, base_, absl::MakeSpan(b))), Syndrome::kWrFlush);
@@ -187,7 +190,7 @@ TEST_F(SimEndpointTest, OnlyTheConnectedRequesterGetsThrough) {
   EXPECT_THAT(s.message(), HasSubstr("not connected"));
   ASSERT_TRUE(ep->Connect(qp->local()).ok());
   EXPECT_TRUE(early->Read(backing_.key, base_, absl::MakeSpan(b)).ok());
-  EXPECT_EQ(qp->Connect(ep->local()).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(qp->Connect(ep->local()), StatusIs(absl::StatusCode::kFailedPrecondition));
   // Another requester aimed at the same endpoint is dropped.
   std::unique_ptr<Peer> stranger = dev_->CreateRemoteQp()->Connect(ep->local()).value();
   s = stranger->Read(backing_.key, base_, absl::MakeSpan(b));
@@ -212,7 +215,7 @@ TEST_F(SimEndpointTest, OnlyTheConnectedRequesterGetsThrough) {
 TEST_F(SimEndpointTest, PdCannotGoWhileItHasEndpoints) {
   const Pd pd = dev_->AllocPd().value();
   std::unique_ptr<Endpoint> ep = NewEndpoint(kAllRemote, pd);
-  EXPECT_EQ(dev_->DeallocPd(pd).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(dev_->DeallocPd(pd), StatusIs(absl::StatusCode::kFailedPrecondition));
   ep.reset();
   EXPECT_TRUE(dev_->DeallocPd(pd).ok());
 }

@@ -4,8 +4,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca::sim {
 namespace {
@@ -80,7 +83,7 @@ TEST_F(SimOdpTest, ResumeWithErrorFailsWithVendorSyndrome) {
   reader.join();
   ASSERT_TRUE(ErrorOf(st).has_value());
   EXPECT_EQ(ErrorOf(st)->vendor_syndrome, kVendorSyndromeOdpFault);
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST_F(SimOdpTest, InjectedResumeFailure) {
@@ -100,7 +103,8 @@ TEST_F(SimOdpTest, PrefetchAvoidsFaultAndTimeoutIsBounded) {
       peer_->Write(backing_.key, base_ + kPage + 5, absl::MakeSpan(out).subspan(0, kPage)).ok());
   EXPECT_EQ(dev_->stats().page_faults.value(), 0u);
   // A non-ODP key cannot be prefetched.
-  EXPECT_EQ(dev_->Prefetch(MakeKey(1, 0), 0, 1, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dev_->Prefetch(MakeKey(1, 0), 0, 1, false),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Nobody services: the access gives up after the timeout.
   SimOptions o;
   o.fault_timeout = absl::Milliseconds(30);

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/sim/internal/sim_queue.h"
 #include "hca/sim/sim_device.h"
@@ -14,6 +15,8 @@
 #include "umr/mailbox.h"
 #include "umr/odp_event.h"
 #include "umr/prm.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::hca::sim {
 namespace {
@@ -166,14 +169,14 @@ TEST_F(SimPrmBytesTest, ExecutesDevxMailboxes) {
       umr::EncodeDestroyMkeyIn(umr::DestroyMkeyIn{0, 0, created.mkey_index}).value();
   ASSERT_TRUE(dev_->ExecuteCommandForTest(destroy, &out).ok());
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0);
-  EXPECT_EQ(dev_->ExecuteCommandForTest(destroy, &out).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(dev_->ExecuteCommandForTest(destroy, &out), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x05);
   EXPECT_NE(umr::DecodeCmdStatusOut(out).value().syndrome, 0u);
 
   // An opcode the sim does not model, and a truncated mailbox: BAD_PARAM.
   std::vector<uint8_t> cap(16, 0);
   cap[0] = 0x01;  // QUERY_HCA_CAP 0x100
-  EXPECT_EQ(dev_->ExecuteCommandForTest(cap, &out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dev_->ExecuteCommandForTest(cap, &out), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, 0x03);
   EXPECT_EQ(dev_->ExecuteCommandForTest(absl::MakeConstSpan(create).subspan(0, 100), &out).code(),
             absl::StatusCode::kInvalidArgument);
@@ -209,7 +212,7 @@ TEST_F(SimPrmBytesTest, PeerWriteFaultIsAnRdmaEqe) {
   ASSERT_TRUE(dev_->ResumeFault(ev.token, true).ok());
   writer.join();
   EXPECT_TRUE(st.ok()) << st;
-  EXPECT_EQ(dev_->ResumeFault(ev.token, true).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(dev_->ResumeFault(ev.token, true), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(dev_->stats().faults_resumed_ok.value(), 1u);
 }
 
@@ -231,7 +234,7 @@ TEST_F(SimPrmBytesTest, LocalFaultIsAWqeEqeAndRawErrorResumeFailsIt) {
   umr::PageFaultResumeIn wrong = umr::ResumeFor(e, /*error=*/true);
   wrong.wq_number ^= 1;
   uint8_t outbox = 0;
-  EXPECT_EQ(RawResume(wrong, &outbox).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(RawResume(wrong, &outbox), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(outbox, 0x03);
   // error = 1: the parked access fails with LOCAL_PROT and vendor syndrome 0x93.
   EXPECT_TRUE(RawResume(umr::ResumeFor(e, /*error=*/true), &outbox).ok());
@@ -242,7 +245,7 @@ TEST_F(SimPrmBytesTest, LocalFaultIsAWqeEqeAndRawErrorResumeFailsIt) {
   EXPECT_EQ(ErrorOf(st)->vendor_syndrome, kVendorSyndromeOdpFault);
   EXPECT_EQ(dev_->stats().faults_resumed_error.value(), 1u);
   // Nothing is parked on the token any more; its EQE is stale and NextFaultEvent skips it.
-  EXPECT_EQ(RawResume(umr::ResumeFor(e, true), &outbox).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(RawResume(umr::ResumeFor(e, true), &outbox), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(outbox, 0x05);
   EXPECT_EQ(dev_->NextFaultEvent(absl::ZeroDuration()).status().code(),
             absl::StatusCode::kDeadlineExceeded);

@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "hca/device.h"
-#include "hca/verbs/verbs_device.h"
+#include "hca/verbs/verbs_options.h"
 
 namespace regcache::hca::verbs {
 

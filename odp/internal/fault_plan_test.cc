@@ -4,7 +4,10 @@
 
 #include <vector>
 
+#include "base/test_util.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::odp::internal {
 namespace {
@@ -144,7 +147,7 @@ TEST(FaultPlanTest, WriteAndReadNeeds) {
   // A write need on a backing without write rights fails; reads pass.
   std::vector<Need> ro = {NeedOf(1, 1, true), NeedOf(1, 1, false)};
   EXPECT_EQ(CheckNeeds(b, /*writable=*/false, absl::MakeSpan(ro)), 1u);
-  EXPECT_EQ(ro[0].result.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(ro[0].result, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_FALSE(ro[1].done);
 }
 
@@ -204,7 +207,7 @@ TEST(FaultPlanTest, EmptyAndInvalidInput) {
   // Zero length, outside, partly outside: finished with kInvalidArgument, nothing planned.
   std::vector<Need> bad = {NeedOf(2, 0, false), NeedOf(16, 1, false), NeedOf(15, 2, false)};
   EXPECT_EQ(CheckNeeds(b, true, absl::MakeSpan(bad)), 0u);
-  for (const Need& n : bad) EXPECT_EQ(n.result.code(), absl::StatusCode::kInvalidArgument);
+  for (const Need& n : bad) EXPECT_THAT(n.result, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(PlanService(b, s, bad, kMax).rewrites.empty());
   // A zap of absent entries plans nothing.
   const ZapPlan z = PlanZap(b, s, EntryRange{0, 16}, kMax);
@@ -219,7 +222,7 @@ TEST(FaultPlanTest, FinishPendingLeavesFinishedNeedsAlone) {
   FinishPending(absl::MakeSpan(needs), absl::AbortedError("x"));
   EXPECT_TRUE(needs[0].result.ok());
   EXPECT_TRUE(needs[1].done);
-  EXPECT_EQ(needs[1].result.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(needs[1].result, StatusIs(absl::StatusCode::kAborted));
 }
 
 TEST(FaultPlanTest, CommitService) {

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "base/errno_status.h"
 #include "base/log.h"
+#include "base/unique_fd.h"
 #include "server/http_request.h"
 
 namespace regcache::server::internal {
@@ -56,23 +57,21 @@ struct Connection {
 class HttpEndpointImpl final : public HttpEndpoint {
  public:
   HttpEndpointImpl(const HttpEndpointOptions& options, std::function<std::string()> body,
-                   int listen_fd, int epoll_fd, int wake_fd, uint16_t port)
+                   base::UniqueFd listen_fd, base::UniqueFd epoll_fd, base::UniqueFd wake_fd,
+                   uint16_t port)
       : options_(options),
         body_(std::move(body)),
-        listen_fd_(listen_fd),
-        epoll_fd_(epoll_fd),
-        wake_fd_(wake_fd),
+        listen_fd_(std::move(listen_fd)),
+        epoll_fd_(std::move(epoll_fd)),
+        wake_fd_(std::move(wake_fd)),
         port_(port) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~HttpEndpointImpl() override {
     uint64_t one = 1;
-    (void)!write(wake_fd_, &one, sizeof(one));
+    (void)!write(wake_fd_.get(), &one, sizeof(one));
     thread_.join();
     for (auto& [id, c] : conns_) close(c.fd);
-    close(listen_fd_);
-    close(epoll_fd_);
-    close(wake_fd_);
   }
   uint16_t port() const override { return port_; }
 
@@ -80,7 +79,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
   void Loop() {
     epoll_event events[kMaxEvents];
     for (;;) {
-      int n = epoll_wait(epoll_fd_, events, kMaxEvents, WaitMs());
+      int n = epoll_wait(epoll_fd_.get(), events, kMaxEvents, WaitMs());
       if (n < 0 && errno != EINTR) {
         RC_LOG(ERROR) << "metrics: epoll_wait: " << base::ErrnoName(errno) << "; not serving";
         return;
@@ -112,7 +111,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
   // cannot keep the thread from the connections it has.
   void AcceptAll() {
     for (size_t i = 0; i < options_.max_connections; ++i) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         const int err = errno;
         if (err == EAGAIN || err == EWOULDBLOCK) return;
@@ -131,7 +130,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.u64 = id;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
         close(fd);
         continue;
       }
@@ -144,7 +143,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
   void PauseAccept() {
     epoll_event ev{};
     ev.data.u64 = kListenId;
-    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    (void)epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev);
     accept_paused_ = true;
     accept_resume_ = absl::Now() + kAcceptPause;
   }
@@ -242,7 +241,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = id;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0) return true;
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) == 0) return true;
     Close(id);
     return false;
   }
@@ -253,7 +252,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = kListenId;
-      (void)epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+      (void)epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev);
       accept_paused_ = false;
     }
     std::vector<uint64_t> late;
@@ -280,9 +279,9 @@ class HttpEndpointImpl final : public HttpEndpoint {
 
   const HttpEndpointOptions options_;
   const std::function<std::string()> body_;
-  const int listen_fd_;
-  const int epoll_fd_;
-  const int wake_fd_;
+  const base::UniqueFd listen_fd_;
+  const base::UniqueFd epoll_fd_;
+  const base::UniqueFd wake_fd_;
   const uint16_t port_;
   absl::flat_hash_map<uint64_t, Connection> conns_;
   uint64_t next_id_ = 2;
@@ -293,7 +292,7 @@ class HttpEndpointImpl final : public HttpEndpoint {
 };
 
 // Binds and listens on `host`:`port`; returns the socket and the port it got.
-absl::StatusOr<std::pair<int, uint16_t>> Listen(const std::string& host, uint16_t port) {
+absl::StatusOr<std::pair<base::UniqueFd, uint16_t>> Listen(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -305,29 +304,29 @@ absl::StatusOr<std::pair<int, uint16_t>> Listen(const std::string& host, uint16_
         absl::StrCat("metrics: cannot resolve '", host, "': ", gai_strerror(err)));
   }
   const addrinfo& a = *found;
-  int fd = socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
+  base::UniqueFd fd(socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
     const int err = errno;
     freeaddrinfo(found);
     return base::ErrnoToStatus(err, "metrics: socket");
   }
   int one = 1;
-  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // restarts in TIME_WAIT
+  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // restarts in TIME_WAIT
   sockaddr_storage sa{};
   socklen_t len = sizeof(sa);
-  const bool ok = bind(fd, a.ai_addr, a.ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  const bool ok = bind(fd.get(), a.ai_addr, a.ai_addrlen) == 0 &&
+                  listen(fd.get(), SOMAXCONN) == 0 &&
+                  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) == 0;
   const int err = errno;
   freeaddrinfo(found);
   if (!ok) {
-    close(fd);
     return absl::UnavailableError(
         absl::StrCat("metrics: cannot listen on ", host, ":", port, ": ", base::ErrnoName(err)));
   }
   const uint16_t got = sa.ss_family == AF_INET6
                            ? ntohs(reinterpret_cast<const sockaddr_in6*>(&sa)->sin6_port)
                            : ntohs(reinterpret_cast<const sockaddr_in*>(&sa)->sin_port);
-  return std::make_pair(fd, got);
+  return std::make_pair(std::move(fd), got);
 }
 
 }  // namespace
@@ -337,27 +336,22 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   if (options.max_connections == 0 || options.max_head_bytes == 0) {
     return absl::InvalidArgumentError("http endpoint: max_connections and max_head_bytes > 0");
   }
-  absl::StatusOr<std::pair<int, uint16_t>> listening = Listen(options.host, port);
+  absl::StatusOr<std::pair<base::UniqueFd, uint16_t>> listening = Listen(options.host, port);
   if (!listening.ok()) return listening.status();
-  const int listen_fd = listening->first;
-  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  base::UniqueFd listen_fd = std::move(listening->first);
+  base::UniqueFd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
+  base::UniqueFd wake_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kListenId;
   bool ok =
-      epoll_fd >= 0 && wake_fd >= 0 && epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev) == 0;
+      epoll_fd && wake_fd && epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, listen_fd.get(), &ev) == 0;
   ev.data.u64 = kWakeId;
-  ok = ok && epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev) == 0;
-  if (!ok) {
-    absl::Status s = base::ErrnoToStatus(errno, "metrics: epoll");
-    for (int fd : {listen_fd, epoll_fd, wake_fd}) {
-      if (fd >= 0) close(fd);
-    }
-    return s;
-  }
+  ok = ok && epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &ev) == 0;
+  if (!ok) return base::ErrnoToStatus(errno, "metrics: epoll");  // the fds close themselves
   return std::unique_ptr<HttpEndpoint>(std::make_unique<HttpEndpointImpl>(
-      options, std::move(body), listen_fd, epoll_fd, wake_fd, listening->second));
+      options, std::move(body), std::move(listen_fd), std::move(epoll_fd), std::move(wake_fd),
+      listening->second));
 }
 
 }  // namespace regcache::server::internal

@@ -13,8 +13,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "server/internal/http_client_testing.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::server::internal {
 namespace {
@@ -186,7 +189,7 @@ TEST(HttpEndpoint, StartRefusesABusyPortAndBadOptions) {
   auto first = StartEndpoint(HttpEndpointOptions(), "b");
   ASSERT_NE(first, nullptr);
   auto second = HttpEndpoint::Start(first->port(), HttpEndpointOptions(), [] { return ""; });
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable));
   HttpEndpointOptions bad;
   bad.max_connections = 0;
   EXPECT_EQ(HttpEndpoint::Start(0, bad, [] { return ""; }).status().code(),

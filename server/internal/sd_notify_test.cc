@@ -12,8 +12,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::server::internal {
 namespace {
@@ -97,12 +100,13 @@ TEST_F(SdNotifyTest, SdNotifyUsesNotifySocketAndIsANoOpWithoutIt) {
 }
 
 TEST_F(SdNotifyTest, RefusesBadSocketsAndStates) {
-  EXPECT_EQ(SdNotifyTo("relative/notify", "READY=1").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SdNotifyTo("", "READY=1").code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SdNotifyTo("@", "READY=1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SdNotifyTo("relative/notify", "READY=1"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SdNotifyTo("", "READY=1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SdNotifyTo("@", "READY=1"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(SdNotifyTo("/" + std::string(200, 'x'), "READY=1").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(SdNotifyTo(Path(), "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SdNotifyTo(Path(), ""), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(SdNotifyTest, NothingListeningIsAnError) {

@@ -27,7 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
-#include "service/daemon.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "service/daemon.h"
 #include "service/internal/session_table.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

@@ -11,8 +11,8 @@
 #include "absl/status/statusor.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
-#include "service/daemon.h"
 #include "service/internal/session_table.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

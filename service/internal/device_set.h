@@ -21,8 +21,8 @@
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "odp/servicer.h"
-#include "service/daemon.h"
 #include "service/internal/session_keys.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

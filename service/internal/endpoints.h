@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "base/stats.h"
 #include "hca/device.h"
-#include "service/daemon.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

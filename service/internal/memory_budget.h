@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "service/daemon.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/mutex.h"
-#include "service/daemon.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

@@ -87,7 +87,7 @@ shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
 
 }  // namespace
 
-RingServer::RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats)
+RingServer::RingServer(Session* session, SessionShm* shm, KeyCalls* backend, RingStats* stats)
     : session_(session),
       id_(session->id),
       shm_(shm),
@@ -98,8 +98,7 @@ RingServer::RingServer(Session* session, SessionShm* shm, RingBackend* backend, 
     view_[i].req_head = &shm->channel(i)->control.req_head;
 }
 
-absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session,
-                                                              RingBackend* backend,
+absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session, KeyCalls* backend,
                                                               RingStats* stats) {
   std::unique_ptr<RingServer> s(new RingServer(session, session->shm.get(), backend, stats));
   pthread_attr_t attr;
@@ -273,20 +272,20 @@ shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
   switch (d.op) {
     case shm::RingOp::kRegister:
       return GrantCompletion(
-          d, backend_->RingRegister(s, d.va, d.length, d.access, PrefetchOf(d.prefetch)));
+          d, backend_->Register(s, d.va, d.length, d.access, PrefetchOf(d.prefetch)));
     case shm::RingOp::kWindow:
-      return GrantCompletion(d, backend_->RingWindow(s, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->Window(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kReregister:
-      return GrantCompletion(d, backend_->RingReregister(s, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->Reregister(s, d.handle, d.va, d.length, d.access));
     case shm::RingOp::kRelease:
-      return shm::CompletionFor(d.seq, op, backend_->RingRelease(s, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->Release(s, d.handle));
     case shm::RingOp::kInvalidate:
-      return shm::CompletionFor(d.seq, op, backend_->RingInvalidate(s, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->Invalidate(s, d.handle));
     case shm::RingOp::kPrefetch:
       return shm::CompletionFor(
-          d.seq, op, backend_->RingPrefetch(s, d.va, d.length, d.write, PrefetchOf(d.prefetch)));
+          d.seq, op, backend_->Prefetch(s, d.va, d.length, d.write, PrefetchOf(d.prefetch)));
     case shm::RingOp::kQuery:
-      return QueryCompletion(d, backend_->RingQuery(s, d.handle));
+      return QueryCompletion(d, backend_->Query(s, d.handle));
     case shm::RingOp::kNop:
       return shm::CompletionFor(d.seq, op, absl::OkStatus());
   }

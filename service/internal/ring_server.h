@@ -34,9 +34,9 @@
 #include "hca/device.h"
 #include "odp/servicer.h"
 #include "protocol/ring_codec.h"
-#include "service/daemon.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/session_shm.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 
@@ -55,24 +55,26 @@ RC_DEFINE_HOT_STATS(RingStats, REGCACHE_RING_STATS);
 
 struct Session;  // service/internal/session_table.h
 
-// What the worker calls: the daemon's key methods for the worker's own session, with the grant
-// state slot of each grant. `s` is open for as long as its worker runs (the daemon stops the
-// worker before it closes the session), so these calls need neither a lookup nor a pin.
-class RingBackend {
+// A session's key calls, with the grant state slot of each grant: what the ring worker calls for
+// its own session, and what the daemon's gRPC-facing methods call once they have found and
+// pinned the session (service/internal/session_keys.h implements it). For the worker, `s` is
+// open for as long as it runs (the daemon stops the worker before it closes the session), so
+// these calls need neither a lookup nor a pin.
+class KeyCalls {
  public:
-  virtual ~RingBackend() = default;
-  virtual absl::StatusOr<SlottedGrant> RingRegister(Session& s, uint64_t va, uint64_t length,
-                                                    hca::AccessFlags access,
-                                                    std::optional<odp::PrefetchMode> prefetch) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingWindow(Session& s, cache::Handle parent, uint64_t offset,
+  virtual ~KeyCalls() = default;
+  virtual absl::StatusOr<SlottedGrant> Register(Session& s, uint64_t va, uint64_t length,
+                                                hca::AccessFlags access,
+                                                std::optional<odp::PrefetchMode> prefetch) = 0;
+  virtual absl::StatusOr<SlottedGrant> Window(Session& s, cache::Handle parent, uint64_t offset,
+                                              uint64_t length, hca::AccessFlags access) = 0;
+  virtual absl::StatusOr<SlottedGrant> Reregister(Session& s, cache::Handle handle, uint64_t va,
                                                   uint64_t length, hca::AccessFlags access) = 0;
-  virtual absl::StatusOr<SlottedGrant> RingReregister(Session& s, cache::Handle handle, uint64_t va,
-                                                      uint64_t length, hca::AccessFlags access) = 0;
-  virtual absl::Status RingRelease(Session& s, cache::Handle handle) = 0;
-  virtual absl::Status RingInvalidate(Session& s, cache::Handle handle) = 0;
-  virtual absl::Status RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
-                                    std::optional<odp::PrefetchMode> mode) = 0;
-  virtual absl::StatusOr<cache::RegistrationInfo> RingQuery(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status Release(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status Invalidate(Session& s, cache::Handle handle) = 0;
+  virtual absl::Status Prefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                                std::optional<odp::PrefetchMode> mode) = 0;
+  virtual absl::StatusOr<cache::RegistrationInfo> Query(Session& s, cache::Handle handle) = 0;
 };
 
 class RingServer {
@@ -83,7 +85,7 @@ class RingServer {
 
   // Starts the worker of `session`, whose shm must be set. `session`, `backend` and `stats`
   // must outlive the server. Errors: pthread_create's.
-  static absl::StatusOr<std::unique_ptr<RingServer>> Start(Session* session, RingBackend* backend,
+  static absl::StatusOr<std::unique_ptr<RingServer>> Start(Session* session, KeyCalls* backend,
                                                            RingStats* stats);
   // Stop()s.
   ~RingServer();
@@ -104,7 +106,7 @@ class RingServer {
     bool broken = false;
   };
 
-  RingServer(Session* session, SessionShm* shm, RingBackend* backend, RingStats* stats);
+  RingServer(Session* session, SessionShm* shm, KeyCalls* backend, RingStats* stats);
   static void* ThreadMain(void* self);
   void Loop();
   // Serves up to kBurstPerChannel requests of every channel once; returns how many.
@@ -123,7 +125,7 @@ class RingServer {
   Session* const session_;
   const SessionId id_;
   SessionShm* const shm_;
-  RingBackend* const backend_;
+  KeyCalls* const backend_;
   RingStats* const stats_;
   std::vector<ChannelView> view_;  // the worker's only
   uint32_t next_channel_ = 0;      // where the next sweep starts; the worker's only

@@ -36,16 +36,15 @@ absl::StatusOr<cache::KeyGrant> SessionKeys::RegisterIn(Session& s, uint64_t va,
 }
 
 // Every grant goes through the session's grant table (its state slot, reclaim).
-absl::StatusOr<SlottedGrant> SessionKeys::RingRegister(Session& s, uint64_t va, uint64_t length,
-                                                       hca::AccessFlags access,
-                                                       std::optional<odp::PrefetchMode> prefetch) {
+absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint64_t length,
+                                                   hca::AccessFlags access,
+                                                   std::optional<odp::PrefetchMode> prefetch) {
   RETURN_IF_ERROR(Open());
   return s.grants->Granted(RegisterIn(s, va, length, access, prefetch), /*parent=*/0);
 }
 
-absl::StatusOr<SlottedGrant> SessionKeys::RingWindow(Session& s, cache::Handle parent,
-                                                     uint64_t offset, uint64_t length,
-                                                     hca::AccessFlags access) {
+absl::StatusOr<SlottedGrant> SessionKeys::Window(Session& s, cache::Handle parent, uint64_t offset,
+                                                 uint64_t length, hca::AccessFlags access) {
   RETURN_IF_ERROR(Open());
   return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access), parent);
 }
@@ -53,39 +52,35 @@ absl::StatusOr<SlottedGrant> SessionKeys::RingWindow(Session& s, cache::Handle p
 // The trade goes through the grant table: the new grant gets its slot, the old hold goes; a
 // re-registration that takes rights away from the session's only hold revokes the old state
 // word first (the cache then invalidates the key).
-absl::StatusOr<SlottedGrant> SessionKeys::RingReregister(Session& s, cache::Handle handle,
-                                                         uint64_t va, uint64_t length,
-                                                         hca::AccessFlags access) {
+absl::StatusOr<SlottedGrant> SessionKeys::Reregister(Session& s, cache::Handle handle, uint64_t va,
+                                                     uint64_t length, hca::AccessFlags access) {
   RETURN_IF_ERROR(Open());
-  if (s.grants->Holds(handle) == 1) {
-    absl::StatusOr<cache::RegistrationInfo> old = cache_->Query(s.tenant, handle);
-    absl::StatusOr<hca::AccessFlags> want = cache::NormalizeAccess(access);
-    if (old.ok() && want.ok() && !old->revoked &&
-        (va > old->va || va + length < old->va + old->length || (old->access & ~*want) != 0)) {
-      s.grants->RevokeHandle(handle, shm::RevokeReason::kReregistered);
-    }
-  }
-  absl::StatusOr<cache::KeyGrant> g = cache_->Reregister(s.tenant, handle, va, length, access);
+  // The cache decides whether the old key is revoked, and says so before it is: the state word
+  // then reads revoked before any access through the key fails.
+  absl::StatusOr<cache::KeyGrant> g =
+      cache_->Reregister(s.tenant, handle, va, length, access, [&](cache::Handle revoked) {
+        s.grants->RevokeHandle(revoked, shm::RevokeReason::kReregistered);
+      });
   absl::StatusOr<SlottedGrant> out = s.grants->Granted(g, /*parent=*/0);
   if (g.ok()) s.grants->Released(handle);  // the hold traded in
   return out;
 }
 
-absl::Status SessionKeys::RingRelease(Session& s, cache::Handle handle) {
+absl::Status SessionKeys::Release(Session& s, cache::Handle handle) {
   RETURN_IF_ERROR(Open());
   RETURN_IF_ERROR(cache_->Release(s.tenant, handle));
   s.grants->Released(handle);
   return absl::OkStatus();
 }
 
-absl::Status SessionKeys::RingInvalidate(Session& s, cache::Handle handle) {
+absl::Status SessionKeys::Invalidate(Session& s, cache::Handle handle) {
   RETURN_IF_ERROR(Open());
   s.grants->RevokeHandle(handle);  // the state word says it before the key stops working
   return cache_->Invalidate(s.tenant, handle);
 }
 
-absl::Status SessionKeys::RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
-                                       std::optional<odp::PrefetchMode> mode) {
+absl::Status SessionKeys::Prefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                                   std::optional<odp::PrefetchMode> mode) {
   RETURN_IF_ERROR(Open());
   if (servicer_ == nullptr) return NoOdp();
   if (length == 0 || va + length < va) {
@@ -95,7 +90,7 @@ absl::Status SessionKeys::RingPrefetch(Session& s, uint64_t va, uint64_t length,
   return servicer_->PrefetchTenantRange(s.tenant, va, length, write, *mode);
 }
 
-absl::StatusOr<cache::RegistrationInfo> SessionKeys::RingQuery(Session& s, cache::Handle handle) {
+absl::StatusOr<cache::RegistrationInfo> SessionKeys::Query(Session& s, cache::Handle handle) {
   RETURN_IF_ERROR(Open());
   return cache_->Query(s.tenant, handle);
 }

@@ -27,25 +27,25 @@
 
 namespace regcache::service::internal {
 
-class SessionKeys final : public RingBackend {
+class SessionKeys final : public KeyCalls {
  public:
   // `cache`, `servicer` (null on a device without on-demand paging), `device` and `draining`
   // must outlive this object.
   SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const hca::Device* device,
               const std::atomic<bool>* draining);
 
-  absl::StatusOr<SlottedGrant> RingRegister(Session& s, uint64_t va, uint64_t length,
-                                            hca::AccessFlags access,
-                                            std::optional<odp::PrefetchMode> prefetch) override;
-  absl::StatusOr<SlottedGrant> RingWindow(Session& s, cache::Handle parent, uint64_t offset,
+  absl::StatusOr<SlottedGrant> Register(Session& s, uint64_t va, uint64_t length,
+                                        hca::AccessFlags access,
+                                        std::optional<odp::PrefetchMode> prefetch) override;
+  absl::StatusOr<SlottedGrant> Window(Session& s, cache::Handle parent, uint64_t offset,
+                                      uint64_t length, hca::AccessFlags access) override;
+  absl::StatusOr<SlottedGrant> Reregister(Session& s, cache::Handle handle, uint64_t va,
                                           uint64_t length, hca::AccessFlags access) override;
-  absl::StatusOr<SlottedGrant> RingReregister(Session& s, cache::Handle handle, uint64_t va,
-                                              uint64_t length, hca::AccessFlags access) override;
-  absl::Status RingRelease(Session& s, cache::Handle handle) override;
-  absl::Status RingInvalidate(Session& s, cache::Handle handle) override;
-  absl::Status RingPrefetch(Session& s, uint64_t va, uint64_t length, bool write,
-                            std::optional<odp::PrefetchMode> mode) override;
-  absl::StatusOr<cache::RegistrationInfo> RingQuery(Session& s, cache::Handle handle) override;
+  absl::Status Release(Session& s, cache::Handle handle) override;
+  absl::Status Invalidate(Session& s, cache::Handle handle) override;
+  absl::Status Prefetch(Session& s, uint64_t va, uint64_t length, bool write,
+                        std::optional<odp::PrefetchMode> mode) override;
+  absl::StatusOr<cache::RegistrationInfo> Query(Session& s, cache::Handle handle) override;
 
  private:
   absl::Status Open() const;  // kUnavailable while draining

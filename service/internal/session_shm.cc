@@ -8,10 +8,12 @@
 #include <cerrno>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 
 namespace regcache::service::internal {
 namespace {
@@ -20,22 +22,16 @@ constexpr uint32_t kMaxSlots = 1u << 30;
 
 // A sealable memfd of `bytes` bytes, sealed against shrinking and growing, mapped read-write.
 // On success *fd and *map are set; on error nothing is left open.
-absl::Status MakeFile(const std::string& name, uint64_t bytes, int* fd, void** map) {
-  const int f = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (f < 0) return base::ErrnoToStatus(errno, absl::StrFormat("memfd_create %s", name));
-  if (::ftruncate(f, static_cast<off_t>(bytes)) != 0 ||
-      ::fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    const int err = errno;
-    ::close(f);
-    return base::ErrnoToStatus(err, absl::StrFormat("size and seal %s", name));
+absl::Status MakeFile(const std::string& name, uint64_t bytes, base::UniqueFd* fd, void** map) {
+  base::UniqueFd f(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!f) return base::ErrnoToStatus(errno, absl::StrFormat("memfd_create %s", name));
+  if (::ftruncate(f.get(), static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(f.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    return base::ErrnoToStatus(errno, absl::StrFormat("size and seal %s", name));
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
-    ::close(f);
-    return base::ErrnoToStatus(err, absl::StrFormat("mmap %s", name));
-  }
-  *fd = f;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f.get(), 0);
+  if (p == MAP_FAILED) return base::ErrnoToStatus(errno, absl::StrFormat("mmap %s", name));
+  *fd = std::move(f);
   *map = p;
   return absl::OkStatus();
 }
@@ -65,7 +61,7 @@ absl::StatusOr<std::unique_ptr<SessionShm>> SessionShm::Create(uint64_t session_
   s->state_bytes_ = shm::StateFileBytes(slots);
   RETURN_IF_ERROR(MakeFile(absl::StrFormat("regcache-s%d-channels", session_id), s->channel_bytes_,
                            &s->channel_fd_, &s->channel_map_));
-  if (::fcntl(s->channel_fd_, F_ADD_SEALS, F_SEAL_SEAL) != 0) {
+  if (::fcntl(s->channel_fd_.get(), F_ADD_SEALS, F_SEAL_SEAL) != 0) {
     return base::ErrnoToStatus(errno, "seal the channel file");
   }
   RETURN_IF_ERROR(MakeFile(absl::StrFormat("regcache-s%d-state", session_id), s->state_bytes_,
@@ -100,7 +96,7 @@ absl::StatusOr<std::unique_ptr<SessionShm>> SessionShm::Create(uint64_t session_
   static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
   // Our writable mapping stays; no later one can be made (the client's included).
-  if (::fcntl(s->state_fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+  if (::fcntl(s->state_fd_.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
     return base::ErrnoToStatus(errno, "seal the state file against writes");
   }
   return s;
@@ -109,11 +105,9 @@ absl::StatusOr<std::unique_ptr<SessionShm>> SessionShm::Create(uint64_t session_
 SessionShm::~SessionShm() {
   if (channel_map_ != nullptr) ::munmap(channel_map_, channel_bytes_);
   if (state_map_ != nullptr) ::munmap(state_map_, state_bytes_);
-  if (channel_fd_ >= 0) ::close(channel_fd_);
-  if (state_fd_ >= 0) ::close(state_fd_);
 }
 
-absl::StatusOr<int> SessionShm::DupChannelFd() const { return Dup(channel_fd_); }
-absl::StatusOr<int> SessionShm::DupStateFd() const { return Dup(state_fd_); }
+absl::StatusOr<int> SessionShm::DupChannelFd() const { return Dup(channel_fd_.get()); }
+absl::StatusOr<int> SessionShm::DupStateFd() const { return Dup(state_fd_.get()); }
 
 }  // namespace regcache::service::internal

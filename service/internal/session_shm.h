@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "base/unique_fd.h"
 #include "protocol/shm_protocol.h"
 
 namespace regcache::service::internal {
@@ -55,8 +56,8 @@ class SessionShm {
 
   uint32_t channels_ = 0;
   uint32_t slots_ = 0;
-  int channel_fd_ = -1;
-  int state_fd_ = -1;
+  base::UniqueFd channel_fd_;
+  base::UniqueFd state_fd_;
   uint64_t channel_bytes_ = 0;
   uint64_t state_bytes_ = 0;
   void* channel_map_ = nullptr;

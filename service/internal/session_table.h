@@ -26,7 +26,6 @@
 #include "cache/backing_set.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
-#include "service/daemon.h"
 #include "service/internal/endpoints.h"
 #include "service/internal/grant_table.h"
 #include "service/internal/memory_budget.h"
@@ -34,6 +33,7 @@
 #include "service/internal/session_shm.h"
 #include "service/internal/shared_memory.h"
 #include "service/internal/tenant_stats.h"
+#include "service/types.h"
 
 namespace regcache::service::internal {
 

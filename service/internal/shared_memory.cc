@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
@@ -63,23 +64,6 @@ uint32_t ShmemHint(const uint8_t* data, uint64_t offset, uint64_t length) {
   return aligned ? kLogHugePage : Log2(PageSize());
 }
 
-// Closes `fd` on every return path unless released.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(uint64_t length, bool hugetlb,
@@ -95,7 +79,7 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(uint64_t leng
   const std::string n(name);
   const int fd = ::memfd_create(n.c_str(), flags);
   if (fd < 0) return base::ErrnoToStatus(errno, absl::StrFormat("memfd_create %s", n));
-  FdCloser closer(fd);
+  base::UniqueFd closer(fd);
   if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
     return base::ErrnoToStatus(errno, absl::StrFormat("ftruncate memfd to %d", length));
   }
@@ -105,12 +89,12 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(uint64_t leng
   ASSIGN_OR_RETURN(uint8_t * p, MapShared(fd, 0, length, hugetlb ? kHugePage : 0));
   const uint32_t hint = hugetlb ? kLogHugePage : ShmemHint(p, 0, length);
   return std::unique_ptr<SharedMemory>(
-      new SharedMemory(closer.release(), p, length, hugetlb, hint));
+      new SharedMemory(std::move(closer), p, length, hugetlb, hint));
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint64_t offset,
                                                                    uint64_t length) {
-  FdCloser closer(fd);
+  base::UniqueFd closer(fd);
   if (fd < 0) return absl::InvalidArgumentError("no file descriptor");
   struct stat st;
   if (::fstat(fd, &st) != 0) return base::ErrnoToStatus(errno, "fstat client memory");
@@ -148,16 +132,15 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
   ASSIGN_OR_RETURN(uint8_t * p, MapShared(fd, offset, length, hugetlb ? page : 0));
   const uint32_t hint = hugetlb ? Log2(page) : ShmemHint(p, offset, length);
   return std::unique_ptr<SharedMemory>(
-      new SharedMemory(closer.release(), p, length, hugetlb, hint));
+      new SharedMemory(std::move(closer), p, length, hugetlb, hint));
 }
 
 SharedMemory::~SharedMemory() {
   if (::munmap(data_, length_) != 0) RC_LOG(ERROR) << "munmap: " << base::ErrnoName(errno);
-  ::close(fd_);
 }
 
 absl::StatusOr<int> SharedMemory::DupFd() const {
-  const int fd = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  const int fd = ::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return base::ErrnoToStatus(errno, "dup memory fd");
   return fd;
 }

@@ -19,9 +19,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/unique_fd.h"
 
 namespace regcache::service {
 
@@ -55,10 +57,15 @@ class SharedMemory {
   absl::StatusOr<int> DupFd() const;
 
  private:
-  SharedMemory(int fd, uint8_t* data, uint64_t length, bool hugetlb, uint32_t log_page_hint)
-      : fd_(fd), data_(data), length_(length), hugetlb_(hugetlb), log_page_hint_(log_page_hint) {}
+  SharedMemory(base::UniqueFd fd, uint8_t* data, uint64_t length, bool hugetlb,
+               uint32_t log_page_hint)
+      : fd_(std::move(fd)),
+        data_(data),
+        length_(length),
+        hugetlb_(hugetlb),
+        log_page_hint_(log_page_hint) {}
 
-  int fd_;
+  base::UniqueFd fd_;
   uint8_t* data_;
   uint64_t length_;
   bool hugetlb_;

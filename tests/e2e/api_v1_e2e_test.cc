@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "client/internal/client_testing.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -20,6 +21,8 @@
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/raw_grpc_session.h"
 #include "tests/e2e/regcached_process.h"
+
+using ::regcache::base::StatusIs;
 
 namespace {
 
@@ -137,7 +140,7 @@ TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
   }
   // Through the client library: the reason and the numbers.
   auto over = raw_.client->Register(static_cast<uint8_t*>(mem->data) + 3 * kPage, kPage, kRw);
-  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  ASSERT_THAT(over, StatusIs(absl::StatusCode::kResourceExhausted)) << over.status();
   EXPECT_EQ(rc::ErrorReason(over.status()), "KEY_QUOTA_EXCEEDED");
   std::map<std::string, std::string> numbers = rc::ErrorMetadata(over.status());
   EXPECT_EQ(numbers["limit"], "3");
@@ -155,7 +158,7 @@ TEST_F(ApiV1E2e, QuotaErrorsCarryTheirReasonAndNumbers) {
   EXPECT_EQ(info.metadata().at("limit"), "3");
   // The same code for memory, told apart by its reason.
   auto more = raw_.client->AllocateMemory(1 << 20);
-  ASSERT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted) << more.status();
+  ASSERT_THAT(more, StatusIs(absl::StatusCode::kResourceExhausted)) << more.status();
   EXPECT_EQ(rc::ErrorReason(more.status()), "MEMORY_QUOTA_EXCEEDED");
   EXPECT_EQ(rc::ErrorMetadata(more.status())["limit_bytes"], "1048576");
   // Errors without a known cause carry no details; the token's absence has its own reason.
@@ -185,7 +188,7 @@ TEST_F(ApiV1E2e, TheFastPathCarriesTheReasonToo) {
   }
   auto over = (*fast)->Register(static_cast<uint8_t*>(mem->data) + 2 * kPage, kPage, kRw);
   EXPECT_GE(ring_requests(), before + 3) << "the calls went over the rings";
-  ASSERT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  ASSERT_THAT(over, StatusIs(absl::StatusCode::kResourceExhausted)) << over.status();
   EXPECT_EQ(rc::ErrorReason(over.status()), "KEY_QUOTA_EXCEEDED");
   EXPECT_TRUE(rc::ErrorMetadata(over.status()).empty()) << "the numbers travel over gRPC only";
 }

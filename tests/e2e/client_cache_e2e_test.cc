@@ -12,11 +12,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "base/test_util.h"
 #include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
+
+using ::regcache::base::StatusIs;
 
 namespace {
 
@@ -87,7 +90,7 @@ TEST(ClientCacheE2e, HitsOfHeldGrantsStayInTheProcess) {
   EXPECT_NE(more->handle, first->handle);
   EXPECT_GT(Stat(*c, "ring", "requests"), before);
   // A release with no reference left in the process is refused, as the daemon would.
-  EXPECT_EQ(c->Release(first->handle).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c->Release(first->handle), StatusIs(absl::StatusCode::kFailedPrecondition));
   {
     auto ref = c->Acquire(base, kPage, kRw);
     ASSERT_TRUE(ref.ok()) << ref.status();
@@ -95,7 +98,7 @@ TEST(ClientCacheE2e, HitsOfHeldGrantsStayInTheProcess) {
     rc::KeyRef moved = std::move(*ref);
     EXPECT_TRUE(moved);
   }  // released here
-  EXPECT_EQ(c->Release(first->handle).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c->Release(first->handle), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(ClientCacheE2e, AGrantRevokedBehindTheLibraryIsNeverHandedOutAgain) {
@@ -177,7 +180,7 @@ TEST(ClientCacheE2e, DetachRevokesCachedGrants) {
   ASSERT_TRUE(c->DetachMemory(*mem).ok());
   // The range is no longer attached: the daemon answers, and says so.
   auto k = c->Register(old, kPage, kRw);
-  EXPECT_EQ(k.status().code(), absl::StatusCode::kOutOfRange) << k.status();
+  EXPECT_THAT(k, StatusIs(absl::StatusCode::kOutOfRange)) << k.status();
   EXPECT_TRUE(Eventually([&] { return detached.load() == 4; })) << detached.load();
 }
 
@@ -226,7 +229,7 @@ TEST(ClientCacheE2e, BatchesAndReregistrationOverTheRing) {
     ASSERT_TRUE((*got)[i].ok()) << (*got)[i].status();
     handles.push_back((*got)[i]->handle);
   }
-  EXPECT_EQ(got->back().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got->back(), StatusIs(absl::StatusCode::kInvalidArgument));
   // 100 served; the bad one is counted apart.
   EXPECT_EQ(Stat(*c, "ring", "requests") - before, 100);
   auto released = c->ReleaseBatch(handles);

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/mutex.h"
+#include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "hca/backend.h"
 #include "hca/sim/sim_device.h"
@@ -29,6 +30,8 @@
 #include "server/control_server.h"
 #include "server/grpc_service.h"
 #include "service/daemon.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::api {
 namespace {
@@ -229,14 +232,14 @@ class ClientPdTest : public ::testing::Test {
 TEST_F(ClientPdTest, TheSimSaysItCannotExportThroughEveryLayer) {
   Start("sim", /*allow=*/true);
   absl::Status daemon_side = daemon_->ExportPd(client_->session_id()).status();
-  EXPECT_EQ(daemon_side.code(), absl::StatusCode::kUnimplemented) << daemon_side;
+  EXPECT_THAT(daemon_side, StatusIs(absl::StatusCode::kUnimplemented)) << daemon_side;
   absl::StatusOr<ImportedPd> pd = client_->ImportPd();
-  ASSERT_EQ(pd.status().code(), absl::StatusCode::kUnimplemented) << pd.status();
+  ASSERT_THAT(pd, StatusIs(absl::StatusCode::kUnimplemented)) << pd.status();
   EXPECT_NE(pd.status().message().find("cannot export"), std::string::npos) << pd.status();
   std::vector<uint8_t> buf(4 * kPage);
   ibv_mr mr = FakeMr(7, buf.data(), buf.size());
   absl::StatusOr<Memory> m = client_->AttachRegion(&mr);
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+  EXPECT_THAT(m, StatusIs(absl::StatusCode::kUnimplemented)) << m.status();
   // The session is untouched: ordinary memory still works.
   auto mem = client_->AllocateMemory(kPage);
   ASSERT_TRUE(mem.ok()) << mem.status();
@@ -245,11 +248,11 @@ TEST_F(ClientPdTest, TheSimSaysItCannotExportThroughEveryLayer) {
 
 TEST_F(ClientPdTest, ExportIsOffUnlessTheDaemonAllowsIt) {
   Start("sim_pd_export", /*allow=*/false);
-  EXPECT_EQ(client_->ImportPd().status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(client_->ImportPd(), StatusIs(absl::StatusCode::kPermissionDenied));
   std::vector<uint8_t> buf(kPage);
   const uint32_t h = ExportingDevice::last->ClientRegister(SessionPd(), buf.data(), buf.size());
   ibv_mr mr = FakeMr(h, buf.data(), buf.size());
-  EXPECT_EQ(client_->AttachRegion(&mr).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(client_->AttachRegion(&mr), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(ExportingDevice::last->unimports(), 0);
 }
 
@@ -315,7 +318,7 @@ TEST_F(ClientPdTest, EveryFieldIsCheckedAndAFailureLosesNothing) {
   const auto code = [&](ibv_mr mr, const void* addr, uint64_t length, uint32_t access) {
     return client_->AttachRegion(&mr, addr, length, access).status().code();
   };
-  EXPECT_EQ(client_->AttachRegion(nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(client_->AttachRegion(nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(code(FakeMr(h + 0x100, p, buf.size()), nullptr, 0, kRw),
             absl::StatusCode::kNotFound);  // no such region
   EXPECT_EQ(code(FakeMr(h, p, buf.size() - kPage), nullptr, 0, kRw),
@@ -381,7 +384,8 @@ TEST_F(ClientPdTest, TheDaemonCallNamesTheRegionAndTheRange) {
   EXPECT_EQ(daemon_->AttachRegion(client_->session_id() + 100, r).status().code(),
             absl::StatusCode::kNotFound);  // no such session
   ASSERT_TRUE(daemon_->DetachMemory(client_->session_id(), *id).ok());
-  EXPECT_EQ(daemon_->DetachMemory(client_->session_id(), *id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(daemon_->DetachMemory(client_->session_id(), *id),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(dev->unimports(), 1);
 }
 

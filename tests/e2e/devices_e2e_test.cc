@@ -16,12 +16,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/test_util.h"
 #include "client/internal/client_testing.h"
 #include "gtest/gtest.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
+
+using ::regcache::base::StatusIs;
 
 namespace {
 
@@ -104,7 +107,7 @@ TEST_F(DevicesE2e, ClientsChooseTheirDeviceAndLearnItsIdentity) {
 
 TEST_F(DevicesE2e, UnknownDeviceIsRefusedNamingTheDevices) {
   auto c = Connect("mlx5_9");
-  ASSERT_EQ(c.status().code(), absl::StatusCode::kNotFound) << c.status();
+  ASSERT_THAT(c, StatusIs(absl::StatusCode::kNotFound)) << c.status();
   EXPECT_NE(c.status().message().find("sim0, sim1"), absl::string_view::npos) << c.status();
 }
 
@@ -200,7 +203,7 @@ TEST_F(DevicesE2e, ControlSocketWantsOpenFirst) {
   ASSERT_EQ(reply->type, regcache::protocol::ControlType::kError);
   absl::Status refused =
       regcache::protocol::StatusFromErrorMessage(reply->As<regcache::protocol::ErrorMsg>());
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(refused.message().find("before Open"), absl::string_view::npos) << refused;
   EXPECT_EQ(regcache::protocol::ReceiveControlMessage(fd, absl::Seconds(10)).status().code(),
             absl::StatusCode::kUnavailable)

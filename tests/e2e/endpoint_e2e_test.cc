@@ -15,12 +15,15 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/test_util.h"
 #include "client/internal/client_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
 #include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
+
+using ::regcache::base::StatusIs;
 
 namespace {
 
@@ -92,12 +95,13 @@ TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
   EXPECT_EQ((*list)[0].local.qpn, ep->local.qpn);
 
   // No endpoint, no access; nor once it is destroyed.
-  EXPECT_EQ(c->PeerWrite(k->rkey, addr, "x", 0, ep->id + 100).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c->PeerWrite(k->rkey, addr, "x", 0, ep->id + 100),
+              StatusIs(absl::StatusCode::kNotFound));
   ASSERT_TRUE(c->DestroyEndpoint(ep->id).ok());
   absl::Status gone = c->PeerWrite(k->rkey, addr, "x", 0, ep->id);
-  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound) << gone;
+  EXPECT_THAT(gone, StatusIs(absl::StatusCode::kNotFound)) << gone;
   EXPECT_EQ(base[128], static_cast<uint8_t>(text[0]));
-  EXPECT_EQ(c->DestroyEndpoint(ep->id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c->DestroyEndpoint(ep->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(c->ListEndpoints()->empty());
   EXPECT_EQ(Stat(*c, "hca_sim", "live_endpoints"), 0);
 
@@ -116,12 +120,12 @@ TEST(EndpointE2e, LimitAndTheWiresChecks) {
   ASSERT_TRUE(c->CreateEndpoint(Peer(1)).ok());
   ASSERT_TRUE(c->CreateEndpoint(Peer(2)).ok());
   auto third = c->CreateEndpoint(Peer(3));
-  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(third.status().message(), HasSubstr("limit is 2"));
 
   rc::RemoteQp bad = Peer();
   bad.psn = 1u << 24;
-  EXPECT_EQ(c->CreateEndpoint(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c->CreateEndpoint(bad), StatusIs(absl::StatusCode::kInvalidArgument));
   bad = Peer();
   bad.mtu = 1500;
   EXPECT_THAT(c->CreateEndpoint(bad).status().message(), HasSubstr("mtu"));
@@ -133,7 +137,7 @@ TEST(EndpointE2e, LimitAndTheWiresChecks) {
   raw.set_access(rc::kRemoteRead);
   absl::Status short_gid = rc::testing::RawCall(*c, "/regcache.v1.RegCacheService/CreateEndpoint",
                                                 raw.SerializeAsString());
-  EXPECT_EQ(short_gid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_gid, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(short_gid.message(), HasSubstr("gid is 3 bytes"));
   raw.clear_peer();
   EXPECT_THAT(rc::testing::RawCall(*c, "/regcache.v1.RegCacheService/CreateEndpoint",

@@ -11,10 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/test_util.h"
 #include "client/internal/ring_keys.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
+
+using ::regcache::base::StatusIs;
 
 namespace regcache::api::internal {
 namespace {
@@ -69,11 +72,11 @@ TEST_F(RingClientTest, RefusesFilesThatDoNotMatchTheWelcome) {
   auto wrong_session =
       RingClient::Create(dup(grant_.channel_fd), dup(grant_.state_fd), grant_.id + 1,
                          grant_.ring_channels, grant_.grant_slots, absl::Seconds(1));
-  EXPECT_EQ(wrong_session.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_session, StatusIs(absl::StatusCode::kInvalidArgument));
   auto more_channels =
       RingClient::Create(dup(grant_.channel_fd), dup(grant_.state_fd), grant_.id,
                          grant_.ring_channels + 5, grant_.grant_slots, absl::Seconds(1));
-  EXPECT_EQ(more_channels.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(more_channels, StatusIs(absl::StatusCode::kInvalidArgument));
   auto swapped = RingClient::Create(dup(grant_.state_fd), dup(grant_.channel_fd), grant_.id,
                                     grant_.ring_channels, grant_.grant_slots, absl::Seconds(1));
   EXPECT_FALSE(swapped.ok());
@@ -95,7 +98,7 @@ TEST_F(RingClientTest, KeyCallsMapCompletionsToTheirStatus) {
   EXPECT_EQ(q->key_state, "active");
   EXPECT_TRUE(RingInvalidate(*ring_, k->handle).ok());
   absl::Status again = RingInvalidate(*ring_, k->handle);
-  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kFailedPrecondition)) << again;
   EXPECT_FALSE(again.message().empty());
   EXPECT_EQ(
       RingRegister(*ring_, mem_ + 1024 * kPage, kPage, kRw, PrefetchMode::kNone).status().code(),
@@ -146,7 +149,7 @@ TEST_F(RingClientTest, AClosedSessionAnswersUnavailableNotAHang) {
   Map(absl::Seconds(30));
   ASSERT_TRUE(RingNop(*ring_).ok());
   ASSERT_TRUE(daemon_->CloseSession(grant_.id).ok());
-  EXPECT_EQ(RingNop(*ring_).code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(RingNop(*ring_), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 // Files laid out like the daemon's, which nobody serves.
@@ -180,8 +183,8 @@ TEST(RingClientAlone, NoAnswerInTimeIsDeadlineExceeded) {
   auto [c, st] = UnservedFiles(7, 1, 16);
   auto ring = RingClient::Create(c, st, 7, 1, 16, absl::Milliseconds(30));
   ASSERT_TRUE(ring.ok()) << ring.status();
-  EXPECT_EQ(RingNop(**ring).code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(RingNop(**ring).code(), absl::StatusCode::kDeadlineExceeded) << "and again";
+  EXPECT_THAT(RingNop(**ring), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(RingNop(**ring), StatusIs(absl::StatusCode::kDeadlineExceeded)) << "and again";
 }
 
 TEST(RingClientAlone, ShortFilesAreRefused) {

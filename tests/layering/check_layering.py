@@ -19,6 +19,11 @@ lines), so the build and this check share one table. Rules:
      PUBLIC_HEADERS in cmake/Regcache.cmake).
   5. The client's public headers (include/regcache/) include nothing of the project but each
      other: an application gets the client, not the daemon.
+  6. No header of a folder includes that folder's facade (FACADES): what the folder's own
+     headers share lives in its vocabulary header (cache/types.h, service/types.h,
+     hca/sim/sim_options.h, hca/verbs/verbs_options.h, odp/types.h). The exceptions: a header
+     that implements the facade's interface (FACADE_IMPLEMENTERS), and test helpers
+     (test_util.h), which build the facade for tests.
 
 bench/, tests/ and deploy/ sit on top of everything and are not checked.
 Usage: check_layering.py <source-root>     exit 0 = clean, 1 = violations (listed), 2 = usage.
@@ -35,6 +40,16 @@ RDMA_CORE_FILES = {"client/client_pd.cc"}
 BACKENDS = {"hca/sim", "hca/mlx5", "hca/verbs"}
 RPC_FOLDERS = {"protocol", "client", "server", "tools"}
 RPC_PREFIXES = ("grpc/", "grpcpp/", "grpc++/", "google/protobuf/")
+FACADES = {
+    "cache": "cache/reg_cache.h",
+    "service": "service/daemon.h",
+    "odp": "odp/servicer.h",
+    "hca/sim": "hca/sim/sim_device.h",
+    "hca/mlx5": "hca/mlx5/mlx5_device.h",
+    "hca/verbs": "hca/verbs/verbs_device.h",
+}
+# Headers that define the facade's implementation and so must see its interface.
+FACADE_IMPLEMENTERS = {"odp/internal/servicer_impl.h"}
 
 
 def load_table(root):
@@ -117,6 +132,11 @@ def check(root):
                 allowed = allowed | BACKENDS
             for lineno, quote, inc in includes(root, rel):
                 problems += check_include(f"{rel}:{lineno}", own, allowed, quote, inc, folders)
+                facade = FACADES.get(own)
+                if (quote == '"' and inc == facade and rel.endswith(".h") and rel != facade
+                        and rel not in FACADE_IMPLEMENTERS and name != "test_util.h"):
+                    problems.append(f"{rel}:{lineno}: a header of '{own}' may not include its "
+                                    f"facade '{facade}': use the folder's vocabulary header")
     problems.extend(check_public_client(root, folders))
     return problems
 

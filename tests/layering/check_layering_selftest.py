@@ -117,6 +117,18 @@ expect("rdma-core in another client file is caught", {
     "client/client.cc": "#include <infiniband/verbs.h>\n",
 }, 1, "rdma-core belongs to hca/mlx5 and hca/verbs only")
 
+# Rule 6: a folder's own headers use its vocabulary header, not its facade.
+expect("an internal header including its folder's facade is refused", {
+    "cache/reg_cache.h": "",
+    "cache/internal/index.h": '#include "cache/reg_cache.h"\n',
+}, 1, "may not include its facade 'cache/reg_cache.h'")
+expect("the vocabulary header, and the facade from a source file, are fine", {
+    "cache/reg_cache.h": '#include "cache/types.h"\n',
+    "cache/types.h": "",
+    "cache/internal/index.h": '#include "cache/types.h"\n',
+    "cache/reg_cache.cc": '#include "cache/reg_cache.h"\n',
+}, 0, "layering: clean")
+
 if failures:
     print("\n".join(failures))
     print(f"{len(failures)} passed-wrongly/failed case(s)")

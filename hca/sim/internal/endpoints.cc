@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "hca/sim/sim_device.h"
 #include "hca/status.h"
 
 namespace regcache::hca::sim {

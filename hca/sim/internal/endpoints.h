@@ -33,9 +33,11 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "hca/device.h"
-#include "hca/sim/sim_device.h"
+#include "hca/sim/sim_options.h"
 
 namespace regcache::hca::sim {
+
+class RemoteQp;  // hca/sim/sim_device.h
 
 // The sim's port: RoCE (no LID), active MTU 4096, link-local GIDs fe80::5349:<node>: node 1 is
 // the device, node 2 the simulated remote node.

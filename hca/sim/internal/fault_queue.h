@@ -43,7 +43,7 @@
 #include "base/mutex.h"
 #include "hca/device.h"
 #include "hca/sim/internal/translator.h"
-#include "hca/sim/sim_device.h"
+#include "hca/sim/sim_options.h"
 #include "umr/odp_event.h"
 #include "umr/prm.h"
 

@@ -33,7 +33,7 @@
 #include "base/mutex.h"
 #include "hca/device.h"
 #include "hca/sim/internal/mkey_table.h"
-#include "hca/sim/sim_device.h"
+#include "hca/sim/sim_options.h"
 #include "hca/umr_poster.h"
 #include "umr/cqe.h"
 #include "umr/sq.h"
