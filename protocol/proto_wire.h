@@ -1,7 +1,7 @@
 // The protobuf wire format, by hand, for the few small standard messages the client library
 // reads and writes without their generated code: grpc.health.v1's request and response
 // (tools/internal/health_probe.h) and google.rpc.Status with its ErrorInfo detail
-// (api/internal/error_details.h). Generated code for those would register their .proto files in
+// (protocol/grpc_status.h). Generated code for those would register their .proto files in
 // the process-wide descriptor pool, and a program that links its own copy of them next to
 // libregcache.so would abort at load ("File already exists in database").
 //

@@ -5,6 +5,7 @@
 #define REGCACHE_SERVICE_TYPES_H_
 
 #include <sys/types.h>
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"

@@ -1,5 +1,5 @@
-// Fuzz target: the error details codec (protocol/grpc_status.h over api/internal/
-// proto_wire.h), which reads the grpc-status-details-bin trailer of whatever answers on the
+// Fuzz target: the error details codec (protocol/grpc_status.h over protocol/proto_wire.h),
+// which reads the grpc-status-details-bin trailer of whatever answers on the
 // daemon's gRPC socket. Any bytes decode to nothing or to a reason, never past the input; and
 // a reason with metadata built from the input survives an encode and decode unchanged (keys in
 // order, a repeated key's last value).
