@@ -150,7 +150,8 @@ absl::Status Requester::EnsureBuffer(size_t bytes) {
     mr_ = nullptr;
   }
   buffer_.assign(std::max<size_t>(bytes, 4096), 0);
-  mr_ = ibv_reg_mr(pd_, buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  // An int, not the enumerator: the rdma-core 44 macro ANDs it with another enum type.
+  mr_ = ibv_reg_mr(pd_, buffer_.data(), buffer_.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
   if (mr_ == nullptr) return ErrnoStatus(errno, "ibv_reg_mr of the requester's buffer");
   return absl::OkStatus();
 }

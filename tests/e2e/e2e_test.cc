@@ -155,7 +155,7 @@ std::string Code(const std::string& reply) {
 
 uint64_t Hex(const std::string& s) {
   uint64_t v = 0;
-  absl::SimpleHexAtoi(s.rfind("0x", 0) == 0 ? s.substr(2) : s, &v);
+  EXPECT_TRUE(absl::SimpleHexAtoi(s.rfind("0x", 0) == 0 ? s.substr(2) : s, &v)) << s;
   return v;
 }
 
@@ -233,7 +233,7 @@ Session Open(Daemon& d) {
   s.proc = d.Client();
   auto hello = Fields(s.proc->ReadLine());
   EXPECT_EQ(hello["_"], "ok");
-  absl::SimpleAtoi(hello["session"], &s.id);
+  EXPECT_TRUE(absl::SimpleAtoi(hello["session"], &s.id)) << hello["session"];
   auto mem = Fields(s.proc->Do("alloc 4194304"));
   EXPECT_EQ(mem["_"], "ok");
   s.ptr = Hex(mem["ptr"]);
@@ -471,7 +471,7 @@ TEST(E2E, KillNineMidTraffic) {
   auto stat = [&](const char* component, const char* name) {
     auto f = Fields(observer->Do(absl::StrCat("stat ", component, " ", name)));
     int64_t v = -1;
-    absl::SimpleAtoi(f["value"], &v);
+    EXPECT_TRUE(absl::SimpleAtoi(f["value"], &v)) << f["value"];
     return v;
   };
   const int64_t live0 = stat("cache", "live_registrations");

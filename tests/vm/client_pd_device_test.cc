@@ -55,7 +55,9 @@ struct OwnRegion {
     if (list != nullptr && n > 0) ctx = ibv_open_device(list[0]);
     if (list != nullptr) ibv_free_device_list(list);
     if (ctx != nullptr) pd = ibv_alloc_pd(ctx);
-    if (pd != nullptr) mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (pd != nullptr) {
+      mr = ibv_reg_mr(pd, buf.data(), buf.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
+    }
   }
   ~OwnRegion() {
     if (mr != nullptr) ibv_dereg_mr(mr);
