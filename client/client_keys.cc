@@ -101,19 +101,11 @@ absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t leng
   return FromProto(resp.grant());
 }
 
-namespace {
-
-// True when a call's status does not say what the daemon did: it may have made a hold whose
-// reply never arrived. A refusal the daemon answered made nothing.
-bool OutcomeUnknown(const absl::Status& status) {
-  return absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
-         absl::IsUnavailable(status) || absl::IsUnknown(status);
-}
-
-}  // namespace
-
 void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
-  if (!OutcomeUnknown(status)) return;
+  if (!absl::IsDeadlineExceeded(status) && !absl::IsCancelled(status) &&
+      !absl::IsUnavailable(status) && !absl::IsUnknown(status)) {
+    return;  // the daemon answered: a refused call made nothing
+  }
   if (closed_.load() || ids.empty()) return;
   pb::ForgetCallsRequest req;
   for (uint64_t id : ids) req.add_call_ids(id);

@@ -1,11 +1,11 @@
-// Compile-time ties between the wire's values and the daemon's types, as the daemon sees them:
-// the access bits of the proto (regcache.v1.Access) and of the rings (shm::kKnownAccessBits) are
-// the device's hca::AccessBits, passed through unconverted. The client ties the same wire values
-// to its own spelling (client/wire_values.cc). Nothing here runs.
+// Compile-time ties between the gRPC wire's values and the daemon's types: the access bits of
+// the proto (regcache.v1.Access) are the device's hca::AccessBits, passed through unconverted
+// (the rings' are tied where the ring server converts them: service/internal/ring_server.cc).
+// The client ties the same wire values to its own spelling (client/wire_values.cc). Nothing
+// here runs.
 #include <cstdint>
 
 #include "hca/device.h"
-#include "protocol/shm_protocol.h"
 #include "regcache/v1/regcache.pb.h"
 
 namespace regcache::server {
@@ -22,8 +22,6 @@ static_assert(Same(pb::ACCESS_LOCAL_WRITE, hca::kLocalWrite));
 static_assert(Same(pb::ACCESS_REMOTE_READ, hca::kRemoteRead));
 static_assert(Same(pb::ACCESS_REMOTE_WRITE, hca::kRemoteWrite));
 static_assert(Same(pb::ACCESS_REMOTE_ATOMIC, hca::kRemoteAtomic));
-static_assert(protocol::shm::kKnownAccessBits == hca::kAllAccess);
-
 // An endpoint address crosses as plain numbers and raw GID bytes (client/wire_values.cc).
 static_assert(sizeof(hca::EndpointAddress{}.gid) == 16);
 static_assert(sizeof(hca::EndpointAddress{}.lid) == 2);
