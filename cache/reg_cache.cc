@@ -252,7 +252,7 @@ bool RegCacheImpl::TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFl
                           KeyGrant& g) {
   // Top half: the exact range, without a lock, held in this thread's table (else shared).
   internal::HoldTable* mine = t.holds.Mine();
-  const bool found = t.index.Find(internal::RangeIndex::Hash(va, length), [&](uint32_t slot) {
+  const bool found = t.index.Find(internal::RangeHash(va, length), [&](uint32_t slot) {
     internal::HotRecord* h = t.slab.Hot(slot);
     if (h == nullptr) return false;
     bool busy = mine == nullptr;

@@ -178,9 +178,10 @@ Stopped CountAndSettle(Tenant& t, Record* r, uint64_t before, bool only_unheld)
     }
   }
   if (result != Stopped::kNo && (before & state::kWindow) == 0) {
-    t.index.Erase(RangeIndex::Hash(r->hot->va.load(std::memory_order_relaxed),
-                                   r->hot->length.load(std::memory_order_relaxed)),
-                  r->slot);
+    const bool erased = t.index.Erase(RangeHash(r->hot->va.load(std::memory_order_relaxed),
+                                                r->hot->length.load(std::memory_order_relaxed)),
+                                      r->slot);
+    RC_CHECK(erased) << "range index: stopped record " << r->slot << " was not indexed";
   }
   return result;
 }
@@ -191,7 +192,7 @@ Stopped StopReference(Tenant& t, Record* r, bool only_unheld, uint32_t gen) {
   const uint64_t before = MarkDead(r, only_unheld, gen);
   if (before == 0) return Stopped::kNo;
   RC_CACHE_TEST_HOOK(kStopMarked);
-  base::HeavyFence();  // every hit that will succeed has its hold visible from here on
+  base::ReaperFence();  // every hit that will succeed has its hold visible from here on
   return CountAndSettle(t, r, before, only_unheld);
 }
 
@@ -207,7 +208,7 @@ void StopReferences(Tenant& t, std::vector<Record*>& rs) {
   }
   rs.resize(marked);
   if (rs.empty()) return;
-  base::HeavyFence();  // one for all of them
+  base::ReaperFence();  // one for all of them
   for (size_t i = 0; i < rs.size(); ++i) (void)CountAndSettle(t, rs[i], before[i], false);
 }
 
@@ -216,7 +217,7 @@ void StopReferences(Tenant& t, std::vector<Record*>& rs) {
 Sole MarkSole(Tenant& t, Record* r, uint32_t gen) {
   const uint64_t before = MarkDead(r, /*only_unheld=*/false, gen);
   if (before == 0) return Sole::kNotLive;
-  base::HeavyFence();  // as StopReference: every hold that will succeed is counted below
+  base::ReaperFence();  // as StopReference: every hold that will succeed is counted below
   uint64_t s = r->hot->state.load(std::memory_order_acquire);
   for (;;) {
     const int64_t holders = Holders(t, r->slot, s);

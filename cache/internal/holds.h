@@ -8,17 +8,16 @@
 // by another registration), and per-thread hold tables, each written by its thread only. A
 // registration's holders are the shared count plus every thread's entry for it.
 //
-// The per-thread half is a Dekker pair over base/asymmetric_fence.h:
+// This is the daemon's instance of the hold protocol; docs/hold-protocol.md is its account (the
+// proof, and how the client's grant cache runs the same steps). Here:
 //   hold (a hit): read state (live, generation g) and range; entry[slot] += 1 (plain store);
-//          LightFence; read state again: still live with generation g → held. Else undo.
-//   stop:  CAS state → DEAD (no new hold can succeed from here); HeavyFence; sum the shared
+//          HolderFence; read state again: still live with generation g → held. Else undo.
+//   stop:  CAS state → DEAD (no new hold can succeed from here); ReaperFence; sum the shared
 //          count and every thread's entry for (slot, g). Zero → unpublish; else → revoke.
-//   release (own entry): entry[slot] -= 1; LightFence; read state: DEAD → Unpublish (under the
+//   release (own entry): entry[slot] -= 1; HolderFence; read state: DEAD → Unpublish (under the
 //          index mutex, after any stop in progress: sum again, unpublish at zero).
-// Either the hit's recheck sees DEAD or the stop's sum sees the hit; either the release sees
-// DEAD or the stop's sum sees the release. So a registration is never unpublished (and its key
-// never evicted or recycled) while someone holds it, and the last release of a revoked one
-// always finds out that it was the last.
+// So a registration is never unpublished (and its key never evicted or recycled) while someone
+// holds it, and the last release of a revoked one always finds out that it was the last.
 //
 // A hold taken in one thread's table and released from another is +1 there and -1 in the
 // shared count. While a record's shared count is negative, hits on it take shared holds, so a
@@ -43,7 +42,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "base/asymmetric_fence.h"
+#include "base/hold_protocol.h"
 #include "cache/internal/index.h"
 #include "cache/internal/tenant.h"
 #include "hca/device.h"
@@ -180,8 +179,7 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
     held = key | 1;
   }
   entry.store(held, std::memory_order_relaxed);
-  base::LightFence();  // the entry, before the recheck (a stop's HeavyFence pairs with this)
-  std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
+  base::HolderFence();  // the entry and the range loads, before the recheck
   const uint64_t now = h->state.load(std::memory_order_relaxed);
   if (state::SameLive(s, now)) [[likely]] {
     // CLOCK's referenced bit: a shared write only when the hand has cleared it.
@@ -192,7 +190,7 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
   // Stopped (or recycled) since the first read: undo. A stop that counted this hold before the
   // undo revoked the record instead of unpublishing it; Unpublish finds that out.
   entry.store(held - 1, std::memory_order_release);
-  base::LightFence();
+  base::HolderFence();
   const uint64_t after = h->state.load(std::memory_order_acquire);
   if ((after & state::kDead) != 0 && state::PublishedAs(after, gen)) Unpublish(t, slot, gen);
   return 0;
@@ -227,7 +225,7 @@ inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
       // store is seen: a stop in between counts the hold and revokes instead.
       entry.store(e - 1, std::memory_order_release);
       RC_CACHE_TEST_HOOK(kReleaseStore);
-      base::LightFence();  // the entry, before the state read (pairs with a stop's HeavyFence)
+      base::HolderFence();  // the entry, before the state read
       const uint64_t s = h->state.load(std::memory_order_acquire);
       if (state::SharedHolders(s) < 0 && state::PublishedAs(s, gen) && Holders(t, slot, s) < 0)
           [[unlikely]] {

@@ -1,20 +1,18 @@
 // The registration index of one tenant: the registration record, the slab that holds the
-// records at stable addresses, the exact-range hash index and the per-thread hold tables.
+// records at stable addresses, the exact-range hash and the per-thread hold tables.
 // Internal to cache/: callers use cache/reg_cache.h.
 //
 // Concurrency. Hits and releases take no lock and, in the common case, write no shared line:
 //   - Records are type-stable: the slab never frees one while the tenant is open, it only
 //     recycles it, and every publication gives it a new generation. A reader holding a stale
 //     pointer reads atomics of a live record and sees the generation change.
-//   - The hash index is read without a lock. Writers (under the tenant's index mutex) insert,
-//     delete by backward shift and grow by copying into a new table. A reader can then miss an
-//     entry for a moment (the caller falls back to the locked path), but never takes a wrong
-//     one: it accepts a record only after checking its range and its state word.
-//   - Grown-out tables are kept until the tenant closes, because a reader may still be in one.
-//     Growth doubles, so they add at most the current table's size.
+//   - The hash index (base/probe_table.h) is read without a lock; writers hold the tenant's
+//     index mutex. A reader can miss an entry for a moment (the caller falls back to the locked
+//     path), but never takes a wrong one: it accepts a record only after checking its range and
+//     its state word.
 //   - Holders are counted in the state word (shared) and in per-thread hold tables; how a hit,
 //     a release and a stop use them without losing a hold is the hold protocol
-//     (cache/internal/holds.h).
+//     (cache/internal/holds.h; its account: docs/hold-protocol.md).
 #ifndef REGCACHE_CACHE_INTERNAL_INDEX_H_
 #define REGCACHE_CACHE_INTERNAL_INDEX_H_
 
@@ -26,6 +24,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
+#include "base/hold_protocol.h"
 #include "base/mutex.h"
 #include "base/thread_index.h"
 #include "cache/backing_set.h"
@@ -118,22 +117,27 @@ struct Record {
   }
 };
 
-// One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each
-// (slot 24 | generation 24 | count 16). Only the thread that owns the table (by its
+// One thread's holds on one tenant's registrations: entries direct-mapped by record slot, each a
+// base::HoldWord tagged (slot 24 | generation 24). Only the thread that owns the table (by its
 // base::ThreadIndex) writes it, with plain stores; stop-reference and Settle read it. An entry
 // with count 0 is free; an entry taken by another registration sends the hit to the shared
 // count. Tables live as long as their tenant, and pass with the thread index to the next
 // thread that gets it (counts stay meaningful across owners).
 struct alignas(64) HoldTable {
   static constexpr uint32_t kEntries = 256;  // 2 KiB per thread per tenant
-  static constexpr uint64_t kCount = 0xffff;
+  static constexpr uint64_t kCount = base::HoldWord::kMaxCount;
+  static_assert(kSlotBits + kGenBits == base::HoldWord::kTagBits);
   static uint64_t KeyOf(uint32_t slot, uint32_t gen) {
-    return (uint64_t{slot} << 40) | (uint64_t{gen & kGenMask} << 16);
+    return base::HoldWord::Make((uint64_t{slot} << kGenBits) | (gen & kGenMask), 0);
   }
   static uint64_t KeyOfEntry(uint64_t e) { return e & ~kCount; }
-  static uint32_t CountOf(uint64_t e) { return static_cast<uint32_t>(e & kCount); }
-  static uint32_t SlotOf(uint64_t e) { return static_cast<uint32_t>(e >> 40); }
-  static uint32_t GenOf(uint64_t e) { return static_cast<uint32_t>(e >> 16) & kGenMask; }
+  static uint32_t CountOf(uint64_t e) { return base::HoldWord::Count(e); }
+  static uint32_t SlotOf(uint64_t e) {
+    return static_cast<uint32_t>(base::HoldWord::Tag(e) >> kGenBits);
+  }
+  static uint32_t GenOf(uint64_t e) {
+    return static_cast<uint32_t>(base::HoldWord::Tag(e)) & kGenMask;
+  }
 
   std::atomic<uint64_t>& At(uint32_t slot) { return entries[slot & (kEntries - 1)]; }
   const std::atomic<uint64_t>& At(uint32_t slot) const { return entries[slot & (kEntries - 1)]; }
@@ -261,50 +265,9 @@ class Slab {
   std::deque<uint32_t> free_;  // FIFO
 };
 
-// Exact-range index: (va, length) → records of that range, any number of them (different
-// rights). Open addressing with linear probing; a bucket holds 32 hash bits and slot + 1
-// (0 = empty). Load factor at most 1/2.
-class RangeIndex {
- public:
-  RangeIndex();
-  RangeIndex(const RangeIndex&) = delete;
-  RangeIndex& operator=(const RangeIndex&) = delete;
-
-  static uint64_t Hash(uint64_t va, uint64_t length) { return absl::HashOf(va, length); }
-
-  // Calls visit(slot) for each entry whose bucket matches `hash` until it returns true;
-  // returns whether one did. Lock-free; may miss an entry being moved (see top).
-  template <typename Visit>
-  bool Find(uint64_t hash, Visit&& visit) const {
-    const Table* t = table_.load(std::memory_order_acquire);
-    const uint32_t tag = static_cast<uint32_t>(hash >> 32);
-    uint64_t i = tag & t->mask;
-    for (uint64_t n = 0; n <= t->mask; ++n, i = (i + 1) & t->mask) {
-      const uint64_t b = t->buckets[i].load(std::memory_order_acquire);
-      if (b == 0) return false;
-      if (static_cast<uint32_t>(b >> 32) == tag && visit(static_cast<uint32_t>(b) - 1)) {
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // Writers, under the tenant's index mutex.
-  void Insert(uint64_t hash, uint32_t slot);
-  void Erase(uint64_t hash, uint32_t slot);
-
- private:
-  struct Table {
-    uint64_t mask = 0;
-    std::unique_ptr<std::atomic<uint64_t>[]> buckets;
-  };
-  static std::unique_ptr<Table> NewTable(uint64_t capacity);
-  static void Place(Table& t, uint64_t bucket);
-
-  std::atomic<Table*> table_{nullptr};
-  std::vector<std::unique_ptr<Table>> tables_;  // the current one last; the rest grown out
-  uint64_t size_ = 0;
-};
+// The exact-range index (Tenant::index, a base::ProbeTable) maps this hash of (va, length) to
+// the slots of the records of that range, any number of them (different rights).
+inline uint64_t RangeHash(uint64_t va, uint64_t length) { return absl::HashOf(va, length); }
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_INDEX_H_

@@ -207,7 +207,7 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
     }
     base::MutexLock il(&t.index_mu);
     Publish(t, r, m.window());
-    if (!m.window()) t.index.Insert(RangeIndex::Hash(m.va, m.length), r->slot);
+    if (!m.window()) t.index.Insert(RangeHash(m.va, m.length), r->slot);
     FillGrant(grant, *r->hot, r->handle, /*hit=*/false);
   }
   t.stats().live_registrations.Add();

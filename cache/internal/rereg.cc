@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 #include "base/error_reason.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
@@ -126,13 +127,14 @@ KeyGrant Commit(Tenant& t, Plan& p) {
   t.cover.emplace(p.va, r);
   t.max_length = std::max(t.max_length, p.length);
   base::MutexLock il(&t.index_mu);
-  t.index.Erase(RangeIndex::Hash(p.old_va, p.old_length), r->slot);
+  const bool erased = t.index.Erase(RangeHash(p.old_va, p.old_length), r->slot);
+  RC_CHECK(erased) << "range index: re-registered record " << r->slot << " was not indexed";
   // The start first: a hit that read the old range before the mark and reads a mix of old and
   // new fields sees a range inside the new one (and fails its recheck on the epoch anyway).
   r->hot->va.store(p.va, std::memory_order_relaxed);
   r->hot->length.store(p.length, std::memory_order_relaxed);
   r->hot->access.store(p.access, std::memory_order_relaxed);
-  t.index.Insert(RangeIndex::Hash(p.va, p.length), r->slot);
+  t.index.Insert(RangeHash(p.va, p.length), r->slot);
   ReviveSole(t, r);
   FillGrant(grant, *r->hot, r->handle, /*hit=*/false);
   grant.same_key = true;

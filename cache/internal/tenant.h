@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "base/probe_table.h"
 #include "cache/backing_set.h"
 #include "cache/internal/index.h"
 #include "cache/internal/key_budget.h"
@@ -71,9 +72,9 @@ struct Tenant {
   bool closing ABSL_GUARDED_BY(mu) = false;
 
   base::Mutex index_mu ABSL_ACQUIRED_AFTER(mu);
-  Slab slab;         // At() and Hot() lock-free; Allocate() and Free() under index_mu
-  RangeIndex index;  // Find() lock-free; Insert() and Erase() under index_mu
-  HoldTables holds;  // each thread writes its own table; stops and unpublishes sum them
+  Slab slab;               // At() and Hot() lock-free; Allocate() and Free() under index_mu
+  base::ProbeTable index;  // Find() lock-free; Insert() and Erase() under index_mu
+  HoldTables holds;        // each thread writes its own table; stops and unpublishes sum them
   uint32_t clock_hand ABSL_GUARDED_BY(index_mu) = 0;
 
   CacheStats& stats() const { return *ctx->stats; }

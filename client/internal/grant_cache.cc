@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/log.h"
+
 namespace regcache::api::internal {
 namespace {
 
@@ -12,14 +14,14 @@ constexpr uint64_t kLive = 1;       // holds a grant
 constexpr uint64_t kForgotten = 2;  // revoked or invalidated: no new references; the last reaps
 constexpr uint64_t kMarked = 4;     // a reaper counts its references: no new ones meanwhile
 
-uint32_t Inc(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+uint32_t Inc(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
 uint64_t Clean(uint32_t inc) { return (uint64_t{inc} << 32) | kLive; }
-// A thread's count word: (incarnation << 32) | references.
-uint32_t Count(uint64_t w) { return static_cast<uint32_t>(w); }
+// A thread's count word is a base::HoldWord tagged with the incarnation it counts.
+using base::HoldWord;
+uint32_t WordInc(uint64_t w) { return static_cast<uint32_t>(HoldWord::Tag(w)); }
+uint32_t Count(uint64_t w) { return HoldWord::Count(w); }
 
-uint64_t Mix(uint64_t x) {
-  return (x * 0x9e3779b97f4a7c15ull) ^ ((x * 0x9e3779b97f4a7c15ull) >> 31);
-}
+using base::ProbeTable;
 
 std::atomic<uint64_t> next_cache_id{1};
 
@@ -68,7 +70,6 @@ ThreadTables& Tables() {
 }  // namespace grant_cache_detail
 
 using grant_cache_detail::FrontTable;
-using grant_cache_detail::ProbeTable;
 using grant_cache_detail::ThreadRefs;
 using grant_cache_detail::tls_last;
 using grant_cache_detail::tls_last_id;
@@ -78,11 +79,6 @@ GrantCache::GrantCache(const GrantStateView& state)
       id_(next_cache_id.fetch_add(1, std::memory_order_relaxed)),
       registry_(std::make_shared<grant_cache_detail::Registry>()),
       chunks_(new std::atomic<Entry*>[kMaxChunks]()) {
-  base::MutexLock l(&mu_);
-  for (bool by_va : {true, false}) {
-    tables_.push_back(std::make_unique<ProbeTable>(256));
-    (by_va ? by_va_ : by_handle_).store(tables_.back().get(), std::memory_order_release);
-  }
   base::MutexLock r(&registry_->mu);
   registry_->cache = this;
 }
@@ -148,7 +144,7 @@ void GrantCache::HandBack(ThreadRefs& t) {
       Entry& e = At(c * kChunk + i);
       const uint64_t s = e.state.load(std::memory_order_acquire);
       // A stale word counts for nobody; reapers hold the registry lock, so none counts here.
-      if (Inc(s) == Inc(w) && (s & kLive) != 0) {
+      if (Inc(s) == WordInc(w) && (s & kLive) != 0) {
         e.shared.fetch_add(Count(w), std::memory_order_acq_rel);
       }
       words[i].store(0, std::memory_order_release);
@@ -170,16 +166,16 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
   std::atomic<uint64_t>* mine = t != nullptr ? &t->Mine(idx) : nullptr;
   uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
   // While releases from other threads are outstanding (shared < 0), hits count there too.
-  if (mine != nullptr && (Inc(w) != inc || Count(w) < kMaxCount) &&
+  if (mine != nullptr && (WordInc(w) != inc || Count(w) < HoldWord::kMaxCount) &&
       e.shared.load(std::memory_order_relaxed) >= 0) [[likely]] {
-    w = Inc(w) == inc ? w + 1 : (uint64_t{inc} << 32) | 1;  // a stale word counts for nobody
+    w = WordInc(w) == inc ? w + 1 : HoldWord::Make(inc, 1);  // a stale word counts for nobody
     mine->store(w, std::memory_order_relaxed);
-    base::LightFence();  // the count, before the recheck (pairs with a reaper's HeavyFence)
+    base::HolderFence();  // the count and the range loads, before the recheck
   } else {
     mine = nullptr;
     e.shared.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
   }
-  std::atomic_thread_fence(std::memory_order_acquire);  // the range loads, before the recheck
   if (e.state.load(std::memory_order_acquire) != s) [[unlikely]] {
     Unref(mine != nullptr ? t : nullptr, idx, inc);
     return std::nullopt;
@@ -247,7 +243,7 @@ void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
   if (t != nullptr) {
     std::atomic<uint64_t>& mine = t->Mine(idx);
     mine.store(mine.load(std::memory_order_relaxed) - 1, std::memory_order_release);
-    base::LightFence();
+    base::HolderFence();
   } else {
     e.shared.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -267,17 +263,16 @@ std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint3
   ThreadRefs* t = MyRefs(/*create=*/true);
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
   // A grant that starts at `addr`.
-  const ProbeTable* p = by_va_.load(std::memory_order_acquire);
-  uint32_t h = static_cast<uint32_t>(Mix(addr)) & p->mask;
-  for (int n = 0; n < kMaxProbe; ++n, h = (h + 1) & p->mask) {
-    const uint32_t v = p->slots[h].load(std::memory_order_acquire);
-    if (v == 0) break;
-    if (std::optional<Key> k = TryHit(t, v - 1, addr, end, access, epoch)) return k;
-  }
+  std::optional<Key> k;
+  const auto hit = [&](uint32_t idx) {
+    k = TryHit(t, idx, addr, end, access, epoch);
+    return k.has_value();
+  };
+  if (by_va_.Find(ProbeTable::Mix(addr), hit, kMaxProbe)) return k;
   // The grant this thread last used at this address, then the ordered index.
-  uint32_t* hint = t != nullptr ? &t->hints[Mix(addr >> 12) % kHints] : nullptr;
+  uint32_t* hint = t != nullptr ? &t->hints[ProbeTable::Mix(addr >> 12) % kHints] : nullptr;
   if (hint != nullptr && *hint != 0) {
-    if (std::optional<Key> k = TryHit(t, *hint - 1, addr, end, access, epoch)) return k;
+    if (hit(*hint - 1)) return k;
   }
   std::optional<uint32_t> idx;
   {
@@ -285,8 +280,7 @@ std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint3
     idx = FindCovering(addr, end, access);
   }
   if (!idx.has_value()) return std::nullopt;
-  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
-  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
+  if (hit(*idx) && hint != nullptr) *hint = *idx + 1;
   return k;
 }
 
@@ -310,11 +304,11 @@ void GrantCache::AddRefLocked(uint32_t idx, uint32_t inc) {
   if (ThreadRefs* t = MyRefs(/*create=*/true)) {
     std::atomic<uint64_t>& mine = t->Mine(idx);
     const uint64_t w = mine.load(std::memory_order_relaxed);
-    if (Inc(w) != inc) {
-      mine.store((uint64_t{inc} << 32) | 1, std::memory_order_release);
+    if (WordInc(w) != inc) {
+      mine.store(HoldWord::Make(inc, 1), std::memory_order_release);
       return;
     }
-    if (Count(w) < kMaxCount) {
+    if (Count(w) < HoldWord::kMaxCount) {
       mine.store(w + 1, std::memory_order_release);
       return;
     }
@@ -367,8 +361,8 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
   e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
   index_.emplace(std::make_pair(key.va, key.handle), idx);
   handles_.emplace(key.handle, idx);
-  ProbeInsert(/*by_va=*/true, idx);
-  ProbeInsert(/*by_va=*/false, idx);
+  by_va_.Insert(ProbeTable::Mix(key.va), idx);
+  by_handle_.Insert(ProbeTable::Mix(key.handle), idx);
   return true;
 }
 
@@ -376,27 +370,27 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
 GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
   ThreadRefs* t = MyRefs(/*create=*/false);
   if (t == nullptr) return ReleaseSlow(handle);
-  const ProbeTable* p = by_handle_.load(std::memory_order_acquire);
-  uint32_t h = static_cast<uint32_t>(Mix(handle)) & p->mask;
-  // n == -1: the grant this thread hit last, if it is this handle (checked as any candidate).
-  for (int n = t->last_handle == handle ? -1 : 0; n < kMaxProbe; ++n) {
-    const uint32_t v = n < 0 ? t->last_idx + 1 : p->slots[h].load(std::memory_order_acquire);
-    if (n >= 0) h = (h + 1) & p->mask;
-    if (v == 0) break;
-    std::atomic<uint64_t>* mine = t->Find(v - 1);
-    if (mine == nullptr) continue;
+  ReleaseOutcome out;
+  // A reference of `handle` this thread counts in its word for entry `idx`: given back.
+  const auto release = [&](uint32_t idx) {
+    std::atomic<uint64_t>* mine = t->Find(idx);
+    if (mine == nullptr) return false;
     const uint64_t w = mine->load(std::memory_order_relaxed);
-    if (Count(w) == 0) continue;
-    Entry& e = At(v - 1);
+    if (Count(w) == 0) return false;
+    Entry& e = At(idx);
     const uint64_t s = e.state.load(std::memory_order_acquire);
-    if (Inc(s) != Inc(w) || (s & kLive) == 0 ||
+    if (Inc(s) != WordInc(w) || (s & kLive) == 0 ||
         e.handle.load(std::memory_order_relaxed) != handle) {
-      continue;
+      return false;
     }
     mine->store(w - 1, std::memory_order_release);
-    base::LightFence();  // the count, before the state read (pairs with a reaper's HeavyFence)
-    return Released(v - 1, mine, w, handle);
-  }
+    base::HolderFence();  // the count, before the state read
+    out = Released(idx, mine, w, handle);
+    return true;
+  };
+  // The grant this thread hit last (most often the one released next), then the table.
+  if (t->last_handle == handle && release(t->last_idx)) return out;
+  if (by_handle_.Find(ProbeTable::Mix(handle), release, kMaxProbe)) return out;
   return ReleaseSlow(handle);
 }
 
@@ -406,14 +400,14 @@ GrantCache::ReleaseOutcome GrantCache::Released(uint32_t idx, std::atomic<uint64
   ReleaseOutcome out;
   out.cached = true;
   // Reaped since the caller's check, after this release: the reaper gave the holds back.
-  if (Inc(now) != Inc(w)) return out;
+  if (Inc(now) != WordInc(w)) return out;
   if (At(idx).shared.load(std::memory_order_relaxed) < 0) [[unlikely]] {
     // Some references were released by other threads: the exact path decides.
     mine->store(w, std::memory_order_release);
     return ReleaseSlow(handle);
   }
   if ((now & kForgotten) != 0) [[unlikely]]
-    out.daemon_releases = Settle(idx, Inc(w)).second;
+    out.daemon_releases = Settle(idx, WordInc(w)).second;
   return out;
 }
 
@@ -430,7 +424,7 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
   const uint32_t idx = it->second;
   Entry& e = At(idx);
   const uint32_t inc = Inc(e.state.load(std::memory_order_acquire));
-  base::HeavyFence();
+  base::ReaperFence();
   if (Holders(idx, inc) <= 0) {
     out.no_reference = true;
     return out;
@@ -439,13 +433,13 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
   ThreadRefs* t = MyRefs(/*create=*/false);
   std::atomic<uint64_t>* mine = t != nullptr ? t->Find(idx) : nullptr;
   const uint64_t w = mine != nullptr ? mine->load(std::memory_order_relaxed) : 0;
-  if (mine != nullptr && Inc(w) == inc && Count(w) > 0) {
+  if (mine != nullptr && WordInc(w) == inc && Count(w) > 0) {
     mine->store(w - 1, std::memory_order_release);
   } else {
     e.shared.fetch_sub(1, std::memory_order_seq_cst);
   }
   if ((e.state.load(std::memory_order_acquire) & kForgotten) != 0) {
-    base::HeavyFence();
+    base::ReaperFence();
     if (Holders(idx, inc) <= 0) out.daemon_releases = ReapLocked(idx);
   }
   return out;
@@ -457,7 +451,7 @@ int64_t GrantCache::Holders(uint32_t idx, uint32_t inc) const {
   for (const ThreadRefs* t : registry_->tables) {
     if (const std::atomic<uint64_t>* w = t->Find(idx)) {
       const uint64_t v = w->load(std::memory_order_acquire);
-      if (Inc(v) == inc) n += Count(v);
+      n += HoldWord::HoldsOf(v, inc);
     }
   }
   return n + At(idx).shared.load(std::memory_order_acquire);
@@ -468,8 +462,10 @@ uint32_t GrantCache::ReapLocked(uint32_t idx) {
   const uint64_t handle = e.handle.load(std::memory_order_relaxed);
   index_.erase({e.va.load(std::memory_order_relaxed), handle});
   handles_.erase(handle);
-  ProbeErase(/*by_va=*/true, idx);
-  ProbeErase(/*by_va=*/false, idx);
+  const bool by_va = by_va_.Erase(ProbeTable::Mix(e.va.load(std::memory_order_relaxed)), idx);
+  const bool by_handle = by_handle_.Erase(ProbeTable::Mix(handle), idx);
+  RC_CHECK(by_va && by_handle) << "grant cache: entry " << idx
+                               << " was not in its lock-free tables";
   const uint32_t holds = e.daemon_holds;
   e.daemon_holds = 0;
   // A new incarnation: every thread's word for the old one counts for nobody from here.
@@ -482,7 +478,7 @@ uint32_t GrantCache::ReapLocked(uint32_t idx) {
 uint32_t GrantCache::ForgetLocked(uint32_t idx) {
   const uint64_t s = At(idx).state.fetch_or(kForgotten, std::memory_order_seq_cst);
   if ((s & kLive) == 0) return 0;
-  base::HeavyFence();  // every hit that will succeed, and every release, is counted below
+  base::ReaperFence();  // every hit that will succeed, and every release, is counted below
   return Holders(idx, Inc(s)) <= 0 ? ReapLocked(idx) : 0;
 }
 
@@ -493,7 +489,7 @@ std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
   Entry& e = At(idx);
   const uint64_t s = e.state.load(std::memory_order_acquire);
   if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
-  base::HeavyFence();
+  base::ReaperFence();
   if (Holders(idx, inc) > 0) return {0, 0};
   return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
 }
@@ -513,7 +509,7 @@ std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
   std::vector<std::pair<uint64_t, uint32_t>> out = std::exchange(pending_, {});
   has_pending_.store(false, std::memory_order_relaxed);
   if (marked.empty()) return out;
-  base::HeavyFence();  // one for all of them
+  base::ReaperFence();  // one for all of them
   for (const auto& [idx, s] : marked) {
     const uint64_t handle = At(idx).handle.load(std::memory_order_relaxed);
     if (Holders(idx, Inc(s)) > 0) {
@@ -536,7 +532,7 @@ GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
   const uint32_t idx = it->second;
   Entry& e = At(idx);
   const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
-  base::HeavyFence();
+  base::ReaperFence();
   if (Holders(idx, Inc(s)) == 1) {
     out.daemon_holds = ReapLocked(idx);
     out.sole = out.daemon_holds > 0;
@@ -544,56 +540,6 @@ GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
     e.state.fetch_and(~kMarked, std::memory_order_release);
   }
   return out;
-}
-
-// --- The lock-free tables ----------------------------------------------------------------------
-void GrantCache::ProbeInsert(bool by_va, uint32_t idx) {
-  std::atomic<ProbeTable*>& which = by_va ? by_va_ : by_handle_;
-  ProbeTable* p = which.load(std::memory_order_relaxed);
-  if (2 * (p->used + 1) > p->mask + 1) {
-    // Grow: a new table, published whole; the old one stays until the cache goes (a reader may
-    // be in it): geometric, so what stays is less than the newest.
-    auto bigger = std::make_unique<ProbeTable>(2 * (p->mask + 1));
-    ProbeTable* old = p;
-    p = bigger.get();
-    tables_.push_back(std::move(bigger));
-    for (uint32_t i = 0; i <= old->mask; ++i) {
-      const uint32_t v = old->slots[i].load(std::memory_order_relaxed);
-      if (v == 0) continue;
-      uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
-      while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
-      p->slots[h].store(v, std::memory_order_relaxed);
-      ++p->used;
-    }
-    which.store(p, std::memory_order_release);
-  }
-  uint32_t h = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
-  while (p->slots[h].load(std::memory_order_relaxed) != 0) h = (h + 1) & p->mask;
-  p->slots[h].store(idx + 1, std::memory_order_release);
-  ++p->used;
-}
-
-// Backward-shift deletion: a reader probing meanwhile may miss an entry (never find a wrong
-// one: it validates what it finds), and then asks the ordered index or the daemon.
-void GrantCache::ProbeErase(bool by_va, uint32_t idx) {
-  ProbeTable* p = (by_va ? by_va_ : by_handle_).load(std::memory_order_relaxed);
-  uint32_t i = static_cast<uint32_t>(Mix(ProbeKey(by_va, idx))) & p->mask;
-  while (p->slots[i].load(std::memory_order_relaxed) != idx + 1) {
-    if (p->slots[i].load(std::memory_order_relaxed) == 0) return;  // not there
-    i = (i + 1) & p->mask;
-  }
-  --p->used;
-  for (uint32_t j = i;;) {
-    j = (j + 1) & p->mask;
-    const uint32_t v = p->slots[j].load(std::memory_order_relaxed);
-    if (v == 0) break;
-    const uint32_t home = static_cast<uint32_t>(Mix(ProbeKey(by_va, v - 1))) & p->mask;
-    if (((j - home) & p->mask) >= ((j - i) & p->mask)) {  // v may move back to i
-      p->slots[i].store(v, std::memory_order_release);
-      i = j;
-    }
-  }
-  p->slots[i].store(0, std::memory_order_release);
 }
 
 }  // namespace regcache::api::internal

@@ -22,13 +22,13 @@
 //     epoch E0 before it validated the entry, so "epoch_ still E0" means no reaper has started
 //     since the entry was seen live, unmarked, of that incarnation, with that grant.
 //       front hit:     slot covers the range and rights, epoch_ == E0; count += 1 (this
-//                      thread's word for the entry); LightFence; epoch_ == E0 again, session
+//                      thread's word for the entry); HolderFence; epoch_ == E0 again, session
 //                      open, daemon word == (generation << 1) → the copy. Else undo (as below).
 //       front release: the slot of the handle (the last hit, or by handle), epoch_ == E0,
-//                      own count > 0; count -= 1; LightFence; epoch_ == E0 → done; else the
+//                      own count > 0; count -= 1; HolderFence; epoch_ == E0 → done; else the
 //                      state decides as in the probe path below (forgotten → Settle).
-//     Proof against a reaper R that bumps epoch_ (seq_cst RMW), then HeavyFence, then sums
-//     every thread's counts: the thread stores its count, LightFence, loads epoch_. By the
+//     Proof against a reaper R that bumps epoch_ (seq_cst RMW), then ReaperFence, then sums
+//     every thread's counts: the thread stores its count, HolderFence, loads epoch_. By the
 //     fences, either the load sees R's bump (the thread undoes, or for a release lets the
 //     state decide) or R's sum sees the store. So a front hit that returns is counted by every
 //     reaper that might reap the entry, and a front release that saw no bump is seen by R,
@@ -40,30 +40,30 @@
 //     the copy goes straight into the caller's result. A thread whose hits mostly miss its
 //     front (more grants in use than it holds) turns it off for a while (ThreadRefs::Retune):
 //     a miss there costs a cold line and a fill.
-//   - Probe path (a front miss): two open-addressed tables, by start address and by handle,
-//     that readers probe without a lock (entry index + 1 per slot; writers serialise on mu_
-//     and delete by backward shift). A reader validates what it finds through the entry's
-//     state word, so a slot that moves or goes under it can only make it miss. A Register whose
+//   - Probe path (a front miss): two lock-free tables (base/probe_table.h), entry indexes by
+//     start address and by handle; writers serialise on mu_. A reader validates what it finds
+//     through the entry's state word, so an entry that moves or goes under it can only make it
+//     miss. A Register whose
 //     address is not a grant's start looks at this thread's hints (the grant it last used at
 //     that address), then at the ordered index under a reader lock (kScanLimit grants nearest
 //     below the address). A miss goes to the daemon, which answers from its own cache: slower,
 //     never wrong.
-//   - References: each thread counts its own references per entry in its own table (one word
-//     per entry, (incarnation << 32) | count, written by that thread only with plain stores),
+//   - References: each thread counts its own references per entry in its own table (one
+//     base::HoldWord per entry, tagged with the incarnation, written by that thread only),
 //     plus one shared signed count per entry (releases from another thread than the one that
 //     acquired, references handed back by threads that exited, and hits of threads without a
 //     table). An entry's references are its shared count plus every thread's word for it.
 //     A front slot is filled only when its hit counted in the thread's word (shared >= 0), and
 //     only a reaper section (ReleaseSlow) makes shared negative, so a front hit may count in
 //     the thread's word as long as epoch_ is unchanged.
-//   - The protocol is holds.h's (cache/internal/holds.h), over base/asymmetric_fence.h:
+//   - The protocol is the hold protocol (docs/hold-protocol.md; the daemon's cache runs it too):
 //       hit:     read state (live, incarnation i, nothing marked) and range; count += 1;
-//                LightFence; read state again: unchanged → held (then the daemon's word). Else
-//                undo (count -= 1; LightFence; forgotten → Settle).
-//       release: count -= 1; LightFence; read state: forgotten → Settle.
+//                HolderFence; read state again: unchanged → held (then the daemon's word). Else
+//                undo (count -= 1; HolderFence; forgotten → Settle).
+//       release: count -= 1; HolderFence; read state: forgotten → Settle.
 //       reaper:  (Forget, TakeUnreferenced, TakeSole, Settle, ReleaseSlow and a hit that finds
 //                its grant revoked; each under mu_ and the registry, between the two bumps of
-//                epoch_) set kForgotten or kMarked; HeavyFence; sum the counts of incarnation
+//                epoch_) set kForgotten or kMarked; ReaperFence; sum the counts of incarnation
 //                i: the wanted number → the entry leaves the cache (its incarnation moves on,
 //                its daemon holds go to the caller exactly once); otherwise a kMarked entry is
 //                unmarked.
@@ -94,8 +94,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
-#include "base/asymmetric_fence.h"
+#include "base/hold_protocol.h"
 #include "base/mutex.h"
+#include "base/probe_table.h"
 #include "protocol/shm_protocol.h"
 #include "regcache/client.h"
 
@@ -112,7 +113,6 @@ class GrantCache;
 namespace grant_cache_detail {
 struct ThreadRefs;    // one thread's reference counts for one cache
 struct FrontTable;    // one thread's copies of the grants it hit lately (see the header)
-struct ProbeTable;    // an open-addressed table of entry indexes
 struct ThreadTables;  // a thread's tables, one per cache it used
 // A cache's thread tables; shared with the threads, so it outlives the cache while a thread
 // keeps a table of it.
@@ -130,8 +130,7 @@ class GrantCache {
   static constexpr uint32_t kHints = 1024;      // per thread and cache
   static constexpr int kScanLimit = 8;
   static constexpr int kMaxProbe = 16;
-  static constexpr uint32_t kFrontSets = 2048;       // 2 ways each, per thread and cache
-  static constexpr uint32_t kMaxCount = 0x7fffffff;  // in a thread's count word
+  static constexpr uint32_t kFrontSets = 2048;  // 2 ways each, per thread and cache
 
   explicit GrantCache(const GrantStateView& state);
   ~GrantCache();
@@ -213,7 +212,7 @@ class GrantCache {
   class Reaping {
    public:
     explicit Reaping(std::atomic<uint64_t>& epoch) : epoch_(epoch) {
-      epoch_.fetch_add(1, std::memory_order_seq_cst);  // before any mark, and its HeavyFence
+      epoch_.fetch_add(1, std::memory_order_seq_cst);  // before any mark, and its ReaperFence
     }
     ~Reaping() { epoch_.fetch_add(1, std::memory_order_release); }
     Reaping(const Reaping&) = delete;
@@ -260,13 +259,6 @@ class GrantCache {
   // A thread's counts go to the shared counts (the thread exits).
   void HandBack(Refs& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_->mu);
 
-  // The lock-free tables: `by_va` picks which.
-  void ProbeInsert(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProbeErase(bool by_va, uint32_t idx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t ProbeKey(bool by_va, uint32_t idx) const {
-    return (by_va ? At(idx).va : At(idx).handle).load(std::memory_order_relaxed);
-  }
-
   // The front path's shared reads, on a line of their own: reapers alone write epoch_.
   alignas(64) const GrantStateView state_;
   std::atomic<uint64_t> epoch_{0};
@@ -276,8 +268,10 @@ class GrantCache {
   // Entries by index: chunks allocated under mu_, published with a release store, never freed
   // while the cache lives (an index a reader found always names memory).
   std::unique_ptr<std::atomic<Entry*>[]> chunks_;
-  std::atomic<grant_cache_detail::ProbeTable*> by_va_{nullptr};
-  std::atomic<grant_cache_detail::ProbeTable*> by_handle_{nullptr};
+  // Entry indexes by start address and by handle (base/probe_table.h): probed without a lock,
+  // written under mu_.
+  base::ProbeTable by_va_{256};
+  base::ProbeTable by_handle_{256};
   std::atomic<bool> has_pending_{false};
 
   mutable base::Mutex mu_;  // writers of everything; readers of the ordered index
@@ -286,7 +280,6 @@ class GrantCache {
   absl::flat_hash_map<uint64_t, uint32_t> handles_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
   uint32_t next_ ABSL_GUARDED_BY(mu_) = 0;  // entries ever used
-  std::vector<std::unique_ptr<grant_cache_detail::ProbeTable>> tables_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, uint32_t>> pending_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -368,14 +361,6 @@ struct FrontTable {
 inline constinit thread_local uint64_t tls_last_id = 0;
 inline constinit thread_local ThreadRefs* tls_last = nullptr;
 
-struct ProbeTable {
-  explicit ProbeTable(uint32_t capacity)
-      : mask(capacity - 1), slots(new std::atomic<uint32_t>[capacity]()) {}
-  const uint32_t mask;
-  std::unique_ptr<std::atomic<uint32_t>[]> slots;  // entry index + 1; 0: empty
-  uint32_t used = 0;                               // writers only (under the cache's mu_)
-};
-
 }  // namespace grant_cache_detail
 
 // --- Small methods ---
@@ -456,9 +441,11 @@ inline std::optional<Key> GrantCache::FrontHit(Refs* t, uint64_t addr, uint64_t 
   std::atomic<uint64_t>& mine =
       t->chunks[f->idx / kChunk].load(std::memory_order_relaxed)[f->idx % kChunk];
   const uint64_t w = mine.load(std::memory_order_relaxed);
-  if (w >> 32 != f->inc || static_cast<uint32_t>(w) >= kMaxCount) return std::nullopt;
+  if (base::HoldWord::Tag(w) != f->inc || base::HoldWord::Count(w) >= base::HoldWord::kMaxCount) {
+    return std::nullopt;
+  }
   mine.store(w + 1, std::memory_order_relaxed);
-  base::LightFence();  // the count, before epoch_ (pairs with a reaper's bump + HeavyFence)
+  base::HolderFence();  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
   if (epoch_.load(std::memory_order_acquire) != epoch ||
       (state_.session_state != nullptr &&
        state_.session_state->load(std::memory_order_acquire) != protocol::shm::kSessionOpen) ||
@@ -483,9 +470,9 @@ inline bool GrantCache::FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* o
   std::atomic<uint64_t>& mine =
       t->chunks[f->idx / kChunk].load(std::memory_order_relaxed)[f->idx % kChunk];
   const uint64_t w = mine.load(std::memory_order_relaxed);
-  if (w >> 32 != f->inc || static_cast<uint32_t>(w) == 0) return false;
+  if (base::HoldWord::Tag(w) != f->inc || base::HoldWord::Count(w) == 0) return false;
   mine.store(w - 1, std::memory_order_release);
-  base::LightFence();  // the count, before epoch_ (pairs with a reaper's bump + HeavyFence)
+  base::HolderFence();  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
   if (epoch_.load(std::memory_order_acquire) == epoch) [[likely]] {
     out->cached = true;
     return true;
