@@ -18,6 +18,7 @@
 #include "base/errno_status.h"
 #include "base/error_reason.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "client/internal/client_impl.h"
 #include "client/internal/client_testing.h"
 #include "protocol/control_protocol.h"
@@ -93,6 +94,7 @@ ClientImpl::ClientImpl(int control_fd, const protocol::WelcomeMsg& welcome,
       stub_(pb::RegCacheService::NewStub(channel_)),
       sim_peer_stub_(pb::SimPeerService::NewStub(channel_)),
       options_(options) {
+  keys_ = ring_ != nullptr ? RingTransport(*ring_) : GrpcTransport(*this);
   if (ring_ != nullptr && options_.client_cache) {
     grants_ = std::make_unique<GrantCache>(
         GrantStateView{ring_->slot_words(), ring_->slots(), &ring_->state()->session_state});
@@ -214,10 +216,11 @@ absl::StatusOr<int> ClientImpl::TakeMemoryFd(uint64_t id) {
 
 absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t offset,
                                                 uint64_t length, bool on_demand) {
-  void* p =
-      mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  base::UniqueFd owned(fd);  // closed once mapped: the mapping keeps the memory
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, owned.get(),
+                 static_cast<off_t>(offset));
   int err = errno;
-  close(fd);
+  owned.reset();
   if (p == MAP_FAILED) {
     absl::Status s = base::ErrnoToStatus(err, absl::StrCat("mmap memory ", id));
     pb::DetachMemoryRequest req;
@@ -254,7 +257,8 @@ void ClientImpl::Close() {
     watcher_.join();
   }
   grants_.reset();
-  ring_.reset();  // before the session goes with the control socket
+  keys_ = ClosedTransport();  // before the ring it may use goes
+  ring_.reset();              // before the session goes with the control socket
   stub_.reset();
   channel_.reset();
   if (control_fd_ >= 0) close(control_fd_);
@@ -280,11 +284,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return base::ErrnoToStatus(errno, "socket");
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  base::UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd) return base::ErrnoToStatus(errno, "socket");
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
-    close(fd);
     return absl::UnavailableError(
         absl::StrCat("connect ", path, ": ", base::ErrnoName(err), " (is regcached running?)"));
   }
@@ -293,13 +296,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
       protocol::MakeControlMessage<protocol::OpenMsg>(protocol::ControlType::kOpen);
   open.flags = options.observer ? protocol::kOpenObserver : 0;
   absl::Status sent = protocol::SetDeviceName(options.device, open.device);
-  if (sent.ok()) sent = protocol::SendControlMessage(fd, &open, sizeof(open), -1);
+  if (sent.ok()) sent = protocol::SendControlMessage(fd.get(), &open, sizeof(open), -1);
   if (!sent.ok()) {
-    close(fd);
     return base::Annotate(sent, "regcached session");
   }
   absl::StatusOr<protocol::ControlMessage> reply =
-      protocol::ReceiveControlMessage(fd, options.call_timeout);
+      protocol::ReceiveControlMessage(fd.get(), options.call_timeout);
   if (!reply.ok() || reply->type != protocol::ControlType::kWelcome) {
     absl::Status s;
     if (!reply.ok()) {
@@ -310,13 +312,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
       s = absl::InternalError("control socket: unexpected first message");
     }
     if (reply.ok()) protocol::CloseFds(&reply->fds);
-    close(fd);
     return base::Annotate(s, "regcached session");
   }
   protocol::WelcomeMsg welcome = reply->As<protocol::WelcomeMsg>();
   if ((welcome.observer != 0) != options.observer) {
     protocol::CloseFds(&reply->fds);
-    close(fd);
     return absl::InternalError(absl::StrCat("control socket: asked for ",
                                             options.observer ? "an observer" : "a session",
                                             ", the Welcome is not one"));
@@ -328,7 +328,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
                                                options.call_timeout);  // takes the fds
     reply->fds.clear();
     if (!mapped.ok()) {
-      close(fd);
       return base::Annotate(mapped.status(), "regcached session");
     }
     ring = std::move(*mapped);
@@ -341,8 +340,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   args.SetMaxReceiveMessageSize(64 << 20);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<Client>(
-      new internal::ClientImpl(fd, welcome, std::move(channel), options, std::move(ring)));
+  return std::unique_ptr<Client>(new internal::ClientImpl(fd.release(), welcome, std::move(channel),
+                                                          options, std::move(ring)));
 }
 
 namespace testing {

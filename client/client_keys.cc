@@ -1,14 +1,14 @@
-// The client library: keys — the client's grant cache first, then the ring, or gRPC without
-// the fast path (client/internal/client_impl.h).
+// The client library: keys — the client's grant cache first, then the key transport chosen at
+// Connect (client/internal/key_transport.h: the rings, or gRPC without the fast path).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/status_code.h"
 #include "base/status_macros.h"
 #include "client/internal/client_impl.h"
 #include "protocol/shm_futex.h"
@@ -47,26 +47,40 @@ absl::Status NoLocalHolder(uint64_t handle) {
       absl::StrCat("handle ", handle, " has no holder left in this process"));
 }
 
-// A batch reply has exactly one result per item; anything else is a broken daemon.
-absl::Status CheckBatchReply(int results, size_t items) {
-  if (static_cast<size_t>(results) == items) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("batch reply has ", results, " results for ", items, " items"));
-}
+// What a closed client's key calls answer.
+class Closed final : public KeyTransport {
+ public:
+  absl::StatusOr<Granted> Register(const void*, uint64_t, uint32_t, PrefetchMode) override {
+    return Why();
+  }
+  absl::StatusOr<Granted> Reregister(uint64_t, const void*, uint64_t, uint32_t) override {
+    return Why();
+  }
+  absl::StatusOr<Key> Window(uint64_t, uint64_t, uint64_t, uint32_t) override { return Why(); }
+  absl::Status Release(uint64_t) override { return Why(); }
+  absl::Status Invalidate(uint64_t) override { return Why(); }
+  absl::Status Prefetch(const void*, uint64_t, bool, PrefetchMode) override { return Why(); }
+  absl::StatusOr<KeyInfo> Query(uint64_t) override { return Why(); }
+  absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RegisterBatch(
+      absl::Span<const RegisterItem>) override {
+    return Why();
+  }
+  absl::StatusOr<std::vector<absl::Status>> ReleaseBatch(absl::Span<const uint64_t>) override {
+    return Why();
+  }
 
-// An item's status off the wire; a code outside the canonical ones becomes kUnknown.
-absl::Status FromItemStatus(const pb::ItemStatus& s) {
-  if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(base::CanonicalCode(s.code()), s.message());
-}
+ private:
+  static absl::Status Why() { return absl::FailedPreconditionError("client closed"); }
+};
 
 }  // namespace
+
+std::unique_ptr<KeyTransport> ClosedTransport() { return std::make_unique<Closed>(); }
 
 // --- Register, release, invalidate ----------------------------------------------------------
 
 absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint32_t access,
                                          PrefetchMode prefetch) {
-  if (ring_ == nullptr) return RegisterOverGrpc(addr, length, access, prefetch);
   if (grants_ != nullptr) {
     if (prefetch == PrefetchMode::kNone) {
       std::optional<Key> k = grants_->Acquire(reinterpret_cast<uint64_t>(addr), length, access);
@@ -74,31 +88,14 @@ absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint
     }
     ReclaimIfAsked();
   }
-  absl::StatusOr<RingGrant> g = RingRegister(*ring_, addr, length, access, prefetch);
+  absl::StatusOr<Granted> g = keys_->Register(addr, length, access, prefetch);
   if (!g.ok() && g.status().code() == absl::StatusCode::kResourceExhausted && grants_ != nullptr) {
     // Our own unreferenced grants may be what fills the quota: give them back, try once more.
     GiveBack(grants_->TakeUnreferenced());
-    g = RingRegister(*ring_, addr, length, access, prefetch);
+    g = keys_->Register(addr, length, access, prefetch);
   }
   if (!g.ok()) return g.status();
   return Keep(*g);
-}
-
-absl::StatusOr<Key> ClientImpl::RegisterOverGrpc(const void* addr, uint64_t length, uint32_t access,
-                                                 PrefetchMode prefetch) {
-  pb::RegisterRequest req;
-  req.set_va(reinterpret_cast<uint64_t>(addr));
-  req.set_length(length);
-  req.set_access(access);
-  req.set_prefetch(ToProto(prefetch));
-  req.set_call_id(NextCallId());
-  pb::RegisterResponse resp;
-  absl::Status s = Call(&pb::RegCacheService::Stub::Register, req, &resp);
-  if (!s.ok()) {
-    ForgetIfLost(s, {req.call_id()});
-    return s;
-  }
-  return FromProto(resp.grant());
 }
 
 void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids) {
@@ -118,7 +115,7 @@ void ClientImpl::ForgetIfLost(const absl::Status& status, absl::Span<const uint6
   (void)stub_->ForgetCalls(&ctx, req, &resp);
 }
 
-Key ClientImpl::Keep(const RingGrant& g) {
+Key ClientImpl::Keep(const Granted& g) {
   // Not cacheable (no slot, revoked already, session closing): the caller holds the daemon's
   // hold itself, and its Release goes to the daemon.
   if (grants_ != nullptr) grants_->Insert(g.key, g.slot, g.generation);
@@ -126,12 +123,6 @@ Key ClientImpl::Keep(const RingGrant& g) {
 }
 
 absl::Status ClientImpl::Release(uint64_t handle) {
-  if (ring_ == nullptr) {
-    pb::ReleaseRequest req;
-    req.set_handle(handle);
-    pb::ReleaseResponse resp;
-    return Call(&pb::RegCacheService::Stub::Release, req, &resp);
-  }
   if (grants_ != nullptr) {
     GrantCache::ReleaseOutcome o = grants_->Release(handle);
     if (o.cached) {
@@ -142,19 +133,13 @@ absl::Status ClientImpl::Release(uint64_t handle) {
       return absl::OkStatus();
     }
   }
-  return RingRelease(*ring_, handle);
+  return keys_->Release(handle);
 }
 
 absl::Status ClientImpl::Invalidate(uint64_t handle) {
-  if (ring_ == nullptr) {
-    pb::InvalidateRequest req;
-    req.set_handle(handle);
-    pb::InvalidateResponse resp;
-    return Call(&pb::RegCacheService::Stub::Invalidate, req, &resp);
-  }
   // Out of the cache first: from now on no thread of ours gets it from a hit.
   const uint32_t holds = grants_ != nullptr ? grants_->Forget(handle) : 0;
-  absl::Status s = RingInvalidate(*ring_, handle);
+  absl::Status s = keys_->Invalidate(handle);
   if (holds > 0) GiveBack(handle, holds);
   return s;
 }
@@ -179,7 +164,7 @@ void ClientImpl::GiveBack(const std::vector<std::pair<uint64_t, uint32_t>>& hold
   for (size_t i = 0; i < handles.size(); i += kMaxBatchItems) {
     size_t n = std::min(kMaxBatchItems, handles.size() - i);
     // A failure leaves the holds with the session, which ends with the client: nothing leaks.
-    (void)RingReleaseBatch(*ring_, absl::MakeConstSpan(handles).subspan(i, n));
+    (void)keys_->ReleaseBatch(absl::MakeConstSpan(handles).subspan(i, n));
   }
 }
 
@@ -187,64 +172,20 @@ void ClientImpl::GiveBack(const std::vector<std::pair<uint64_t, uint32_t>>& hold
 
 absl::StatusOr<Key> ClientImpl::Window(uint64_t parent, uint64_t offset, uint64_t length,
                                        uint32_t access) {
-  if (ring_ != nullptr) return RingWindow(*ring_, parent, offset, length, access);
-  pb::WindowRequest req;
-  req.set_parent(parent);
-  req.set_offset(offset);
-  req.set_length(length);
-  req.set_access(access);
-  req.set_call_id(NextCallId());
-  pb::WindowResponse resp;
-  absl::Status s = Call(&pb::RegCacheService::Stub::Window, req, &resp);
-  if (!s.ok()) {
-    ForgetIfLost(s, {req.call_id()});
-    return s;
-  }
-  return FromProto(resp.grant());
+  return keys_->Window(parent, offset, length, access);
 }
 
 absl::Status ClientImpl::Prefetch(const void* addr, uint64_t length, bool write,
                                   PrefetchMode mode) {
-  if (ring_ != nullptr) return RingPrefetch(*ring_, addr, length, write, mode);
-  pb::PrefetchRequest req;
-  req.set_va(reinterpret_cast<uint64_t>(addr));
-  req.set_length(length);
-  req.set_write(write);
-  req.set_mode(ToProto(mode));
-  pb::PrefetchResponse resp;
-  return Call(&pb::RegCacheService::Stub::Prefetch, req, &resp);
+  return keys_->Prefetch(addr, length, write, mode);
 }
 
-absl::StatusOr<KeyInfo> ClientImpl::Query(uint64_t handle) {
-  if (ring_ != nullptr) return RingQuery(*ring_, handle);
-  pb::QueryRequest req;
-  req.set_handle(handle);
-  pb::QueryResponse resp;
-  RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::Query, req, &resp));
-  return FromProto(resp.key());
-}
+absl::StatusOr<KeyInfo> ClientImpl::Query(uint64_t handle) { return keys_->Query(handle); }
 
 // --- Re-registration --------------------------------------------------------------------------
 
 absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, uint64_t length,
                                            uint32_t access) {
-  if (ring_ == nullptr) {
-    pb::ReregisterRequest req;
-    req.set_handle(handle);
-    req.set_va(reinterpret_cast<uint64_t>(addr));
-    req.set_length(length);
-    req.set_access(access);
-    req.set_call_id(NextCallId());
-    pb::ReregisterResponse resp;
-    absl::Status s = Call(&pb::RegCacheService::Stub::Reregister, req, &resp);
-    if (!s.ok()) {
-      // Lost: the hold the call made is released, now or when it ends. The one it was to trade
-      // in is gone if the call ran, kept if it never did (include/regcache/client.h).
-      ForgetIfLost(s, {req.call_id()});
-      return s;
-    }
-    return FromProto(resp.grant());
-  }
   if (grants_ != nullptr) {
     GrantCache::Sole t = grants_->TakeSole(handle);
     if (t.cached && !t.sole) {
@@ -257,7 +198,7 @@ absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, ui
     // Sole: the grant left the cache with its daemon holds; one is traded in, the rest go.
     if (t.sole && t.daemon_holds > 1) GiveBack(handle, t.daemon_holds - 1);
   }
-  ASSIGN_OR_RETURN(RingGrant g, RingReregister(*ring_, handle, addr, length, access));
+  ASSIGN_OR_RETURN(Granted g, keys_->Reregister(handle, addr, length, access));
   return Keep(g);
 }
 
@@ -266,32 +207,6 @@ absl::StatusOr<Key> ClientImpl::Reregister(uint64_t handle, const void* addr, ui
 absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
     absl::Span<const RegisterItem> items) {
   RETURN_IF_ERROR(CheckBatchSize(items.size()));
-  if (ring_ == nullptr) {
-    pb::RegisterBatchRequest req;
-    for (const RegisterItem& item : items) {
-      pb::RegisterRequest* r = req.add_items();
-      r->set_va(reinterpret_cast<uint64_t>(item.addr));
-      r->set_length(item.length);
-      r->set_access(item.access);
-      r->set_prefetch(ToProto(item.prefetch));
-      r->set_call_id(NextCallId());
-    }
-    pb::RegisterBatchResponse resp;
-    absl::Status s = Call(&pb::RegCacheService::Stub::RegisterBatch, req, &resp);
-    if (!s.ok()) {
-      std::vector<uint64_t> ids;
-      for (const pb::RegisterRequest& r : req.items()) ids.push_back(r.call_id());
-      ForgetIfLost(s, ids);
-      return s;
-    }
-    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), items.size()));
-    std::vector<absl::StatusOr<Key>> out;
-    for (const pb::RegisterResult& r : resp.results()) {
-      absl::Status s = FromItemStatus(r.status());
-      out.push_back(s.ok() ? absl::StatusOr<Key>(FromProto(r.grant())) : s);
-    }
-    return out;
-  }
   // Hits answer here; the misses go to the daemon together, in one batch.
   std::vector<absl::StatusOr<Key>> out(items.size(), absl::UnknownError("unset"));
   std::vector<RegisterItem> misses;
@@ -310,8 +225,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
     where.push_back(i);
   }
   if (misses.empty()) return out;
-  ASSIGN_OR_RETURN(std::vector<absl::StatusOr<RingGrant>> done, RingRegisterBatch(*ring_, misses));
-  RETURN_IF_ERROR(CheckBatchReply(static_cast<int>(done.size()), misses.size()));
+  ASSIGN_OR_RETURN(std::vector<absl::StatusOr<Granted>> done, keys_->RegisterBatch(misses));
   for (size_t j = 0; j < done.size(); ++j) {
     out[where[j]] = done[j].ok() ? absl::StatusOr<Key>(Keep(*done[j])) : done[j].status();
   }
@@ -321,16 +235,6 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
 absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
     absl::Span<const uint64_t> handles) {
   RETURN_IF_ERROR(CheckBatchSize(handles.size()));
-  if (ring_ == nullptr) {
-    pb::ReleaseBatchRequest req;
-    req.mutable_handles()->Add(handles.begin(), handles.end());
-    pb::ReleaseBatchResponse resp;
-    RETURN_IF_ERROR(Call(&pb::RegCacheService::Stub::ReleaseBatch, req, &resp));
-    RETURN_IF_ERROR(CheckBatchReply(resp.results_size(), handles.size()));
-    std::vector<absl::Status> out;
-    for (const pb::ItemStatus& r : resp.results()) out.push_back(FromItemStatus(r));
-    return out;
-  }
   std::vector<absl::Status> out(handles.size());
   std::vector<uint64_t> to_daemon;
   std::vector<size_t> where;
@@ -351,8 +255,7 @@ absl::StatusOr<std::vector<absl::Status>> ClientImpl::ReleaseBatch(
   }
   if (!give_back.empty()) GiveBack(give_back);
   if (to_daemon.empty()) return out;
-  ASSIGN_OR_RETURN(std::vector<absl::Status> done, RingReleaseBatch(*ring_, to_daemon));
-  RETURN_IF_ERROR(CheckBatchReply(static_cast<int>(done.size()), to_daemon.size()));
+  ASSIGN_OR_RETURN(std::vector<absl::Status> done, keys_->ReleaseBatch(to_daemon));
   for (size_t j = 0; j < done.size(); ++j) out[where[j]] = done[j];
   return out;
 }

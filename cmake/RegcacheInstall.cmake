@@ -19,6 +19,7 @@ install(TARGETS regcache EXPORT regcacheTargets
 # only for now.
 install(FILES ${PROJECT_SOURCE_DIR}/include/regcache/regcache.h
               ${PROJECT_SOURCE_DIR}/include/regcache/client.h
+              ${PROJECT_SOURCE_DIR}/include/regcache/sim_peer.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/regcache)
 
 set(regcache_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/regcache)

@@ -462,14 +462,6 @@ struct Services {
   std::unique_ptr<internal::SimPeerServiceImpl> sim_peer;  // when a device simulates a peer
 };
 
-// True when a device of the daemon simulates a remote peer (the sim): SimPeerService is served.
-bool HasSimulatedPeer(service::Daemon* daemon) {
-  for (const service::DeviceStatus& d : daemon->Status().devices) {
-    if (d.capabilities.peer) return true;
-  }
-  return false;
-}
-
 class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(std::unique_ptr<Services> services, std::unique_ptr<grpc::Server> server,
@@ -512,8 +504,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(service::Daemon* d
   services->regcache =
       std::make_unique<RegCacheServiceImpl>(daemon, fds, options.on_drain, &services->health);
   std::vector<std::string> names = {pb::RegCacheService::service_full_name()};
-  if (HasSimulatedPeer(daemon)) {
-    services->sim_peer = std::make_unique<internal::SimPeerServiceImpl>(daemon);
+  if (service::SimPeerPort* port = daemon->sim_peer(); port != nullptr) {
+    services->sim_peer = std::make_unique<internal::SimPeerServiceImpl>(daemon, port);
     names.push_back(pb::SimPeerService::service_full_name());
   }
   grpc::ServerBuilder builder;

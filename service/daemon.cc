@@ -44,7 +44,7 @@ using internal::Session;
 using internal::SessionRef;
 using internal::SlottedGrant;
 
-class DaemonImpl final : public Daemon {
+class DaemonImpl final : public Daemon, public SimPeerPort {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry)
       : config_(config), registry_(registry), started_(absl::Now()), access_(config, ::getuid()) {
@@ -175,6 +175,7 @@ class DaemonImpl final : public Daemon {
     });
   }
 
+  SimPeerPort* sim_peer() override { return devices_->SimulatesPeer() ? this : nullptr; }
   absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
                          absl::Span<const uint8_t> data,
                          std::optional<EndpointId> endpoint) override;
@@ -486,7 +487,7 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
 absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s, std::optional<EndpointId> endpoint,
                                                 std::unique_ptr<hca::Peer>* through) {
   hca::Device* device = s.device->device.get();
-  if (device->capabilities().backend != "sim" || !device->capabilities().peer) {
+  if (!s.device->SimulatesPeer()) {
     return absl::UnimplementedError(
         "the peer data path is only exposed with --device=sim (a real peer is a remote node)");
   }
@@ -517,8 +518,9 @@ absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca
                                                           std::optional<EndpointId> endpoint) {
   ASSIGN_OR_RETURN(auto pin, Pin(session));
   Session& s = **pin;
-  if (length > (uint64_t{1} << 20)) {
-    return absl::InvalidArgumentError("peer reads are limited to 1 MiB");
+  if (length > kMaxRead) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a peer read of %d bytes: at most %d", length, kMaxRead));
   }
   base::MutexLock lock(&s.mu);
   std::unique_ptr<hca::Peer> through;

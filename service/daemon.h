@@ -83,6 +83,7 @@
 #include "hca/device.h"
 #include "odp/servicer.h"
 #include "protocol/shm_protocol.h"
+#include "service/sim_peer.h"
 #include "service/types.h"
 
 namespace regcache::service {
@@ -224,18 +225,9 @@ class Daemon {
   // By id.
   virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(SessionId session) = 0;
 
-  // --- The peer data path (device "sim" only; kUnimplemented elsewhere): what a remote node
-  // does with this session's rkeys. Errors carry the device syndrome (hca::ErrorOf). Without
-  // `endpoint`, the peer is a queue pair in the session's PD; with it, the accesses arrive
-  // through that endpoint of the session (played by DaemonConfig::remote_node as the peer the
-  // client named), with its checks (docs/endpoints.md); kNotFound for an endpoint the session
-  // does not hold. ---
-  virtual absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                                 absl::Span<const uint8_t> data,
-                                 std::optional<EndpointId> endpoint = std::nullopt) = 0;
-  virtual absl::StatusOr<std::vector<uint8_t>> PeerRead(
-      SessionId session, hca::Key rkey, uint64_t addr, uint64_t length,
-      std::optional<EndpointId> endpoint = std::nullopt) = 0;
+  // --- The simulated peer (service/sim_peer.h): nullptr when no device of this daemon
+  // simulates one. ---
+  virtual SimPeerPort* sim_peer() = 0;
 
   // --- Introspection and shutdown ---
   virtual DaemonStatus Status() = 0;

@@ -143,16 +143,16 @@ TEST_F(DaemonDevicesTest, KeysWorkOnTheirDeviceAndAreRefusedOnTheOther) {
   ASSERT_TRUE(ka.ok()) << ka.status();
   ASSERT_TRUE(kb.ok()) << kb.status();
   // Each key on its own device.
-  ASSERT_TRUE(daemon_->PeerWrite(a->id, ka->rkey, va, Bytes("on sim0")).ok());
-  ASSERT_TRUE(daemon_->PeerWrite(b->id, kb->rkey, vb, Bytes("on sim1")).ok());
+  ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(a->id, ka->rkey, va, Bytes("on sim0")).ok());
+  ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(b->id, kb->rkey, vb, Bytes("on sim1")).ok());
   EXPECT_STREQ(reinterpret_cast<const char*>(ma), "on sim0");
   EXPECT_STREQ(reinterpret_cast<const char*>(mb), "on sim1");
   // sim0's key through sim1 (a peer in b's PD): refused — whatever key of that value sim1 may
   // have, it is not a's registration, and a's memory is untouched.
-  absl::Status cross = daemon_->PeerWrite(b->id, ka->rkey, va, Bytes("crossed"));
+  absl::Status cross = daemon_->sim_peer()->PeerWrite(b->id, ka->rkey, va, Bytes("crossed"));
   EXPECT_FALSE(cross.ok());
   EXPECT_STREQ(reinterpret_cast<const char*>(ma), "on sim0");
-  cross = daemon_->PeerWrite(a->id, kb->rkey, vb, Bytes("crossed"));
+  cross = daemon_->sim_peer()->PeerWrite(a->id, kb->rkey, vb, Bytes("crossed"));
   EXPECT_FALSE(cross.ok());
   EXPECT_STREQ(reinterpret_cast<const char*>(mb), "on sim1");
   // Each session's handles are its device's cache's (the values may coincide across devices).
@@ -168,7 +168,9 @@ TEST_F(DaemonDevicesTest, EachDeviceHasItsOwnLabelledStats) {
   ASSERT_NE(mb, nullptr);
   auto k = daemon_->Register(b->id, reinterpret_cast<uint64_t>(mb), 4096, kRw);
   ASSERT_TRUE(k.ok());
-  ASSERT_TRUE(daemon_->PeerWrite(b->id, k->rkey, reinterpret_cast<uint64_t>(mb), Bytes("x")).ok());
+  ASSERT_TRUE(daemon_->sim_peer()
+                  ->PeerWrite(b->id, k->rkey, reinterpret_cast<uint64_t>(mb), Bytes("x"))
+                  .ok());
   EXPECT_EQ(Stat("cache{device=\"sim1\"}", "register_misses"), 1);
   EXPECT_EQ(Stat("cache{device=\"sim0\"}", "register_misses"), 0);
   EXPECT_EQ(Stat("cache", "register_misses"), -1) << "no unlabelled cache with several devices";

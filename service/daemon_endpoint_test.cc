@@ -136,9 +136,9 @@ TEST_F(DaemonEndpointTest, RemoteWriteThroughTheEndpointLandsInTheClientsMapping
   EXPECT_EQ(ep->access, kAllRemote);
 
   const std::string text = "one-sided, through the session's endpoint";
-  ASSERT_TRUE(daemon_->PeerWrite(s, c.rkey, c.va + 64, Bytes(text), ep->id).ok());
+  ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va + 64, Bytes(text), ep->id).ok());
   EXPECT_EQ(std::string(reinterpret_cast<char*>(c.mem + 64), text.size()), text);
-  auto back = daemon_->PeerRead(s, c.rkey, c.va + 64, text.size(), ep->id);
+  auto back = daemon_->sim_peer()->PeerRead(s, c.rkey, c.va + 64, text.size(), ep->id);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(std::string(back->begin(), back->end()), text);
 
@@ -153,11 +153,11 @@ TEST_F(DaemonEndpointTest, RemoteWriteThroughTheEndpointLandsInTheClientsMapping
 TEST_F(DaemonEndpointTest, RefusedWithoutAnEndpointAndAfterDestroy) {
   const SessionId s = Open();
   Client c = Memory(s);
-  EXPECT_THAT(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), 7),
+  EXPECT_THAT(daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("x"), 7),
               StatusIs(absl::StatusCode::kNotFound));
   auto ep = daemon_->CreateEndpoint(s, PeerAddress(), kAllRemote);
   ASSERT_TRUE(ep.ok()) << ep.status();
-  ASSERT_TRUE(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).ok());
+  ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).ok());
   // A connection of the remote node that outlives the call: the device's view of the peer.
   ASSERT_NE(device_, nullptr);
   std::unique_ptr<hca::Peer> held =
@@ -166,7 +166,7 @@ TEST_F(DaemonEndpointTest, RefusedWithoutAnEndpointAndAfterDestroy) {
   EXPECT_EQ(c.mem[8], 'y');
 
   ASSERT_TRUE(daemon_->DestroyEndpoint(s, ep->id).ok());
-  absl::Status gone = daemon_->PeerWrite(s, c.rkey, c.va, Bytes("z"), ep->id);
+  absl::Status gone = daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("z"), ep->id);
   EXPECT_THAT(gone, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(gone.message(), HasSubstr("no endpoint"));
   absl::Status dropped = held->Write(c.rkey, c.va + 8, Bytes("z"));
@@ -182,14 +182,14 @@ TEST_F(DaemonEndpointTest, EndpointAccessAndPdAreHonoured) {
   Client ca = Memory(a);
   auto read_only = daemon_->CreateEndpoint(a, PeerAddress(), hca::kRemoteRead);
   ASSERT_TRUE(read_only.ok()) << read_only.status();
-  EXPECT_TRUE(daemon_->PeerRead(a, ca.rkey, ca.va, 8, read_only->id).ok());
-  absl::Status w = daemon_->PeerWrite(a, ca.rkey, ca.va, Bytes("x"), read_only->id);
+  EXPECT_TRUE(daemon_->sim_peer()->PeerRead(a, ca.rkey, ca.va, 8, read_only->id).ok());
+  absl::Status w = daemon_->sim_peer()->PeerWrite(a, ca.rkey, ca.va, Bytes("x"), read_only->id);
   EXPECT_THAT(w, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(Syn(w), hca::Syndrome::kRemoteAccess);
   // b's endpoint lives in b's PD: a's rkey does not work through it, nor does b see a's id.
   auto eb = daemon_->CreateEndpoint(b, PeerAddress(0x999), kAllRemote);
   ASSERT_TRUE(eb.ok()) << eb.status();
-  absl::Status cross = daemon_->PeerWrite(b, ca.rkey, ca.va, Bytes("x"), eb->id);
+  absl::Status cross = daemon_->sim_peer()->PeerWrite(b, ca.rkey, ca.va, Bytes("x"), eb->id);
   EXPECT_EQ(Syn(cross), hca::Syndrome::kRemoteAccess) << cross;
   EXPECT_THAT(cross.message(), HasSubstr("PD"));
   // Ids are the session's own: b holds its endpoint 1, not a's endpoint 2.
@@ -197,7 +197,7 @@ TEST_F(DaemonEndpointTest, EndpointAccessAndPdAreHonoured) {
   ASSERT_TRUE(a2.ok());
   EXPECT_EQ(a2->id, 2u);
   EXPECT_THAT(daemon_->DestroyEndpoint(b, a2->id), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_EQ(daemon_->PeerRead(b, ca.rkey, ca.va, 8, a2->id).status().code(),
+  EXPECT_EQ(daemon_->sim_peer()->PeerRead(b, ca.rkey, ca.va, 8, a2->id).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -253,7 +253,7 @@ TEST_F(DaemonEndpointTest, EndpointsDieWithTheirSession) {
   ASSERT_TRUE(daemon_->CreateEndpoint(s, PeerAddress(2), hca::kRemoteRead).ok());
   auto keep = daemon_->CreateEndpoint(other, PeerAddress(3), kAllRemote);
   ASSERT_TRUE(keep.ok());
-  ASSERT_TRUE(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).ok());
+  ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).ok());
   std::unique_ptr<hca::Peer> held =
       hca::sim::ConnectRemotePeer(device_, PeerAddress(), ep->local).value();
   EXPECT_EQ(Stat("hca_sim", "live_endpoints"), 3);
@@ -266,7 +266,7 @@ TEST_F(DaemonEndpointTest, EndpointsDieWithTheirSession) {
   EXPECT_EQ(Syn(held->Write(c.rkey, c.va, Bytes("y"))), hca::Syndrome::kWrFlush);
   EXPECT_THAT(daemon_->ListEndpoints(s), StatusIs(absl::StatusCode::kNotFound));
   // The other session's endpoint is untouched.
-  EXPECT_TRUE(daemon_->PeerWrite(other, co.rkey, co.va, Bytes("still"), keep->id).ok());
+  EXPECT_TRUE(daemon_->sim_peer()->PeerWrite(other, co.rkey, co.va, Bytes("still"), keep->id).ok());
   EXPECT_EQ(std::string(reinterpret_cast<char*>(co.mem), 5), "still");
 }
 
@@ -276,9 +276,10 @@ TEST_F(DaemonEndpointTest, WithoutARemoteNodeThePeerPathThroughAnEndpointIsUnimp
   Client c = Memory(s);
   auto ep = daemon_->CreateEndpoint(s, PeerAddress(), kAllRemote);
   ASSERT_TRUE(ep.ok()) << ep.status();
-  EXPECT_EQ(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).code(),
+  EXPECT_EQ(daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("x"), ep->id).code(),
             absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(daemon_->PeerWrite(s, c.rkey, c.va, Bytes("x")).ok());  // the PD's own peer
+  EXPECT_TRUE(
+      daemon_->sim_peer()->PeerWrite(s, c.rkey, c.va, Bytes("x")).ok());  // the PD's own peer
 }
 
 }  // namespace

@@ -82,16 +82,16 @@ TEST_F(DaemonTest, PeerWriteLandsInTheClientsOwnMapping) {
   ASSERT_TRUE(g.ok()) << g.status();
   const char text[] = "through the client's own address";
   ASSERT_TRUE(
-      daemon_
+      daemon_->sim_peer()
           ->PeerWrite(s.id, g->rkey, va + 4096,
                       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text), sizeof(text)))
           .ok());
   EXPECT_STREQ(reinterpret_cast<const char*>(cm.client + 4096), text);
-  auto back = daemon_->PeerRead(s.id, g->rkey, va + 4096, sizeof(text));
+  auto back = daemon_->sim_peer()->PeerRead(s.id, g->rkey, va + 4096, sizeof(text));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(std::memcmp(back->data(), text, sizeof(text)), 0);
   ASSERT_TRUE(daemon_->Invalidate(s.id, g->handle).ok());
-  absl::Status refused = daemon_->PeerWrite(
+  absl::Status refused = daemon_->sim_peer()->PeerWrite(
       s.id, g->rkey, va + 4096, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1));
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(hca::ErrorOf(refused)->syndrome, hca::Syndrome::kRemoteAccess);
@@ -125,7 +125,7 @@ TEST_F(DaemonTest, SessionsAreIsolated) {
   // b can neither use nor invalidate a's key, nor see it.
   EXPECT_THAT(daemon_->Invalidate(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(daemon_->Release(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_EQ(daemon_
+  EXPECT_EQ(daemon_->sim_peer()
                 ->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
                             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
                 .code(),
@@ -171,14 +171,14 @@ TEST_F(DaemonTest, ImportedMemoryAndDetach) {
               StatusIs(absl::StatusCode::kAlreadyExists));
   auto g = daemon_->Register(s.id, va, 8192, kRw);
   ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(daemon_
+  ASSERT_TRUE(daemon_->sim_peer()
                   ->PeerWrite(s.id, g->rkey, va + 10,
                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("imp"), 3))
                   .ok());
   EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(client) + 10, "imp", 3), 0);
   ASSERT_TRUE(daemon_->DetachMemory(s.id, *id).ok());
   EXPECT_TRUE(daemon_->Query(s.id, g->handle)->revoked);
-  EXPECT_EQ(daemon_
+  EXPECT_EQ(daemon_->sim_peer()
                 ->PeerWrite(s.id, g->rkey, va,
                             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
                 .code(),
@@ -284,15 +284,18 @@ TEST_F(DaemonTest, OnDemandMemoryIsServedAndPrefetched) {
   // No prefetch: the peer's write faults, the daemon's servicer makes the page present.
   auto cold = daemon_->Register(s.id, va, 65536, kRw);
   ASSERT_TRUE(cold.ok()) << cold.status();
-  ASSERT_TRUE(daemon_->PeerWrite(s.id, cold->rkey, va + 100, absl::MakeConstSpan(&byte, 1)).ok());
+  ASSERT_TRUE(daemon_->sim_peer()
+                  ->PeerWrite(s.id, cold->rkey, va + 100, absl::MakeConstSpan(&byte, 1))
+                  .ok());
   EXPECT_EQ(static_cast<uint8_t*>(p)[100], 7);
   EXPECT_GE(Stat("odp", "faults"), 1);
   // Prefetch on register: no fault at all for the next range.
   const int64_t faults = Stat("odp", "faults");
   auto warm = daemon_->Register(s.id, va + 65536, 65536, kRw, odp::PrefetchMode::kSync);
   ASSERT_TRUE(warm.ok()) << warm.status();
-  ASSERT_TRUE(
-      daemon_->PeerWrite(s.id, warm->rkey, va + 65536 + 5, absl::MakeConstSpan(&byte, 1)).ok());
+  ASSERT_TRUE(daemon_->sim_peer()
+                  ->PeerWrite(s.id, warm->rkey, va + 65536 + 5, absl::MakeConstSpan(&byte, 1))
+                  .ok());
   EXPECT_EQ(Stat("odp", "faults"), faults);
   // An explicit prefetch, and its errors.
   EXPECT_TRUE(daemon_->Prefetch(s.id, va + 131072, 4096, true, odp::PrefetchMode::kSync).ok());
@@ -323,7 +326,7 @@ TEST_F(DaemonTest, ReregisterGrowsInPlaceAndIsBoundToTheSession) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->same_key);
   EXPECT_EQ(r->rkey, g->rkey);
-  ASSERT_TRUE(daemon_
+  ASSERT_TRUE(daemon_->sim_peer()
                   ->PeerWrite(s.id, g->rkey, va + 10,
                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("grown"), 5))
                   .ok());
@@ -386,7 +389,7 @@ TEST_F(DaemonTest, ObserverReadsButHoldsAndChangesNothing) {
   EXPECT_TRUE(denied(daemon_->Invalidate(o->id, 1)));
   EXPECT_TRUE(denied(daemon_->AttachMemory(o->id, 1, va, false)));
   EXPECT_TRUE(denied(daemon_->DetachMemory(o->id, 1)));
-  EXPECT_TRUE(denied(daemon_->PeerWrite(o->id, 1, va, {})));
+  EXPECT_TRUE(denied(daemon_->sim_peer()->PeerWrite(o->id, 1, va, {})));
   EXPECT_TRUE(denied(daemon_->ExportPd(o->id).status()));
   EXPECT_TRUE(denied(daemon_->CheckMayChange(o->id)));
   EXPECT_TRUE(daemon_->CheckMayChange(s.id).ok());

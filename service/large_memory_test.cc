@@ -162,9 +162,9 @@ class LargeMemoryDaemonTest : public ::testing::Test {
     ASSERT_TRUE(g.ok()) << g.status();
     std::vector<uint8_t> data(n);
     for (uint64_t i = 0; i < n; ++i) data[i] = static_cast<uint8_t>(seed + i * 7);
-    ASSERT_TRUE(daemon_->PeerWrite(s, g->rkey, va, data).ok());
+    ASSERT_TRUE(daemon_->sim_peer()->PeerWrite(s, g->rkey, va, data).ok());
     EXPECT_EQ(std::memcmp(client, data.data(), n), 0);
-    auto back = daemon_->PeerRead(s, g->rkey, va, n);
+    auto back = daemon_->sim_peer()->PeerRead(s, g->rkey, va, n);
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(*back, data);
     ASSERT_TRUE(daemon_->Release(s, g->handle).ok());

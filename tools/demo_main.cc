@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 
 ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
 ABSL_FLAG(int, rounds, 200, "samples per latency figure");
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
               buf, key.lkey, key.rkey, key.handle, miss_us);
 
   const std::string text = "hello from the remote peer";
-  absl::Status w = c.PeerWrite(key.rkey, reinterpret_cast<uint64_t>(buf + 100), text);
+  absl::Status w = SimPeerWrite(c, key.rkey, reinterpret_cast<uint64_t>(buf + 100), text);
   if (!w.ok()) return Fail("peer write", w);
   bool landed = std::memcmp(buf + 100, text.data(), text.size()) == 0;
   std::printf("4. peer RDMA WRITE through rkey 0x%08x -> this process reads \"%.*s\" at %p: %s\n",
@@ -122,7 +123,7 @@ int main(int argc, char** argv) {
   if (!w.ok()) return Fail("invalidate", w);
   std::printf("5. invalidated handle 0x%" PRIx64 " (%.1f us)\n", key.handle, inval_us);
   std::memset(buf + 100, 0, text.size());
-  absl::Status refused = c.PeerWrite(key.rkey, reinterpret_cast<uint64_t>(buf + 100), text);
+  absl::Status refused = SimPeerWrite(c, key.rkey, reinterpret_cast<uint64_t>(buf + 100), text);
   bool untouched = buf[100] == 0;
   std::printf("6. the same write again: %s; memory %s\n", refused.ToString().c_str(),
               untouched ? "untouched" : "CHANGED");

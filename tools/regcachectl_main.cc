@@ -24,6 +24,7 @@
 #include "base/build_info.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 #include "tools/internal/health_probe.h"
 #include "tools/internal/json_writer.h"
 
@@ -366,15 +367,15 @@ int Peer(Client& c, const std::vector<std::string>& args) {
   const uint64_t endpoint = absl::GetFlag(FLAGS_endpoint);
   if (args[1] == "write") {
     const std::string data = absl::GetFlag(FLAGS_data);
-    absl::Status s = c.PeerWrite(static_cast<uint32_t>(rkey), addr, data, session, endpoint);
+    absl::Status s = SimPeerWrite(c, static_cast<uint32_t>(rkey), addr, data, session, endpoint);
     if (!s.ok()) return Fail(s);
     if (g_json)
       return Emit(JsonWriter().BeginObject().Key("written").Uint(data.size()).EndObject());
     std::printf("wrote %zu bytes\n", data.size());
     return 0;
   }
-  absl::StatusOr<std::string> data =
-      c.PeerRead(static_cast<uint32_t>(rkey), addr, absl::GetFlag(FLAGS_length), session, endpoint);
+  absl::StatusOr<std::string> data = SimPeerRead(c, static_cast<uint32_t>(rkey), addr,
+                                                 absl::GetFlag(FLAGS_length), session, endpoint);
   if (!data.ok()) return Fail(data.status());
   if (g_json) {
     return Emit(JsonWriter()

@@ -1,14 +1,15 @@
 // ClientImpl — the one implementation of regcache::api::Client (include/regcache/client.h).
 // Internal to client/. Its methods live in three files, by what they do:
 //   client/client.cc        connecting, memory (the control socket's fds), closing
-//   client/client_keys.cc   keys: the client's grant cache, then the ring, or gRPC without it
+//   client/client_keys.cc   keys: the client's grant cache, then the key transport
 //   client/client_calls.cc  introspection, admin and the sim's peer, over gRPC
 //
-// Keys. With the fast path (ClientOptions::fast_path, the default) every key call goes over
-// the session's rings (client/internal/ring_client.h). With the client cache too
-// (ClientOptions::client_cache, the default) the grants this process holds are kept in a
-// GrantCache (client/internal/grant_cache.h): a Register a held grant covers is answered here,
-// without IPC, and Release of such a grant only gives back a local reference. A watcher
+// Keys. The constructor picks the key transport once (client/internal/key_transport.h): with
+// the fast path (ClientOptions::fast_path, the default) every key call goes over the session's
+// rings (client/internal/ring_client.h), without it over gRPC (client/grpc_keys.cc). With the
+// client cache too (ClientOptions::client_cache, the default) the grants this process holds are
+// kept in a GrantCache (client/internal/grant_cache.h): a Register a held grant covers is answered
+// here, without IPC, and Release of such a grant only gives back a local reference. A watcher
 // thread follows the daemon's revocation events: it takes revoked grants out of the cache,
 // gives their daemon holds back, and calls the application's revocation callback. When the
 // daemon raises its reclaim word (quota or pool pressure), the next miss gives back every
@@ -39,6 +40,7 @@
 #include "absl/types/span.h"
 #include "base/mutex.h"
 #include "client/internal/grant_cache.h"
+#include "client/internal/key_transport.h"
 #include "client/internal/ring_client.h"
 #include "client/internal/ring_keys.h"
 #include "protocol/control_protocol.h"
@@ -115,10 +117,12 @@ class ClientImpl final : public Client {
   absl::StatusOr<EndpointInfo> CreateEndpoint(const RemoteQp& peer, uint32_t access) override;
   absl::Status DestroyEndpoint(uint64_t id) override;
   absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session) override;
+
+  // regcache/sim_peer.h (client/sim_peer.cc).
   absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data, uint64_t session,
-                         uint64_t endpoint) override;
+                         uint64_t endpoint);
   absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                       uint64_t session, uint64_t endpoint) override;
+                                       uint64_t session, uint64_t endpoint);
 
   // client/internal/client_testing.h.
   absl::Status RawCall(const std::string& method, const std::string& bytes);
@@ -131,9 +135,7 @@ class ClientImpl final : public Client {
   RingClient* ring() const { return ring_.get(); }
   GrantCache* grants() const { return grants_.get(); }
 
- private:
-  void Prepare(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(token_mu_);
-
+  // --- gRPC calls (also the gRPC key transport's, client/grpc_keys.cc) ---
   // A fresh id for a gRPC call that makes a hold (RegisterRequest.call_id).
   uint64_t NextCallId() { return next_call_id_.fetch_add(1, std::memory_order_relaxed); }
   // After a hold-making call failed with `status`: when the reply may have been lost rather
@@ -141,10 +143,7 @@ class ClientImpl final : public Client {
   // calls `ids` made. Best effort, with a short deadline of its own.
   void ForgetIfLost(const absl::Status& status, absl::Span<const uint64_t> ids);
 
-  // The stub of each service the client calls (Call picks by the method's class).
-  pb::RegCacheService::Stub* StubOf(pb::RegCacheService::Stub*) { return stub_.get(); }
-  pb::SimPeerService::Stub* StubOf(pb::SimPeerService::Stub*) { return sim_peer_stub_.get(); }
-
+  // One unary call with the session's token and the call timeout.
   template <typename Stub, typename Req, typename Resp>
   absl::Status Call(grpc::Status (Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                     const Req& req, Resp* resp) {
@@ -154,6 +153,12 @@ class ClientImpl final : public Client {
     return protocol::FromGrpcStatus(
         (StubOf(static_cast<Stub*>(nullptr))->*method)(&ctx, req, resp));
   }
+
+ private:
+  void Prepare(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(token_mu_);
+  // The stub of each service the client calls (Call picks by the method's class).
+  pb::RegCacheService::Stub* StubOf(pb::RegCacheService::Stub*) { return stub_.get(); }
+  pb::SimPeerService::Stub* StubOf(pb::SimPeerService::Stub*) { return sim_peer_stub_.get(); }
 
   // Every page of a paged List call (docs/api.md): `page(token)` fetches the page `token` names
   // (the first for "") and returns the next page's token, "" after the last.
@@ -204,10 +209,8 @@ class ClientImpl final : public Client {
                                       bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_);
 
   // --- Keys (client/client_keys.cc) ---
-  absl::StatusOr<Key> RegisterOverGrpc(const void* addr, uint64_t length, uint32_t access,
-                                       PrefetchMode prefetch);
   // A grant the daemon returned: into the cache when it can be cached.
-  Key Keep(const RingGrant& g);
+  Key Keep(const Granted& g);
   // When the daemon raised reclaim since we last looked: gives back every unreferenced grant.
   void ReclaimIfAsked();
   void GiveBack(const std::vector<std::pair<uint64_t, uint32_t>>& holds);
@@ -217,6 +220,9 @@ class ClientImpl final : public Client {
 
   // The fast path; null without it (ClientOptions::fast_path false) and after Close.
   std::unique_ptr<RingClient> ring_;
+  // How the key calls reach the daemon: over ring_ when there is one, else gRPC. Set once by
+  // the constructor; after Close, one that answers "client closed".
+  std::unique_ptr<KeyTransport> keys_;
   // The client's grant cache; null without the fast path or with ClientOptions::client_cache
   // false.
   std::unique_ptr<GrantCache> grants_;

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "base/errno_status.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "protocol/shm_futex.h"
 
 namespace regcache::api::internal {
@@ -36,6 +37,8 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Create(int channel_fd, i
                                                                uint64_t session_id,
                                                                uint32_t channels, uint32_t slots,
                                                                absl::Duration timeout) {
+  const base::UniqueFd channel(channel_fd);  // closed on return: the mappings keep the files
+  const base::UniqueFd state(state_fd);
   std::unique_ptr<RingClient> r(new RingClient());
   r->timeout_ = timeout;
   r->channels_ = channels;
@@ -52,8 +55,6 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Create(int channel_fd, i
     s = ::mmap(nullptr, *sb, PROT_READ, MAP_SHARED, state_fd, 0);
     if (s == MAP_FAILED && err == 0) err = errno;
   }
-  ::close(channel_fd);
-  ::close(state_fd);
   if (c != MAP_FAILED) r->channel_map_ = static_cast<uint8_t*>(c), r->channel_bytes_ = *cb;
   if (s != MAP_FAILED) r->state_map_ = static_cast<uint8_t*>(s), r->state_bytes_ = *sb;
   if (!sb.ok()) return sb.status();

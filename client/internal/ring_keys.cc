@@ -1,7 +1,9 @@
 #include "client/internal/ring_keys.h"
 
+#include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "protocol/ring_codec.h"
 
@@ -41,8 +43,8 @@ Key KeyFromCompletion(const shm::RingCompletion& c) {
 
 namespace {
 
-RingGrant GrantFromCompletion(const shm::RingCompletion& c) {
-  return RingGrant{KeyFromCompletion(c), c.slot, c.slot_generation};
+Granted GrantFromCompletion(const shm::RingCompletion& c) {
+  return Granted{KeyFromCompletion(c), c.slot, c.slot_generation};
 }
 
 shm::RingRequest RegisterRequest(const void* addr, uint64_t length, uint32_t access,
@@ -57,15 +59,15 @@ shm::RingRequest RegisterRequest(const void* addr, uint64_t length, uint32_t acc
 
 }  // namespace
 
-absl::StatusOr<RingGrant> RingRegister(RingClient& ring, const void* addr, uint64_t length,
-                                       uint32_t access, PrefetchMode prefetch) {
+absl::StatusOr<Granted> RingRegister(RingClient& ring, const void* addr, uint64_t length,
+                                     uint32_t access, PrefetchMode prefetch) {
   ASSIGN_OR_RETURN(shm::RingCompletion c,
                    Run(ring, RegisterRequest(addr, length, access, prefetch)));
   return GrantFromCompletion(c);
 }
 
-absl::StatusOr<RingGrant> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
-                                         uint64_t length, uint32_t access) {
+absl::StatusOr<Granted> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
+                                       uint64_t length, uint32_t access) {
   shm::RingRequest r = Request(shm::RingOp::kReregister);
   r.handle = handle;
   r.va = reinterpret_cast<uint64_t>(addr);
@@ -75,7 +77,7 @@ absl::StatusOr<RingGrant> RingReregister(RingClient& ring, uint64_t handle, cons
   return GrantFromCompletion(c);
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<RingGrant>>> RingRegisterBatch(
+absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RingRegisterBatch(
     RingClient& ring, absl::Span<const RegisterItem> items) {
   std::vector<shm::RingRequest> requests;
   requests.reserve(items.size());
@@ -83,7 +85,7 @@ absl::StatusOr<std::vector<absl::StatusOr<RingGrant>>> RingRegisterBatch(
     requests.push_back(RegisterRequest(item.addr, item.length, item.access, item.prefetch));
   }
   ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
-  std::vector<absl::StatusOr<RingGrant>> out;
+  std::vector<absl::StatusOr<Granted>> out;
   out.reserve(done.size());
   for (const shm::RingCompletion& c : done) {
     absl::Status s = shm::StatusFromCompletion(c);
@@ -163,5 +165,58 @@ absl::StatusOr<KeyInfo> RingQuery(RingClient& ring, uint64_t handle) {
 }
 
 absl::Status RingNop(RingClient& ring) { return RunStatus(ring, Request(shm::RingOp::kNop)); }
+
+namespace {
+
+class RingKeys final : public KeyTransport {
+ public:
+  explicit RingKeys(RingClient& ring) : ring_(ring) {}
+
+  absl::StatusOr<Granted> Register(const void* addr, uint64_t length, uint32_t access,
+                                   PrefetchMode prefetch) override {
+    return RingRegister(ring_, addr, length, access, prefetch);
+  }
+  absl::StatusOr<Granted> Reregister(uint64_t handle, const void* addr, uint64_t length,
+                                     uint32_t access) override {
+    return RingReregister(ring_, handle, addr, length, access);
+  }
+  absl::StatusOr<Key> Window(uint64_t parent, uint64_t offset, uint64_t length,
+                             uint32_t access) override {
+    return RingWindow(ring_, parent, offset, length, access);
+  }
+  absl::Status Release(uint64_t handle) override { return RingRelease(ring_, handle); }
+  absl::Status Invalidate(uint64_t handle) override { return RingInvalidate(ring_, handle); }
+  absl::Status Prefetch(const void* addr, uint64_t length, bool write, PrefetchMode mode) override {
+    return RingPrefetch(ring_, addr, length, write, mode);
+  }
+  absl::StatusOr<KeyInfo> Query(uint64_t handle) override { return RingQuery(ring_, handle); }
+  absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RegisterBatch(
+      absl::Span<const RegisterItem> items) override {
+    ASSIGN_OR_RETURN(std::vector<absl::StatusOr<Granted>> done, RingRegisterBatch(ring_, items));
+    RETURN_IF_ERROR(CheckBatchReply(done.size(), items.size()));
+    return done;
+  }
+  absl::StatusOr<std::vector<absl::Status>> ReleaseBatch(
+      absl::Span<const uint64_t> handles) override {
+    ASSIGN_OR_RETURN(std::vector<absl::Status> done, RingReleaseBatch(ring_, handles));
+    RETURN_IF_ERROR(CheckBatchReply(done.size(), handles.size()));
+    return done;
+  }
+
+ private:
+  RingClient& ring_;
+};
+
+}  // namespace
+
+std::unique_ptr<KeyTransport> RingTransport(RingClient& ring) {
+  return std::make_unique<RingKeys>(ring);
+}
+
+absl::Status CheckBatchReply(size_t results, size_t items) {
+  if (results == items) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("batch reply has ", results, " results for ", items, " items"));
+}
 
 }  // namespace regcache::api::internal

@@ -1,6 +1,7 @@
 // The client's key calls over the fast path: each builds a RingRequest, runs it on the ring
 // (client/internal/ring_client.h) and turns the completion into the public types of
 // include/regcache/client.h, or into an absl::Status with the daemon's code and message.
+// RingTransport (client/internal/key_transport.h) serves them to the client.
 // Internal to client/.
 //
 // Thread safety: as RingClient (any thread).
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/internal/key_transport.h"
 #include "client/internal/ring_client.h"
 #include "regcache/client.h"
 
@@ -21,19 +23,12 @@ namespace regcache::api::internal {
 // The grant a completion carries (register, window, reregister).
 Key KeyFromCompletion(const shm::RingCompletion& c);
 
-// A grant with its state slot (shm::kNoSlot: none) and the slot's generation.
-struct RingGrant {
-  Key key;
-  uint32_t slot = shm::kNoSlot;
-  uint32_t generation = 0;
-};
-
-absl::StatusOr<RingGrant> RingRegister(RingClient& ring, const void* addr, uint64_t length,
-                                       uint32_t access, PrefetchMode prefetch);
-absl::StatusOr<RingGrant> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
-                                         uint64_t length, uint32_t access);
+absl::StatusOr<Granted> RingRegister(RingClient& ring, const void* addr, uint64_t length,
+                                     uint32_t access, PrefetchMode prefetch);
+absl::StatusOr<Granted> RingReregister(RingClient& ring, uint64_t handle, const void* addr,
+                                       uint64_t length, uint32_t access);
 // Many registers or releases posted at once (one doorbell); one result per item, in order.
-absl::StatusOr<std::vector<absl::StatusOr<RingGrant>>> RingRegisterBatch(
+absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RingRegisterBatch(
     RingClient& ring, absl::Span<const RegisterItem> items);
 absl::StatusOr<std::vector<absl::Status>> RingReleaseBatch(RingClient& ring,
                                                            absl::Span<const uint64_t> handles);

@@ -453,15 +453,6 @@ class REGCACHE_CPP_API Client {
   // session 0: this session's endpoints; another id: admin only.
   virtual absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session = 0) = 0;
 
-  // --- The simulated peer (device "sim") ---
-  // session 0: a peer in this session's PD; another id: admin only. endpoint 0: a queue pair
-  // in that PD; another id: through that endpoint of the session, as the peer named for it
-  // (kNotFound once it is destroyed).
-  virtual absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                                 uint64_t session = 0, uint64_t endpoint = 0) = 0;
-  virtual absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                               uint64_t session = 0, uint64_t endpoint = 0) = 0;
-
   // Closes the session (the control connection) and unmaps this client's memory.
   virtual void Close() = 0;
 };

@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/internal/proto_convert.h"
 
@@ -19,7 +18,7 @@ grpc::Status SimPeerServiceImpl::PeerWrite(grpc::ServerContext* ctx,
     RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // an observer may not act on another
     ASSIGN_OR_RETURN(SessionId target, calls_.Target(s, req->session_id()));
     const std::string& d = req->data();
-    return daemon_->PeerWrite(
+    return port_->PeerWrite(
         target, req->rkey(), req->addr(),
         absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()),
         Through(req->endpoint_id()));
@@ -31,13 +30,9 @@ grpc::Status SimPeerServiceImpl::PeerRead(grpc::ServerContext* ctx, const pb::Pe
   return calls_.Run(ctx, [&](SessionId s) -> absl::Status {
     RETURN_IF_ERROR(daemon_->CheckMayChange(s));  // reads through the device: not an observer's
     ASSIGN_OR_RETURN(SessionId target, calls_.Target(s, req->session_id()));
-    if (req->length() > kMaxPeerRead) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("PeerRead length ", req->length(), " above ", kMaxPeerRead));
-    }
     ASSIGN_OR_RETURN(std::vector<uint8_t> data,
-                     daemon_->PeerRead(target, req->rkey(), req->addr(), req->length(),
-                                       Through(req->endpoint_id())));
+                     port_->PeerRead(target, req->rkey(), req->addr(), req->length(),
+                                     Through(req->endpoint_id())));
     resp->set_data(reinterpret_cast<const char*>(data.data()), data.size());
     return absl::OkStatus();
   });

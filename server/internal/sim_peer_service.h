@@ -1,7 +1,7 @@
 // regcache.v1.SimPeerService: what a remote node connected to a session's PD does with that
-// session's rkeys (PeerWrite, PeerRead), on a device that simulates one (the sim). GrpcServer
-// registers it only when a device of the daemon reports a simulated peer
-// (hca::Capabilities::peer), so a production daemon does not offer it at all. A call may name
+// session's rkeys (PeerWrite, PeerRead), on a device that simulates one (the sim): the gRPC face
+// of service::SimPeerPort. GrpcServer registers it only when the daemon has one
+// (Daemon::sim_peer()), so a production daemon does not offer it at all. A call may name
 // another session (admin only) or go through one of the session's target endpoints.
 #ifndef REGCACHE_SERVER_INTERNAL_SIM_PEER_SERVICE_H_
 #define REGCACHE_SERVER_INTERNAL_SIM_PEER_SERVICE_H_
@@ -13,23 +13,24 @@
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "server/internal/grpc_calls.h"
 #include "service/daemon.h"
+#include "service/sim_peer.h"
 
 namespace regcache::server::internal {
 
 class SimPeerServiceImpl final : public ::regcache::v1::SimPeerService::Service {
  public:
-  explicit SimPeerServiceImpl(service::Daemon* daemon) : daemon_(daemon), calls_(daemon) {}
+  SimPeerServiceImpl(service::Daemon* daemon, service::SimPeerPort* port)
+      : daemon_(daemon), port_(port), calls_(daemon) {}
 
   grpc::Status PeerWrite(grpc::ServerContext* ctx, const ::regcache::v1::PeerWriteRequest* req,
                          ::regcache::v1::PeerWriteResponse* resp) override;
-  // INVALID_ARGUMENT above 1 MiB.
+  // INVALID_ARGUMENT above service::SimPeerPort::kMaxRead (1 MiB).
   grpc::Status PeerRead(grpc::ServerContext* ctx, const ::regcache::v1::PeerReadRequest* req,
                         ::regcache::v1::PeerReadResponse* resp) override;
 
  private:
-  static constexpr uint64_t kMaxPeerRead = 1 << 20;
-
   service::Daemon* daemon_;
+  service::SimPeerPort* port_;
   SessionCalls calls_;
 };
 

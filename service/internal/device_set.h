@@ -42,6 +42,8 @@ struct DeviceSlot {
   std::atomic<uint64_t> sessions{0};  // open on this device
 
   const hca::Capabilities& caps() const { return device->capabilities(); }
+  // Whether the device simulates a remote peer (the sim): service/sim_peer.h.
+  bool SimulatesPeer() const { return caps().backend == "sim" && caps().peer; }
   const std::string& name() const { return device->capabilities().device_name; }
   DeviceIdentity Identity() const;
 };
@@ -65,6 +67,13 @@ class DeviceSet {
   DeviceSlot& first() const { return *slots_.front(); }
   // The device of this name; empty: the first. kNotFound listing the devices served.
   absl::StatusOr<DeviceSlot*> Find(absl::string_view name) const;
+  // Whether any device simulates a remote peer (DeviceSlot::SimulatesPeer).
+  bool SimulatesPeer() const {
+    for (const auto& slot : slots_) {
+      if (slot->SimulatesPeer()) return true;
+    }
+    return false;
+  }
   // "sim0, sim1": the names, in order.
   std::string Names() const;
 

@@ -27,6 +27,7 @@
 #include "hca/backend.h"
 #include "hca/sim/sim_device.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 #include "server/control_server.h"
 #include "server/grpc_service.h"
 #include "service/daemon.h"
@@ -282,10 +283,10 @@ TEST_F(ClientPdTest, AClientRegionGivesFastKeysAndIsOnlyForgotten) {
   auto k = client_->Register(buf.data() + 5 * kPage, 2 * kPage, kRw);
   ASSERT_TRUE(k.ok()) << k.status();
   const uint64_t at = reinterpret_cast<uint64_t>(buf.data()) + 5 * kPage + 8;
-  ASSERT_TRUE(client_->PeerWrite(k->rkey, at, "written by the peer").ok());
+  ASSERT_TRUE(SimPeerWrite(*client_, k->rkey, at, "written by the peer").ok());
   EXPECT_EQ(std::memcmp(buf.data() + 5 * kPage + 8, "written by the peer", 19), 0);
   std::memcpy(buf.data() + 6 * kPage, "client data", 11);
-  auto read = client_->PeerRead(k->rkey, at - 8 + kPage, 11);
+  auto read = SimPeerRead(*client_, k->rkey, at - 8 + kPage, 11);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, "client data");
   // Outside the attached part: not covered.
@@ -298,7 +299,7 @@ TEST_F(ClientPdTest, AClientRegionGivesFastKeysAndIsOnlyForgotten) {
   EXPECT_EQ((*list)[0].client_va, reinterpret_cast<uint64_t>(buf.data()) + 4 * kPage);
   // Detach: the key stops working, the region is unimported, never destroyed.
   ASSERT_TRUE(client_->DetachMemory(*m).ok());
-  EXPECT_FALSE(client_->PeerRead(k->rkey, at, 4).ok());
+  EXPECT_FALSE(SimPeerRead(*client_, k->rkey, at, 4).ok());
   EXPECT_EQ(dev->unimports(), 1);
   EXPECT_TRUE(dev->ClientKeyAlive(h));
   // Attached again, then the session ends: forgotten again, still alive.

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 #include "regcache/v1/regcache.grpc.pb.h"
 #include "tests/e2e/regcached_process.h"
 
@@ -125,12 +126,12 @@ TEST_F(DevicesE2e, RingKeysWorkOnTheirDeviceOnlyAndStatsAreLabelled) {
   ASSERT_TRUE(kb.ok()) << kb.status();
   const uint64_t va = reinterpret_cast<uint64_t>(ma->data);
   const uint64_t vb = reinterpret_cast<uint64_t>(mb->data);
-  ASSERT_TRUE((*a)->PeerWrite(ka->rkey, va, std::string("sim0 key", 9)).ok());
-  ASSERT_TRUE((*b)->PeerWrite(kb->rkey, vb, std::string("sim1 key", 9)).ok());
+  ASSERT_TRUE(SimPeerWrite(**a, ka->rkey, va, std::string("sim0 key", 9)).ok());
+  ASSERT_TRUE(SimPeerWrite(**b, kb->rkey, vb, std::string("sim1 key", 9)).ok());
   EXPECT_STREQ(static_cast<const char*>(ma->data), "sim0 key");
   EXPECT_STREQ(static_cast<const char*>(mb->data), "sim1 key");
   // a's key, used by a peer on sim1 (b's PD): refused, a's memory untouched.
-  EXPECT_FALSE((*b)->PeerWrite(ka->rkey, va, std::string("crossed", 8)).ok());
+  EXPECT_FALSE(SimPeerWrite(**b, ka->rkey, va, std::string("crossed", 8)).ok());
   EXPECT_STREQ(static_cast<const char*>(ma->data), "sim0 key");
   auto stats = (*a)->Stats();
   ASSERT_TRUE(stats.ok());

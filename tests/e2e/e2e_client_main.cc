@@ -47,6 +47,7 @@
 #include "client/internal/client_testing.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 
 ABSL_FLAG(std::string, socket_dir, "", "regcached's socket directory");
 ABSL_FLAG(int32_t, uid, -1, "drop to this uid (and gid) before connecting");
@@ -139,11 +140,11 @@ std::string Command(regcache::api::Client& c, const std::vector<std::string>& a,
     return absl::StrCat("err MISMATCH got=", absl::CHexEscape(absl::string_view(p, a[2].size())));
   }
   if (cmd == "pwrite" && a.size() >= 4) {
-    absl::Status s = c.PeerWrite(static_cast<uint32_t>(n(1)), n(2), a[3], n(4));
+    absl::Status s = SimPeerWrite(c, static_cast<uint32_t>(n(1)), n(2), a[3], n(4));
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "pwrite_big") {
-    absl::Status s = c.PeerWrite(static_cast<uint32_t>(n(1)), n(2), std::string(n(3), 'x'));
+    absl::Status s = SimPeerWrite(c, static_cast<uint32_t>(n(1)), n(2), std::string(n(3), 'x'));
     return s.ok() ? "ok" : Err(s);
   }
   if (cmd == "stat" && a.size() == 3) {

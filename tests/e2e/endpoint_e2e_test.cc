@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/sim_peer.h"
 #include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
 
@@ -84,9 +85,9 @@ TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
   EXPECT_EQ(ep->access, rc::kRemoteRead | rc::kRemoteWrite | rc::kRemoteAtomic);
 
   const std::string text = "written by the peer through the endpoint";
-  ASSERT_TRUE(c->PeerWrite(k->rkey, addr, text, 0, ep->id).ok());
+  ASSERT_TRUE(SimPeerWrite(*c, k->rkey, addr, text, 0, ep->id).ok());
   EXPECT_EQ(std::memcmp(base + 128, text.data(), text.size()), 0);
-  auto back = c->PeerRead(k->rkey, addr, text.size(), 0, ep->id);
+  auto back = SimPeerRead(*c, k->rkey, addr, text.size(), 0, ep->id);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, text);
   auto list = c->ListEndpoints();
@@ -95,10 +96,10 @@ TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
   EXPECT_EQ((*list)[0].local.qpn, ep->local.qpn);
 
   // No endpoint, no access; nor once it is destroyed.
-  EXPECT_THAT(c->PeerWrite(k->rkey, addr, "x", 0, ep->id + 100),
+  EXPECT_THAT(SimPeerWrite(*c, k->rkey, addr, "x", 0, ep->id + 100),
               StatusIs(absl::StatusCode::kNotFound));
   ASSERT_TRUE(c->DestroyEndpoint(ep->id).ok());
-  absl::Status gone = c->PeerWrite(k->rkey, addr, "x", 0, ep->id);
+  absl::Status gone = SimPeerWrite(*c, k->rkey, addr, "x", 0, ep->id);
   EXPECT_THAT(gone, StatusIs(absl::StatusCode::kNotFound)) << gone;
   EXPECT_EQ(base[128], static_cast<uint8_t>(text[0]));
   EXPECT_THAT(c->DestroyEndpoint(ep->id), StatusIs(absl::StatusCode::kNotFound));
@@ -108,8 +109,8 @@ TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
   // An endpoint that accepts reads only.
   auto ro = c->CreateEndpoint(Peer(0x77), rc::kRemoteRead);
   ASSERT_TRUE(ro.ok()) << ro.status();
-  EXPECT_TRUE(c->PeerRead(k->rkey, addr, 8, 0, ro->id).ok());
-  EXPECT_EQ(c->PeerWrite(k->rkey, addr, "x", 0, ro->id).code(),
+  EXPECT_TRUE(SimPeerRead(*c, k->rkey, addr, 8, 0, ro->id).ok());
+  EXPECT_EQ(SimPeerWrite(*c, k->rkey, addr, "x", 0, ro->id).code(),
             absl::StatusCode::kPermissionDenied);
 }
 

@@ -85,7 +85,7 @@ TEST_F(RingClientTest, RefusesFilesThatDoNotMatchTheWelcome) {
 
 TEST_F(RingClientTest, KeyCallsMapCompletionsToTheirStatus) {
   Map();
-  absl::StatusOr<RingGrant> g = RingRegister(*ring_, mem_, kPage, kRw, PrefetchMode::kNone);
+  absl::StatusOr<Granted> g = RingRegister(*ring_, mem_, kPage, kRw, PrefetchMode::kNone);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_NE(g->slot, shm::kNoSlot);
   const Key* k = &g->key;
