@@ -40,7 +40,6 @@ ServicerImpl::~ServicerImpl() {
   stop_.store(true);
   Wake();
   if (thread_.joinable()) thread_.join();
-  ::close(wake_fd_);
 }
 
 void ServicerImpl::Start() {
@@ -57,7 +56,7 @@ std::shared_ptr<BackingState> ServicerImpl::Find(hca::Key key) {
 
 void ServicerImpl::Wake() {
   const uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
+  (void)!::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 // ---------------------------------------------------------------------------------------------

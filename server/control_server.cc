@@ -121,8 +121,8 @@ class ControlServerImpl final : public ControlServer {
   }
 
   void Accept() {
-    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
+    base::UniqueFd owned(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!owned) {
       if (errno != EAGAIN && errno != EINTR) {
         RC_LOG(WARNING) << "control socket accept: " << base::ErrnoName(errno);
       }
@@ -130,24 +130,24 @@ class ControlServerImpl final : public ControlServer {
     }
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    if (getsockopt(owned.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
       RC_LOG(WARNING) << "SO_PEERCRED: " << base::ErrnoName(errno);
-      close(fd);
       return;
     }
     service::PeerCredentials peer{cred.pid, cred.uid, cred.gid};
     // The session opens when the client's Open names its device (OpenSession below).
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = fd;
+    ev.data.fd = owned.get();
+    int fd = -1;  // the connection table's from here (Drop closes it)
     {
       base::MutexLock l(&mu_);
       if (pending_ >= kMaxPendingOpens) {
         RC_LOG(WARNING) << "control: " << pending_ << " connections have not sent Open; closing"
                         << " the one from pid " << peer.pid;
-        close(fd);
         return;
       }
+      fd = owned.release();
       ++pending_;
       by_fd_[fd] = Connection{fd, {}, peer, absl::Now()};
     }
@@ -188,7 +188,9 @@ class ControlServerImpl final : public ControlServer {
     }
     // The fast path's files go out with the Welcome and are closed here either way; the
     // connection's copy of the grant owns none.
-    const int files[2] = {grant->channel_fd, grant->state_fd};
+    const base::UniqueFd channel(grant->channel_fd);
+    const base::UniqueFd state(grant->state_fd);
+    const int files[2] = {channel.get(), state.get()};
     grant->channel_fd = grant->state_fd = -1;
     {
       base::MutexLock l(&mu_);
@@ -200,9 +202,6 @@ class ControlServerImpl final : public ControlServer {
     protocol::WelcomeMsg w = Welcome(*grant);
     absl::Status sent = protocol::SendControlMessage(
         fd, &w, sizeof(w), absl::MakeConstSpan(files, grant->observer ? 0 : 2));
-    for (int f : files) {
-      if (f >= 0) close(f);
-    }
     if (!sent.ok()) {
       Drop(fd, sent.ToString());
       return;

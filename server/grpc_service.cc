@@ -20,6 +20,7 @@
 #include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "cache/lifecycle.h"
 #include "protocol/control_protocol.h"
 #include "protocol/grpc_status.h"
@@ -90,9 +91,9 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       ASSIGN_OR_RETURN(service::AllocatedMemory m,
                        daemon_->AllocateMemory(s, req->length(), req->hugetlb()));
+      const base::UniqueFd memfd(m.fd);  // the client has its own copy once sent
       absl::Status sent = CheckDeadline(ctx);
       if (sent.ok()) sent = fds_->SendMemoryFd(s, m);
-      close(m.fd);
       if (!sent.ok()) {
         // The client never got the fd: nothing else can ever attach this memory.
         (void)daemon_->DetachMemory(s, m.id);

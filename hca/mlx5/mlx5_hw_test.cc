@@ -167,6 +167,11 @@ TEST_F(Mlx5HwTest, InvalidateAndVariantStopTheOldKey) {
   ASSERT_FALSE(after.ok());
   ASSERT_TRUE(ErrorOf(after).has_value()) << after;
   EXPECT_EQ(ErrorOf(after)->syndrome, Syndrome::kRemoteAccess) << after;
+  // The refused access moved the peer's RC queue pair to the error state, as on any NIC: a
+  // remote node reconnects, so the test takes a fresh peer.
+  auto fresh = dev_->CreatePeer(pd_);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  peer_ = std::move(*fresh);
   // Mapped again under the next variant: the new value works, the old one does not.
   auto again = Map(*key, {{0, 65536}}, kLocalRead | kRemoteRead | kRemoteWrite, 2);
   ASSERT_TRUE(again.ok()) << again.status();

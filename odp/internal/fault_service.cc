@@ -39,13 +39,13 @@ int64_t NowNs() {
 void ServicerImpl::Run() {
   const int fault_fd = path_ == FaultPath::kDaemon ? device_->FaultEventFd() : -1;
   while (!stop_.load()) {
-    struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {fault_fd, POLLIN, 0}};
+    struct pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0}, {fault_fd, POLLIN, 0}};
     const nfds_t n = fault_fd >= 0 ? 2 : 1;
     // Without an fd the fault stream is polled every millisecond.
     const int timeout_ms = path_ == FaultPath::kDaemon && fault_fd < 0 ? 1 : 100;
     if (::poll(fds, n, timeout_ms) > 0 && (fds[0].revents & POLLIN) != 0) {
       uint64_t v;
-      (void)!::read(wake_fd_, &v, sizeof(v));
+      (void)!::read(wake_fd_.get(), &v, sizeof(v));
     }
     if (stop_.load()) break;
     if (path_ == FaultPath::kDaemon) ServeFaults();

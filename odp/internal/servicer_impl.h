@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "base/mutex.h"
 #include "base/stats.h"
+#include "base/unique_fd.h"
 #include "cache/stats.h"
 #include "cache/umr_engine.h"
 #include "hca/device.h"
@@ -145,7 +146,7 @@ class ServicerImpl final : public Servicer {
   hca::Device* const device_;
   const ServicerOptions options_;
   const FaultPath path_;
-  const int wake_fd_;
+  const base::UniqueFd wake_fd_;
   OdpStats stats_;
   base::stats::Registration registration_;
   // The engines' own counters (not registered: odp/'s are rewrites, rewrite_wqes, ...).

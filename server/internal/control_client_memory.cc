@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/unique_fd.h"
 
 namespace regcache::server::internal {
 namespace {
@@ -17,13 +18,13 @@ absl::Status ServeExportPd(service::Daemon* daemon, int sock, service::SessionId
                            const protocol::ExportPdMsg& m) {
   absl::StatusOr<hca::PdExport> e = daemon->ExportPd(session);
   if (!e.ok()) return ReplyError(sock, e.status(), m.nonce, protocol::ControlType::kExportPd);
+  // Closed on return: the client has its own copy then (or nothing, when the send failed).
+  const base::UniqueFd cmd_fd(e->cmd_fd);
   protocol::PdExportMsg r =
       protocol::MakeControlMessage<protocol::PdExportMsg>(protocol::ControlType::kPdExport);
   r.nonce = m.nonce;
   r.pd_handle = e->pd_handle;
-  absl::Status sent = protocol::SendControlMessage(sock, &r, sizeof(r), e->cmd_fd);
-  ::close(e->cmd_fd);  // the client has its own copy now (or nothing, when the send failed)
-  return sent;
+  return protocol::SendControlMessage(sock, &r, sizeof(r), cmd_fd.get());
 }
 
 absl::Status ServeAttachRegion(service::Daemon* daemon, int sock, service::SessionId session,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/errno_status.h"
 #include "base/log.h"
+#include "base/unique_fd.h"
 
 namespace regcache::server::internal {
 
@@ -33,12 +34,11 @@ absl::Status SdNotifyTo(absl::string_view socket, absl::string_view state) {
   if (abstract) addr.sun_path[0] = '\0';
   const socklen_t len =
       static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket.size() + (abstract ? 0 : 1));
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return base::ErrnoToStatus(errno, "sd_notify: socket");
-  const ssize_t sent = ::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL,
+  const base::UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) return base::ErrnoToStatus(errno, "sd_notify: socket");
+  const ssize_t sent = ::sendto(fd.get(), state.data(), state.size(), MSG_NOSIGNAL,
                                 reinterpret_cast<const sockaddr*>(&addr), len);
   const int err = errno;
-  ::close(fd);
   if (sent < 0) return base::ErrnoToStatus(err, absl::StrCat("sd_notify: sendto ", socket));
   if (static_cast<size_t>(sent) != state.size()) {
     return absl::UnavailableError("sd_notify: datagram truncated");

@@ -34,9 +34,7 @@ FaultQueue::FaultQueue(SimStats* stats, absl::Duration timeout)
   }
 }
 
-FaultQueue::~FaultQueue() {
-  if (event_fd_ >= 0) close(event_fd_);
-}
+FaultQueue::~FaultQueue() = default;
 
 uint32_t FaultQueue::Raise(const FaultNeed& need, AccessKind kind, uint32_t qpn) {
   uint32_t token = next_token_;
@@ -83,7 +81,7 @@ uint32_t FaultQueue::Raise(const FaultNeed& need, AccessKind kind, uint32_t qpn)
   eq_producer_ = n + 1;
   parked_[token] = Parked{n, e.type, e.wq_number};
   const uint64_t one = 1;
-  (void)!write(event_fd_, &one, sizeof(one));
+  (void)!write(event_fd_.get(), &one, sizeof(one));
   cv_.SignalAll();
   return token;
 }
@@ -183,7 +181,7 @@ absl::StatusOr<FaultEvent> FaultQueue::Next(absl::Duration timeout) {
     cv_.SignalAll();  // ring room
     if (eq_consumer_ == eq_producer_) {
       uint64_t v;
-      (void)!read(event_fd_, &v, sizeof(v));  // drain: not readable while nothing is pending
+      (void)!read(event_fd_.get(), &v, sizeof(v));  // drain: not readable while nothing is pending
     }
     auto it = parked_.find(token);
     if (it == parked_.end() || it->second.eqe_counter != n || it->second.resumed) {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "base/unique_fd.h"
 #include "hca/device.h"
 #include "hca/sim/internal/translator.h"
 #include "hca/sim/sim_options.h"
@@ -62,7 +63,7 @@ class FaultQueue {
   FaultQueue& operator=(const FaultQueue&) = delete;
 
   // Readable (eventfd) while EQEs are pending.
-  int fd() const { return event_fd_; }
+  int fd() const { return event_fd_.get(); }
 
   // Device side. Raises the event for `need` (`qpn`: the accessing peer's QP) and waits for its
   // resume: OK (retry), DeviceError kRemoteAccess / kLocalProt with vendor 0x93 (resumed with
@@ -100,7 +101,7 @@ class FaultQueue {
 
   SimStats* const stats_;
   const absl::Duration timeout_;
-  const int event_fd_;
+  const base::UniqueFd event_fd_;
 
   base::Mutex mu_;
   base::CondVar cv_;  // EQE produced / consumed, access resumed
