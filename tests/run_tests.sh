@@ -2,8 +2,9 @@
 # The test command behind `make test`: builds and runs every ctest label this machine can run,
 # says what it skipped and why, and exits non-zero on any failure.
 #
-#   unit, integration   in the dev build; again under asan+ubsan, and under tsan
-#   unit                in the clang build (-Werror, -Wthread-safety: the build is the lock check)
+#   unit, integration   in the dev build (GCC); again in the asan build (clang++ with -Werror and
+#                       -Wthread-safety, so that build is also the lock check, under ASan+UBSan),
+#                       and in the tsan build (GCC, ThreadSanitizer)
 #   fuzz                the fuzz build (clang, libFuzzer, asan+ubsan): each target of tests/fuzz
 #                       for a bounded number of inputs (every other build replays their corpus
 #                       and regressions as unit tests)
@@ -12,7 +13,7 @@
 #                       kernel package); its packages are installed here, not by `make run`
 #
 # Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
-# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_CLANG=1, REGCACHE_SKIP_FUZZ=1, REGCACHE_SKIP_VM=1 skip
+# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_FUZZ=1, REGCACHE_SKIP_VM=1 skip
 # those passes. JOBS overrides the build/test parallelism (default: nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -143,12 +144,14 @@ preset_pass() {
   phase_done "$preset build + $title"
 }
 
-preset_pass asan REGCACHE_SKIP_ASAN "unit+integration under asan+ubsan" '^(unit|integration)$' \
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+# asan: clang++ -Werror -Wthread-safety with ASan+UBSan (one build for both checks: the lock
+# annotations are checked while it compiles).
+preset_pass asan REGCACHE_SKIP_ASAN \
+  "unit+integration in the clang -Werror build (thread-safety checked) under asan+ubsan" \
+  '^(unit|integration)$' ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1
 # tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
 preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
-preset_pass clang REGCACHE_SKIP_CLANG "unit in the clang -Werror build (thread-safety checked)" \
-  '^unit$'
 
 # fuzz: only the fuzz targets are built in this preset (its build preset names them).
 if [ "${REGCACHE_SKIP_FUZZ:-0}" = "1" ]; then
