@@ -4,7 +4,7 @@
 #
 #   unit, integration   in the dev build (GCC); again in the asan build (clang++ with -Werror and
 #                       -Wthread-safety, so that build is also the lock check, under ASan+UBSan),
-#                       and in the tsan build (GCC, ThreadSanitizer)
+#                       and in the tsan build (clang++, ThreadSanitizer)
 #   fuzz                the fuzz build (clang, libFuzzer, asan+ubsan): each target of tests/fuzz
 #                       for a bounded number of inputs (every other build replays their corpus
 #                       and regressions as unit tests)
