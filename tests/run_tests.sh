@@ -5,15 +5,15 @@
 #   unit, integration   in the dev build (GCC); again in the asan build (clang++ with -Werror and
 #                       -Wthread-safety, so that build is also the lock check, under ASan+UBSan),
 #                       and in the tsan build (clang++, ThreadSanitizer)
-#   fuzz                the fuzz build (clang, libFuzzer, asan+ubsan): each target of tests/fuzz
-#                       for a bounded number of inputs (every other build replays their corpus
-#                       and regressions as unit tests)
+#   fuzz                in the asan build, which links tests/fuzz's targets with libFuzzer: each
+#                       target for a bounded number of inputs (label unit; every other build
+#                       replays their corpus and regressions as unit tests)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (tests/vm/vmrun: qemu, a Debian
 #                       kernel package); its packages are installed here, not by `make run`
 #
 # Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
-# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_FUZZ=1, REGCACHE_SKIP_VM=1 skip
+# REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_VM=1 skip
 # those passes. JOBS overrides the build/test parallelism (default: nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -144,28 +144,14 @@ preset_pass() {
   phase_done "$preset build + $title"
 }
 
-# asan: clang++ -Werror -Wthread-safety with ASan+UBSan (one build for both checks: the lock
-# annotations are checked while it compiles).
+# asan: clang++ -Werror -Wthread-safety with ASan+UBSan (one build for three checks: the lock
+# annotations are checked while it compiles, and its unit label runs the fuzz targets).
 preset_pass asan REGCACHE_SKIP_ASAN \
-  "unit+integration in the clang -Werror build (thread-safety checked) under asan+ubsan" \
+  "unit (with the fuzz targets)+integration in the clang -Werror build (thread-safety checked) under asan+ubsan" \
   '^(unit|integration)$' ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1
 # tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
 preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
-
-# fuzz: only the fuzz targets are built in this preset (its build preset names them).
-if [ "${REGCACHE_SKIP_FUZZ:-0}" = "1" ]; then
-  notes+=("fuzz: skipped because REGCACHE_SKIP_FUZZ=1")
-else
-  echo "=== build (fuzz)"
-  if cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"; then
-    run_label fuzz '^unit$' "fuzz targets (libFuzzer, bounded runs)"
-  else
-    failed=$((failed + 1))
-    notes+=("fuzz: build failed")
-  fi
-  phase_done "fuzz build + fuzz runs"
-fi
 
 echo
 echo "=== what ran and what did not"

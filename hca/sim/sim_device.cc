@@ -9,29 +9,17 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "hca/prm_convert.h"
-#include "hca/sim/internal/commands.h"
 #include "hca/sim/internal/endpoints.h"
-#include "hca/sim/internal/fault_queue.h"
-#include "hca/sim/internal/mkc_convert.h"
-#include "hca/sim/internal/mkey_table.h"
 #include "hca/sim/internal/sim_queue.h"
-#include "hca/sim/internal/translator.h"
+#include "hca/sim/sim_core.h"
 #include "umr/mailbox.h"
 #include "umr/mkey.h"
 #include "umr/prm.h"
-#include "umr/segments.h"
-#include "umr/wqe_builder.h"
-#include "umr/wqe_decoder.h"
 
 namespace regcache::hca::sim {
 namespace {
 
-constexpr uint32_t kMaxParkRetries = 64;  // a parked access re-faulting this often gives up
-
 class SimDeviceImpl;
-
-// The data movement of a read, once translated (defined below).
-void CopyOut(const Segments& segs, absl::Span<uint8_t> out);
 
 class SimPeer final : public Peer {
  public:
@@ -55,13 +43,8 @@ class SimPeer final : public Peer {
 
 class SimDeviceImpl final : public SimDevice {
  public:
-  SimDeviceImpl(const SimOptions& o, const OpenOptions& open)
-      : options_(o),
-        table_(o.max_keys),
-        translator_(&table_, o.max_indirection),
-        faults_(&stats_, o.fault_timeout),
-        commands_(&table_,
-                  [this](const umr::PageFaultResumeIn& in) { return faults_.Resume(in); }) {
+  SimDeviceImpl(const SimOptions& o, const OpenOptions& open, std::unique_ptr<HcaCore> core)
+      : options_(o), core_(std::move(core)), stats_(core_->stats()) {
     caps_.backend = "sim";
     caps_.device_name = o.device_name;
     caps_.max_klm_entries = 1u << o.log_max_klm_list_size;
@@ -97,19 +80,12 @@ class SimDeviceImpl final : public SimDevice {
   const Capabilities& capabilities() const override { return caps_; }
   const SimStats& stats() const override { return stats_; }
 
-  absl::StatusOr<Pd> AllocPd() override {
-    base::MutexLock lock(&mu_);
-    const Pd pd{next_pdn_++};
-    pds_.insert(pd.pdn);
-    return pd;
-  }
+  absl::StatusOr<Pd> AllocPd() override { return Pd{core_->AllocPd()}; }
   absl::Status DeallocPd(Pd pd) override {
     if (const size_t n = endpoints_.CountInPd(pd); n != 0) {
       return absl::FailedPreconditionError(absl::StrCat("pd ", pd.pdn, " has ", n, " endpoints"));
     }
-    base::MutexLock lock(&mu_);
-    if (pds_.erase(pd.pdn) == 0) return absl::NotFoundError(absl::StrCat("no pd ", pd.pdn));
-    return absl::OkStatus();
+    return core_->DeallocPd(pd.pdn);
   }
 
   absl::StatusOr<Backing> RegisterBacking(Pd pd, uint64_t addr, uint64_t length, AccessFlags access,
@@ -121,50 +97,16 @@ class SimDeviceImpl final : public SimDevice {
       absl::SleepFor(options_.backing_delay);
       stats_.backings_delayed.Sub();
     }
-    if (options.log_page_size < umr::kMinLogEntitySize ||
-        options.log_page_size > umr::kMaxLogEntitySize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("page size 2^", options.log_page_size, " unsupported (12..31)"));
-    }
-    if (addr + length < addr) return absl::InvalidArgumentError("backing wraps 2^64");
     if (options.iova.has_value()) {
       return absl::UnimplementedError(
           "the sim's backings speak the daemon's addresses (no iova: it has no memory windows)");
     }
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox,
+                     HcaCore::MttKeyMailbox(pd.pdn, addr, length, access,
+                                            options.log_page_size, options.on_demand));
+    ASSIGN_OR_RETURN(uint32_t index, CreateMkey(mailbox, options.on_demand));
     const uint64_t page = uint64_t{1} << options.log_page_size;
     const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
-    // Capacity in whole 64-byte blocks of entries, as a UMR rewrites them.
-    constexpr uint64_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
-    const uint64_t cap = (pages + kBlock - 1) / kBlock * kBlock;
-    if (cap > (uint64_t{1} << 31)) return absl::InvalidArgumentError("backing too large");
-    MkeyState st;
-    st.free = false;
-    st.umr_en = true;
-    st.access_mode = umr::kAccessModeMtt;
-    st.access = access | kLocalRead;
-    st.pd = pd.pdn;
-    st.start_addr = addr;
-    st.len = length;
-    st.translations_octword_size =
-        static_cast<uint32_t>(cap / umr::EntriesPerOctoword(umr::AccessMode::kMtt));
-    st.log_entity_size = static_cast<uint8_t>(options.log_page_size);
-    // A live MTT key with its translation inline, as a pinned MR's CREATE_MKEY carries it; an
-    // on-demand one supplies none (every entry absent). pg_access: rd_en/wr_en per entry count.
-    umr::CreateMkeyIn in;
-    in.pg_access = true;
-    in.mkc = ToMkc(st);
-    if (!options.on_demand) {
-      const bool wr = (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) != 0;
-      std::vector<umr::MttEntry> mtt(pages);
-      const uint64_t base = addr & ~(page - 1);
-      for (uint64_t i = 0; i < pages; ++i) mtt[i] = umr::MttEntry{base + i * page, true, wr};
-      constexpr uint64_t kPerOctoword = umr::EntriesPerOctoword(umr::AccessMode::kMtt);
-      in.translation.assign((pages + kPerOctoword - 1) / kPerOctoword * umr::kOctoword,
-                            0);  // whole octowords
-      RETURN_IF_ERROR(umr::EncodeMttEntries(mtt, in.translation.data()));
-    }
-    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, umr::EncodeCreateMkeyIn(in));
-    ASSIGN_OR_RETURN(uint32_t index, CreateMkey(mailbox, options.on_demand));
     Backing b;
     b.key = MakeKey(index, 0);
     b.pd = pd;
@@ -192,16 +134,8 @@ class SimDeviceImpl final : public SimDevice {
   }
 
   absl::Status DestroyKey(Key key) override {
-    ASSIGN_OR_RETURN(const umr::Mailbox16 in,
-                     umr::EncodeDestroyMkeyIn(umr::DestroyMkeyIn{0, 0, KeyIndex(key)}));
-    std::vector<uint8_t> out;
-    absl::Status s = RunCommand(in, &out, false);
+    absl::Status s = core_->DestroyMkey(KeyIndex(key));
     if (!s.ok()) return absl::NotFoundError(s.message());
-    ASSIGN_OR_RETURN(const umr::CmdStatus st, umr::DecodeCmdStatusOut(out));
-    if (st.status != umr::kCmdStatusOk) {
-      return absl::InternalError("DESTROY_MKEY succeeded with a failed outbox");
-    }
-    stats_.live_keys.Sub();
     return s;
   }
 
@@ -223,18 +157,14 @@ class SimDeviceImpl final : public SimDevice {
           absl::StrCat("depth ", o.depth, " > ", caps_.max_queue_depth));
     }
     QueueContext ctx;
-    ctx.table = &table_;
-    ctx.stats = &stats_;
-    ctx.modify = {caps_.umr_modify_atomic, caps_.umr_modify_entity_size};
+    ctx.core = core_.get();
+    ctx.rules.modify = {caps_.umr_modify_atomic, caps_.umr_modify_entity_size};
     ctx.register_staging = [this](Pd p, absl::Span<uint8_t> bytes) -> absl::StatusOr<Key> {
       ASSIGN_OR_RETURN(Backing b, RegisterBacking(p, reinterpret_cast<uint64_t>(bytes.data()),
                                                   bytes.size(), kLocalRead, {}));
       return b.key;
     };
     ctx.destroy_staging = [this](Key k) { (void)DestroyKey(k); };
-    ctx.read_local = [this](Pd p, uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out) {
-      return ReadThroughLkey(p.pdn, /*qpn=*/0, lkey, addr, out);
-    };
     ctx.take_injected_umr_failure = [this] {
       return static_cast<Syndrome>(fail_next_umr_.exchange(0));
     };
@@ -286,47 +216,23 @@ class SimDeviceImpl final : public SimDevice {
   // --- ODP --- The driver's half of fault handling: decode the EQE, answer with a
   // PAGE_FAULT_RESUME mailbox that the device's command path executes (fault_queue.h).
   absl::StatusOr<FaultEvent> NextFaultEvent(absl::Duration timeout) override {
-    return faults_.Next(timeout);
+    return core_->NextFaultEvent(timeout);
   }
-  int FaultEventFd() override { return faults_.fd(); }
+  int FaultEventFd() override { return core_->FaultEventFd(); }
 
   absl::Status ResumeFault(uint64_t token, bool ok) override {
     if (ok && fail_next_resume_.exchange(false)) {
       stats_.injected_failures.Inc();
       ok = false;
     }
-    ASSIGN_OR_RETURN(const umr::PageFaultResumeIn in, faults_.ResumeCommandFor(token, !ok));
-    ASSIGN_OR_RETURN(const umr::Mailbox16 mailbox, umr::EncodePageFaultResumeIn(in));
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox, core_->ResumeMailbox(token, !ok));
     std::vector<uint8_t> out;
     // kNotFound (BAD_RESOURCE) when the access gave up meanwhile.
     return RunCommand(mailbox, &out, false);
   }
 
   absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) override {
-    stats_.prefetches.Inc();
-    MkeySlot* slot = table_.Slot(KeyIndex(backing));
-    if (slot == nullptr) return absl::InvalidArgumentError("no such key");
-    base::MutexLock lock(&slot->mu);
-    const MkeyState s = slot->state;  // a copy: the lock analysis cannot follow a reference
-    if (!slot->exists || !slot->on_demand || s.variant != KeyVariant(backing)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("key 0x%08x is not an on-demand backing", backing));
-    }
-    if (addr < s.start_addr || addr + length > s.start_addr + s.len || addr + length < addr) {
-      return absl::InvalidArgumentError("prefetch range outside the backing");
-    }
-    if (length == 0) return absl::OkStatus();
-    // The sim's "driver" resolves the pages itself (DMA address = VA) and writes the MTT
-    // entries; on hardware this is the kernel's fault path (ibv_advise_mr).
-    const unsigned log = s.log_entity_size;
-    const uint64_t page = uint64_t{1} << log;
-    const uint64_t base = s.start_addr & ~(page - 1);
-    const uint64_t first = (addr - base) >> log, last = (addr + length - 1 - base) >> log;
-    for (uint64_t i = first; i <= last && i < slot->mtt.size(); ++i) {
-      const bool wr = write || (slot->mtt[i] & umr::kMttWrite) != 0;
-      slot->mtt[i] = StoredMtt(umr::MttEntry{base + i * page, /*read=*/true, wr});
-    }
-    return absl::OkStatus();
+    return core_->Prefetch(backing, addr, length, write);
   }
 
   // --- test hooks ---
@@ -339,65 +245,20 @@ class SimDeviceImpl final : public SimDevice {
                                      std::vector<uint8_t>* out) override {
     return RunCommand(in, out, false);
   }
-  std::vector<uint8_t> EventRingForTest() override { return faults_.EventRingForTest(); }
+  std::vector<uint8_t> EventRingForTest() override { return core_->EventRingForTest(); }
 
   // --- used by SimPeer ---
-  // A read through an lkey of `pd`, as the device's DMA engine does it: a peer's local SGE, the
-  // list of a pointer-mode UMR.
+  // Translates, parking on ODP faults until the daemon resumes them.
+  absl::Status Translate(uint32_t pd, uint32_t qpn, Key key, uint64_t va, uint64_t len,
+                         AccessKind kind, Segments* out) {
+    return core_->Translate(pd, qpn, key, va, len, kind, FaultPolicy::kPark, out);
+  }
   absl::Status ReadThroughLkey(uint32_t pd, uint32_t qpn, Key lkey, uint64_t addr,
                                absl::Span<uint8_t> out) {
-    Segments segs;
-    RETURN_IF_ERROR(
-        TranslateParked(pd, qpn, lkey, addr, out.size(), AccessKind::kLocalRead, &segs));
-    CopyOut(segs, out);
-    return absl::OkStatus();
+    return core_->ReadThroughLkey(pd, qpn, lkey, addr, out, FaultPolicy::kPark);
   }
-  // Translates, parking on ODP faults until resumed. Bumps the counters.
-  absl::Status TranslateParked(uint32_t pd, uint32_t qpn, Key key, uint64_t va, uint64_t len,
-                               AccessKind kind, Segments* out) {
-    for (uint32_t attempt = 0; attempt < kMaxParkRetries; ++attempt) {
-      out->clear();
-      std::optional<FaultNeed> need;
-      absl::Status s = translator_.Translate(pd, key, va, len, kind, out, &need);
-      if (s.ok()) {
-        stats_.translations.Inc();
-        return s;
-      }
-      if (!need.has_value()) {
-        stats_.translation_errors.Inc();
-        return s;
-      }
-      RETURN_IF_ERROR(faults_.Park(*need, kind, qpn));
-    }
-    stats_.translation_errors.Inc();
-    return DeviceError(IsRemote(kind) ? Syndrome::kRemoteAccess : Syndrome::kLocalProt,
-                       "access faulted too often", kVendorSyndromeOdpFault);
-  }
-
   absl::Status InvalidateRemote(uint32_t pd, Key rkey) {
-    // The responder executes the requester's SEND_INVAL WQE: build it with umr/ and decode it
-    // back, so the key to invalidate comes from the bytes.
-    alignas(umr::kWqebb) uint8_t buf[umr::kWqebb] = {};
-    umr::SendInvalidateRequest r;
-    r.invalidate_key = rkey;
-    ASSIGN_OR_RETURN(umr::WqeSize size, umr::BuildSendInvalidate(umr::WqeHeader{}, r, buf));
-    ASSIGN_OR_RETURN(umr::WqeDesc wqe, umr::DecodeWqe(absl::MakeConstSpan(buf, size.bytes())));
-    const Key key = wqe.ctrl.imm;
-    auto refuse = [&](absl::string_view why) {
-      stats_.remote_invalidations_refused.Inc();
-      return DeviceError(Syndrome::kRemoteInvalReq,
-                         absl::StrFormat("invalidate key 0x%08x: %s", key, why));
-    };
-    MkeySlot* slot = table_.Slot(KeyIndex(key));
-    if (slot == nullptr) return refuse("no such key");
-    base::MutexLock lock(&slot->mu);
-    if (!slot->exists || slot->state.variant != KeyVariant(key)) return refuse("no such key");
-    if (slot->state.free) return refuse("key is free");
-    if (slot->state.pd != pd) return refuse("PD mismatch");
-    if (!slot->state.en_rinval) return refuse("en_rinval is 0");
-    slot->state.free = true;
-    stats_.remote_invalidations.Inc();
-    return absl::OkStatus();
+    return core_->InvalidateRemote(pd, rkey);
   }
 
   SimStats& mutable_stats() { return stats_; }
@@ -410,26 +271,17 @@ class SimDeviceImpl final : public SimDevice {
   }
 
   absl::Status CheckPd(Pd pd) {
-    base::MutexLock lock(&mu_);
-    if (pds_.count(pd.pdn) == 0) return absl::InvalidArgumentError(absl::StrCat("no pd ", pd.pdn));
+    if (!core_->HasPd(pd.pdn)) return absl::InvalidArgumentError(absl::StrCat("no pd ", pd.pdn));
     return absl::OkStatus();
   }
 
   absl::Status RunCommand(absl::Span<const uint8_t> in, std::vector<uint8_t>* out, bool odp) {
-    stats_.commands.Inc();
-    absl::Status s = commands_.Execute(in, out, odp);
-    if (!s.ok()) stats_.command_errors.Inc();
-    return s;
+    return core_->RunCommand(in, out, odp);
   }
 
-  // Executes one CREATE_MKEY mailbox (umr-encoded, as a DevX backend posts it) and decodes the
-  // index from its output.
+  // Executes one CREATE_MKEY mailbox (umr-encoded, as a DevX backend posts it).
   absl::StatusOr<uint32_t> CreateMkey(absl::Span<const uint8_t> mailbox, bool on_demand) {
-    std::vector<uint8_t> out;
-    RETURN_IF_ERROR(RunCommand(mailbox, &out, on_demand));
-    ASSIGN_OR_RETURN(const umr::CreateMkeyOut o, umr::DecodeCreateMkeyOut(out));
-    stats_.live_keys.Add();
-    return o.mkey_index;
+    return core_->CreateMkey(mailbox, on_demand);
   }
 
   // `count` pool keys from one CREATE_MKEY mailbox (PoolKeyMailbox), executed `count` times.
@@ -449,18 +301,13 @@ class SimDeviceImpl final : public SimDevice {
   }
 
   const SimOptions options_;
+  const std::unique_ptr<HcaCore> core_;
+  SimStats& stats_;  // the core's
   Capabilities caps_;
-  SimStats stats_;
   base::stats::Registration registration_;
-  MkeyTable table_;
-  Translator translator_;
-  FaultQueue faults_;
-  CommandProcessor commands_;
   EndpointTable endpoints_{&stats_};
 
   base::Mutex mu_;
-  std::set<uint32_t> pds_ ABSL_GUARDED_BY(mu_);
-  uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
 
   std::atomic<uint8_t> fail_next_umr_{0};
@@ -470,26 +317,10 @@ class SimDeviceImpl final : public SimDevice {
 
 // --- SimPeer ---
 
-// The data movement of an access, once translated into `segs`.
-void CopyIn(const Segments& segs, absl::Span<const uint8_t> data) {
-  size_t off = 0;
-  for (const Segment& s : segs) {
-    std::memcpy(reinterpret_cast<void*>(s.addr), data.data() + off, s.len);
-    off += s.len;
-  }
-}
-void CopyOut(const Segments& segs, absl::Span<uint8_t> out) {
-  size_t off = 0;
-  for (const Segment& s : segs) {
-    std::memcpy(out.data() + off, reinterpret_cast<const void*>(s.addr), s.len);
-    off += s.len;
-  }
-}
-
 absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uint8_t> data) {
   dev_->mutable_stats().peer_writes.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
+  RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
                                         AccessKind::kRemoteWrite, &segs));
   CopyIn(segs, data);
   dev_->mutable_stats().moved_bytes.Inc(data.size());
@@ -499,7 +330,7 @@ absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uin
 absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> out) {
   dev_->mutable_stats().peer_reads.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
+  RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
                                         AccessKind::kRemoteRead, &segs));
   CopyOut(segs, out);
   dev_->mutable_stats().moved_bytes.Inc(out.size());
@@ -515,20 +346,13 @@ absl::StatusOr<uint64_t> SimPeer::Atomic(Key rkey, uint64_t addr, bool cas, uint
   }
   Segments segs;
   RETURN_IF_ERROR(
-      dev_->TranslateParked(pd_.pdn, qpn_, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
-  if (segs.size() != 1 || segs[0].addr % 8 != 0) {
+      dev_->Translate(pd_.pdn, qpn_, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
+  absl::StatusOr<uint64_t> old = AtomicAt(segs, cas, a, b);
+  if (!old.ok()) {
     return DeviceError(Syndrome::kRemoteInvalReq,
-                       absl::StrFormat("atomic at 0x%x does not translate to one aligned 8-byte "
-                                       "location",
-                                       addr));
+                       absl::StrFormat("atomic at 0x%x: %s", addr, old.status().message()));
   }
-  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(segs[0].addr));
-  if (cas) {
-    uint64_t expected = a;
-    word.compare_exchange_strong(expected, b);
-    return expected;  // the old value, whether or not it swapped
-  }
-  return word.fetch_add(a);
+  return old;
 }
 
 absl::StatusOr<uint64_t> SimPeer::CompareSwap(Key rkey, uint64_t remote_addr, uint64_t compare,
@@ -550,7 +374,7 @@ absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out
 absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) {
   dev_->mutable_stats().local_accesses.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->TranslateParked(pd_.pdn, qpn_, lkey, addr, data.size(),
+  RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, lkey, addr, data.size(),
                                         AccessKind::kLocalWrite, &segs));
   CopyIn(segs, data);
   return absl::OkStatus();
@@ -563,7 +387,12 @@ absl::StatusOr<std::unique_ptr<SimDevice>> NewSimDevice(const SimOptions& option
   if (options.max_keys < 4 || options.max_keys > umr::kMaxMkeyIndex + 1) {
     return absl::InvalidArgumentError("sim: max_keys outside 4..2^24");
   }
-  return std::unique_ptr<SimDevice>(new SimDeviceImpl(options, open));
+  CoreOptions core;
+  core.max_keys = options.max_keys;
+  core.max_indirection = options.max_indirection;
+  core.fault_timeout = options.fault_timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<HcaCore> c, HcaCore::Create(core));
+  return std::unique_ptr<SimDevice>(new SimDeviceImpl(options, open, std::move(c)));
 }
 
 void RegisterBackend() {

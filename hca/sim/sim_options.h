@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/stats.h"
@@ -46,6 +47,29 @@ namespace regcache::hca::sim {
 RC_DEFINE_STATS(SimStats, HCA_SIM_STATS);
 
 enum class ExecutionMode { kInline, kThread };
+
+// The kind of a memory access the device translates (hca/sim/sim_core.h).
+enum class AccessKind : uint8_t {
+  kLocalRead,
+  kLocalWrite,
+  kRemoteRead,
+  kRemoteWrite,
+  kRemoteAtomic
+};
+
+inline bool IsRemote(AccessKind k) { return k >= AccessKind::kRemoteRead; }
+inline bool IsWrite(AccessKind k) {
+  return k == AccessKind::kLocalWrite || k == AccessKind::kRemoteWrite ||
+         k == AccessKind::kRemoteAtomic;
+}
+
+// A contiguous piece of host memory an access touches ("DMA address" = this process's virtual
+// address).
+struct Segment {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+};
+using Segments = absl::InlinedVector<Segment, 4>;
 
 struct SimOptions {
   ExecutionMode mode = ExecutionMode::kInline;      // spec "mode=inline|thread"

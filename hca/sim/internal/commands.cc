@@ -46,6 +46,9 @@ constexpr uint32_t kSynTableFull = 0x5a0006;
 constexpr uint32_t kSynUmem = 0x5a0007;
 constexpr uint32_t kSynNoSuchFault = 0x5a0008;
 constexpr uint32_t kSynFaultMismatch = 0x5a0009;
+constexpr uint32_t kSynNoSuchPd = 0x5a000a;
+constexpr uint32_t kSynListTooLong = 0x5a000b;
+constexpr uint32_t kSynNoCapImage = 0x5a000c;
 
 }  // namespace
 
@@ -61,7 +64,10 @@ absl::Status CommandProcessor::Execute(absl::Span<const uint8_t> in, std::vector
     case umr::kCmdDestroyMkey:
       return DestroyMkey(in, out);
     case umr::kCmdPageFaultResume:
-      if (resume_) return PageFaultResume(in, out);
+      if (options_.resume) return PageFaultResume(in, out);
+      break;
+    case umr::kCmdQueryHcaCap:
+      if (options_.general_caps || options_.odp_caps) return QueryHcaCap(in, out);
       break;
     default:
       break;
@@ -84,6 +90,14 @@ absl::Status CommandProcessor::CreateMkey(absl::Span<const uint8_t> in, std::vec
       mode != umr::AccessMode::kKsm) {
     return Fail(out, kCmdStatusBadParam, kSynBadMode,
                 absl::StrCat("access mode ", st.access_mode, " not modelled"));
+  }
+  if (options_.pd_exists && !options_.pd_exists(st.pd)) {
+    return Fail(out, kCmdStatusBadParam, kSynNoSuchPd, absl::StrCat("no pd ", st.pd));
+  }
+  if (const uint32_t max = options_.max_klm_entries; max != 0 && mode != umr::AccessMode::kMtt &&
+                                                     MkeySlot::CapacityEntries(st) > max) {
+    return Fail(out, kCmdStatusLimit, kSynListTooLong,
+                absl::StrCat(MkeySlot::CapacityEntries(st), " KLM/KSM entries exceed ", max));
   }
   if (cmd->translation.size() / umr::kOctoword > st.translations_octword_size) {
     return Fail(out, kCmdStatusBadParam, kSynTooManyEntries,
@@ -184,10 +198,32 @@ absl::Status CommandProcessor::PageFaultResume(absl::Span<const uint8_t> in,
                                                std::vector<uint8_t>* out) {
   const absl::StatusOr<umr::PageFaultResumeIn> cmd = umr::DecodePageFaultResumeIn(in);
   if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
-  const absl::Status s = resume_(*cmd);
+  const absl::Status s = options_.resume(*cmd);
   if (absl::IsNotFound(s)) return Fail(out, kCmdStatusBadResource, kSynNoSuchFault, s.message());
   if (!s.ok()) return Fail(out, kCmdStatusBadParam, kSynFaultMismatch, s.message());
   Succeed(umr::EncodeCmdStatusOut({}), out);
+  return absl::OkStatus();
+}
+
+absl::Status CommandProcessor::QueryHcaCap(absl::Span<const uint8_t> in,
+                                           std::vector<uint8_t>* out) {
+  const absl::StatusOr<umr::QueryHcaCapIn> cmd = umr::DecodeQueryHcaCapIn(in);
+  if (!cmd.ok()) return Fail(out, kCmdStatusBadParam, kSynBadMailbox, cmd.status().message());
+  if (cmd->other_function) {
+    return Fail(out, kCmdStatusBadParam, kSynNoCapImage, "other_function: no other functions");
+  }
+  absl::StatusOr<std::vector<uint8_t>> bytes = absl::InvalidArgumentError("");
+  if (cmd->cap_type == umr::kCapTypeGeneral && options_.general_caps) {
+    bytes = umr::EncodeQueryHcaCapOut({}, *options_.general_caps);
+  } else if (cmd->cap_type == umr::kCapTypeOdp && options_.odp_caps) {
+    bytes = umr::EncodeQueryOdpCapOut({}, *options_.odp_caps);
+  } else {
+    return Fail(out, kCmdStatusBadParam, kSynNoCapImage,
+                absl::StrCat("no capability image of cap_type ", cmd->cap_type));
+  }
+  // The images are the device's own and fit their fields; a failure is a model bug.
+  if (!bytes.ok()) return absl::InternalError(bytes.status().message());
+  *out = *std::move(bytes);
   return absl::OkStatus();
 }
 

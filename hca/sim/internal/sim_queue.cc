@@ -8,8 +8,6 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "hca/sim/internal/mkc_convert.h"
-#include "hca/sim/internal/umr_executor.h"
 #include "umr/mkey.h"
 #include "umr/prm.h"
 #include "umr/segments.h"
@@ -27,7 +25,7 @@ absl::StatusOr<std::unique_ptr<SimQueue>> SimQueue::Create(QueueContext ctx, Pd 
   UmrPosterOptions o;
   o.sqn = sqn;
   o.umr_fence = umr::FenceMode::kInitiatorSmall;
-  o.modify = q->ctx_.modify;
+  o.modify = q->ctx_.rules.modify;
   SimQueue* p = q.get();
   if (q->ctx_.register_staging) {
     o.register_staging = [p](absl::Span<uint8_t> bytes) {
@@ -94,7 +92,7 @@ absl::Status SimQueue::PostRewriteTranslation(uint64_t request_id, Key key, uint
 }
 
 absl::Status SimQueue::Doorbell() {
-  ctx_.stats->doorbells.Inc();
+  ctx_.core->stats().doorbells.Inc();
   published_.store(poster_->producer(), std::memory_order_release);
   base::MutexLock lock(&engine_mu_);
   if (mode_ == ExecutionMode::kInline) {
@@ -126,50 +124,13 @@ void SimQueue::Drain() {
 }
 
 uint32_t SimQueue::ExecuteOne(uint32_t counter) {
-  ctx_.stats->wqes_executed.Inc();
   const uint32_t slot = counter & (depth_ - 1);
   const absl::Span<const uint8_t> ring(ring_.get(), size_t{depth_} * umr::kWqebb);
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = umr::GatherWqe(ring, slot, &scratch_);
-  absl::Status status;
-  uint32_t wqebbs = 1;
-  bool signaled = true;  // a WQE we cannot parse completes with an error
-  uint8_t opcode = umr::kOpcodeUmr;
-  if (!bytes.ok()) {
-    status = DeviceError(Syndrome::kLocalQpOp, bytes.status().message());
-  } else {
-    wqebbs = umr::WqebbsForDs(bytes->size() / umr::kOctoword);
-    absl::StatusOr<umr::WqeDesc> wqe = umr::DecodeWqe(*bytes);
-    if (!wqe.ok()) {
-      status = DeviceError(Syndrome::kLocalQpOp, wqe.status().message());
-    } else {
-      signaled = wqe->ctrl.signaled();
-      opcode = wqe->ctrl.opcode;
-      if (opcode == umr::kOpcodeNop) {
-        status = absl::OkStatus();
-      } else if (opcode != umr::kOpcodeUmr) {
-        status = DeviceError(Syndrome::kLocalQpOp,
-                             absl::StrCat("opcode 0x", absl::Hex(opcode), " on a UMR queue"));
-      } else if (Syndrome injected = ctx_.take_injected_umr_failure();
-                 injected != Syndrome::kNone) {
-        ctx_.stats->injected_failures.Inc();
-        status = DeviceError(injected, "injected UMR failure");
-      } else {
-        UmrOutcome outcome;
-        status = ExecuteUmr(ctx_.table, pd_.pdn, *wqe, ctx_.modify, &outcome,
-                            [this](uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out) {
-                              return ctx_.read_local(pd_, lkey, addr, out);
-                            });
-        if (status.ok()) {
-          ctx_.stats->umrs_executed.Inc();
-          if (outcome.local_invalidate) ctx_.stats->local_invalidations.Inc();
-        }
-      }
-    }
-  }
-  if (!status.ok()) ctx_.stats->umrs_failed.Inc();
-  if (!status.ok()) error_status_[slot] = status;
-  if (signaled || !status.ok()) WriteCqe(static_cast<uint16_t>(counter), opcode, status);
-  return wqebbs;
+  const WqeResult r = ctx_.core->ExecuteSendWqe(pd_.pdn, ring, counter, ctx_.rules,
+                                                ctx_.take_injected_umr_failure, &scratch_);
+  if (!r.status.ok()) error_status_[slot] = r.status;
+  if (r.signaled || !r.status.ok()) WriteCqe(static_cast<uint16_t>(counter), r.opcode, r.status);
+  return r.wqebbs;
 }
 
 void SimQueue::WriteCqe(uint16_t wqe_counter, uint8_t opcode, const absl::Status& status) {
@@ -192,7 +153,7 @@ void SimQueue::WriteCqe(uint16_t wqe_counter, uint8_t opcode, const absl::Status
   const absl::StatusOr<umr::CqeBytes> bytes = umr::EncodeCqe(cqe);
   RC_CHECK(bytes.ok()) << bytes.status();
   cq_[n & (depth_ - 1)] = *bytes;
-  ctx_.stats->cqes_written.Inc();
+  ctx_.core->stats().cqes_written.Inc();
   cq_producer_.store(n + 1, std::memory_order_release);
 }
 

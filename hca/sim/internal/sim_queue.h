@@ -1,7 +1,7 @@
 // The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill through
 // hca::UmrPoster (umr/ builders, the code the mlx5 backend posts with), a doorbell that publishes
-// the producer counter, an engine that gathers (umr::GatherWqe), decodes (umr::DecodeWqe) and
-// executes each WQE (umr_executor.h), and a CQ ring of 64-byte CQEs with an owner bit: the engine
+// the producer counter, an engine that has the device core execute each WQE from the ring's
+// bytes (HcaCore::ExecuteSendWqe, hca/sim/sim_core.h), and a CQ ring of 64-byte CQEs with an owner bit: the engine
 // writes them with umr::EncodeCqe (good CQEs and error CQEs with syndrome / vendor syndrome) and
 // Poll reads them back with umr::DecodeCqe, so the ring holds the bytes a ConnectX CQ would.
 //
@@ -32,7 +32,7 @@
 #include "absl/types/span.h"
 #include "base/mutex.h"
 #include "hca/device.h"
-#include "hca/sim/internal/mkey_table.h"
+#include "hca/sim/sim_core.h"
 #include "hca/sim/sim_options.h"
 #include "hca/umr_poster.h"
 #include "umr/cqe.h"
@@ -42,18 +42,14 @@
 
 namespace regcache::hca::sim {
 
-// What a queue needs from its device (injected: the device owns table, stats and hooks).
+// What a queue needs from its device (injected: the device owns the core and the hooks).
 struct QueueContext {
-  MkeyTable* table = nullptr;
-  SimStats* stats = nullptr;
-  umr::UmrModifyCaps modify;  // what the device lets a UMR change
+  HcaCore* core = nullptr;  // executes the WQEs, counts in its stats
+  SendRules rules;          // what the device enforces on each WQE
   // Pointer-mode maps: registers `bytes` of this process's memory as a backing of `pd` (the
-  // queue's staging buffer) and returns its key; destroys it again. Reads what a UMR's data
-  // segment names through an lkey of `pd`, as the device's DMA engine does.
+  // queue's staging buffer) and returns its key; destroys it again.
   std::function<absl::StatusOr<Key>(Pd pd, absl::Span<uint8_t> bytes)> register_staging;
   std::function<void(Key key)> destroy_staging;
-  std::function<absl::Status(Pd pd, uint32_t lkey, uint64_t addr, absl::Span<uint8_t> out)>
-      read_local;
   // Returns a syndrome to fail the next UMR with (consumed), or kNone.
   std::function<Syndrome()> take_injected_umr_failure;
   // Current completion delay.

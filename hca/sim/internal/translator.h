@@ -33,33 +33,12 @@
 #include <cstdint>
 #include <optional>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "hca/device.h"
 #include "hca/sim/internal/mkey_table.h"
+#include "hca/sim/sim_options.h"
 
 namespace regcache::hca::sim {
-
-enum class AccessKind : uint8_t {
-  kLocalRead,
-  kLocalWrite,
-  kRemoteRead,
-  kRemoteWrite,
-  kRemoteAtomic
-};
-
-inline bool IsRemote(AccessKind k) { return k >= AccessKind::kRemoteRead; }
-inline bool IsWrite(AccessKind k) {
-  return k == AccessKind::kLocalWrite || k == AccessKind::kRemoteWrite ||
-         k == AccessKind::kRemoteAtomic;
-}
-
-// A contiguous piece of host memory ("DMA address" = this process's virtual address).
-struct Segment {
-  uint64_t addr = 0;
-  uint64_t len = 0;
-};
-using Segments = absl::InlinedVector<Segment, 4>;
 
 // Where an on-demand key needs a page: reported instead of an error.
 struct FaultNeed {
