@@ -211,8 +211,8 @@ absl::Status HcaCore::Translate(uint32_t pdn, uint32_t qpn, Key key, uint64_t va
 absl::Status HcaCore::ReadThroughLkey(uint32_t pdn, uint32_t qpn, Key lkey, uint64_t addr,
                                       absl::Span<uint8_t> out, FaultPolicy policy) {
   Segments segs;
-  RETURN_IF_ERROR(Translate(pdn, qpn, lkey, addr, out.size(), AccessKind::kLocalRead, policy,
-                            &segs));
+  RETURN_IF_ERROR(
+      Translate(pdn, qpn, lkey, addr, out.size(), AccessKind::kLocalRead, policy, &segs));
   CopyOut(segs, out);
   return absl::OkStatus();
 }
@@ -369,8 +369,7 @@ void CopyOut(const Segments& segs, absl::Span<uint8_t> out) {
   }
 }
 
-absl::StatusOr<uint64_t> AtomicAt(const Segments& segs, bool compare_swap, uint64_t a,
-                                  uint64_t b) {
+absl::StatusOr<uint64_t> AtomicAt(const Segments& segs, bool compare_swap, uint64_t a, uint64_t b) {
   if (segs.size() != 1 || segs[0].len != 8 || segs[0].addr % 8 != 0) {
     return DeviceError(Syndrome::kRemoteInvalReq,
                        "the atomic does not translate to one aligned 8-byte location");

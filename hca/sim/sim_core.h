@@ -107,8 +107,7 @@ class HcaCore {
   // kernel's ibv_reg_mr makes.
   static absl::StatusOr<std::vector<uint8_t>> MttKeyMailbox(uint32_t pdn, uint64_t addr,
                                                             uint64_t length, AccessFlags access,
-                                                            unsigned log_page_size,
-                                                            bool on_demand);
+                                                            unsigned log_page_size, bool on_demand);
 
   // --- accesses ---
   // Translates [va, va+len) of `key` for an access of `kind` arriving on queue pair `qpn` in PD

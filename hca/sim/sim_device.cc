@@ -102,8 +102,8 @@ class SimDeviceImpl final : public SimDevice {
           "the sim's backings speak the daemon's addresses (no iova: it has no memory windows)");
     }
     ASSIGN_OR_RETURN(const std::vector<uint8_t> mailbox,
-                     HcaCore::MttKeyMailbox(pd.pdn, addr, length, access,
-                                            options.log_page_size, options.on_demand));
+                     HcaCore::MttKeyMailbox(pd.pdn, addr, length, access, options.log_page_size,
+                                            options.on_demand));
     ASSIGN_OR_RETURN(uint32_t index, CreateMkey(mailbox, options.on_demand));
     const uint64_t page = uint64_t{1} << options.log_page_size;
     const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
@@ -257,9 +257,7 @@ class SimDeviceImpl final : public SimDevice {
                                absl::Span<uint8_t> out) {
     return core_->ReadThroughLkey(pd, qpn, lkey, addr, out, FaultPolicy::kPark);
   }
-  absl::Status InvalidateRemote(uint32_t pd, Key rkey) {
-    return core_->InvalidateRemote(pd, rkey);
-  }
+  absl::Status InvalidateRemote(uint32_t pd, Key rkey) { return core_->InvalidateRemote(pd, rkey); }
 
   SimStats& mutable_stats() { return stats_; }
 
@@ -321,7 +319,7 @@ absl::Status SimPeer::Write(Key rkey, uint64_t remote_addr, absl::Span<const uin
   dev_->mutable_stats().peer_writes.Inc();
   Segments segs;
   RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, rkey, remote_addr, data.size(),
-                                        AccessKind::kRemoteWrite, &segs));
+                                  AccessKind::kRemoteWrite, &segs));
   CopyIn(segs, data);
   dev_->mutable_stats().moved_bytes.Inc(data.size());
   return absl::OkStatus();
@@ -331,7 +329,7 @@ absl::Status SimPeer::Read(Key rkey, uint64_t remote_addr, absl::Span<uint8_t> o
   dev_->mutable_stats().peer_reads.Inc();
   Segments segs;
   RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, rkey, remote_addr, out.size(),
-                                        AccessKind::kRemoteRead, &segs));
+                                  AccessKind::kRemoteRead, &segs));
   CopyOut(segs, out);
   dev_->mutable_stats().moved_bytes.Inc(out.size());
   return absl::OkStatus();
@@ -345,8 +343,7 @@ absl::StatusOr<uint64_t> SimPeer::Atomic(Key rkey, uint64_t addr, bool cas, uint
                        absl::StrFormat("atomic at 0x%x is not 8-byte aligned", addr));
   }
   Segments segs;
-  RETURN_IF_ERROR(
-      dev_->Translate(pd_.pdn, qpn_, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
+  RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, rkey, addr, 8, AccessKind::kRemoteAtomic, &segs));
   absl::StatusOr<uint64_t> old = AtomicAt(segs, cas, a, b);
   if (!old.ok()) {
     return DeviceError(Syndrome::kRemoteInvalReq,
@@ -374,8 +371,8 @@ absl::Status SimPeer::LocalRead(Key lkey, uint64_t addr, absl::Span<uint8_t> out
 absl::Status SimPeer::LocalWrite(Key lkey, uint64_t addr, absl::Span<const uint8_t> data) {
   dev_->mutable_stats().local_accesses.Inc();
   Segments segs;
-  RETURN_IF_ERROR(dev_->Translate(pd_.pdn, qpn_, lkey, addr, data.size(),
-                                        AccessKind::kLocalWrite, &segs));
+  RETURN_IF_ERROR(
+      dev_->Translate(pd_.pdn, qpn_, lkey, addr, data.size(), AccessKind::kLocalWrite, &segs));
   CopyIn(segs, data);
   return absl::OkStatus();
 }

@@ -94,8 +94,8 @@ absl::Status CommandProcessor::CreateMkey(absl::Span<const uint8_t> in, std::vec
   if (options_.pd_exists && !options_.pd_exists(st.pd)) {
     return Fail(out, kCmdStatusBadParam, kSynNoSuchPd, absl::StrCat("no pd ", st.pd));
   }
-  if (const uint32_t max = options_.max_klm_entries; max != 0 && mode != umr::AccessMode::kMtt &&
-                                                     MkeySlot::CapacityEntries(st) > max) {
+  if (const uint32_t max = options_.max_klm_entries;
+      max != 0 && mode != umr::AccessMode::kMtt && MkeySlot::CapacityEntries(st) > max) {
     return Fail(out, kCmdStatusLimit, kSynListTooLong,
                 absl::StrCat(MkeySlot::CapacityEntries(st), " KLM/KSM entries exceed ", max));
   }

@@ -1,9 +1,10 @@
 // The sim's send queue + completion queue: a real ring of 64-byte WQEBBs that Post* fill through
 // hca::UmrPoster (umr/ builders, the code the mlx5 backend posts with), a doorbell that publishes
 // the producer counter, an engine that has the device core execute each WQE from the ring's
-// bytes (HcaCore::ExecuteSendWqe, hca/sim/sim_core.h), and a CQ ring of 64-byte CQEs with an owner bit: the engine
-// writes them with umr::EncodeCqe (good CQEs and error CQEs with syndrome / vendor syndrome) and
-// Poll reads them back with umr::DecodeCqe, so the ring holds the bytes a ConnectX CQ would.
+// bytes (HcaCore::ExecuteSendWqe, hca/sim/sim_core.h), and a CQ ring of 64-byte CQEs with an owner
+// bit: the engine writes them with umr::EncodeCqe (good CQEs and error CQEs with syndrome / vendor
+// syndrome) and Poll reads them back with umr::DecodeCqe, so the ring holds the bytes a ConnectX CQ
+// would.
 //
 // Selective signalling: the poster signals every depth/2 WQEs even when the caller did not ask,
 // so completions keep retiring ring space; Poll consumes those CQEs silently (the caller asked
