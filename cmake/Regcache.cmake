@@ -140,9 +140,6 @@ endfunction()
 # regcache_test(NAME <name> SRCS ... DEPS <targets> LABELS <unit|integration|vm|hw> [TIMEOUT s])
 # One ctest entry per test binary, labelled so `make test` can pick what this machine can run.
 function(regcache_test)
-  if(REGCACHE_FUZZ)
-    return()  # the fuzz build has only tests/fuzz's targets
-  endif()
   cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
