@@ -9,6 +9,8 @@ set(REGCACHE_ALLOWED_hca "base;umr")
 set(REGCACHE_ALLOWED_hca_sim "base;umr;hca")
 set(REGCACHE_ALLOWED_hca_mlx5 "base;umr;hca;hca/verbs")
 set(REGCACHE_ALLOWED_hca_verbs "base;umr;hca")
+# The emulated ConnectX (tests only): rdma-core's entry points over the sim's device core.
+set(REGCACHE_ALLOWED_hca_mlx5emu "base;umr;hca;hca/sim")
 set(REGCACHE_ALLOWED_cache "base;umr;hca")
 set(REGCACHE_ALLOWED_odp "base;umr;hca;cache")
 set(REGCACHE_ALLOWED_service "base;umr;hca;cache;odp;protocol")

@@ -8,6 +8,10 @@
 #   fuzz                in the asan build, which links tests/fuzz's targets with libFuzzer: each
 #                       target for a bounded number of inputs (label unit; every other build
 #                       replays their corpus and regressions as unit tests)
+#   emu                 the hw tier's tests and the backend's fault tests against the emulated
+#                       ConnectX (hca/mlx5emu, docs/mlx5emu.md): in the dev and asan builds (not
+#                       under tsan: the emulator reads the caller's device memory as a NIC does,
+#                       outside the C++ memory model)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (tests/vm/vmrun: qemu, a Debian
 #                       kernel package); its packages are installed here, not by `make run`
@@ -89,7 +93,9 @@ else
   notes+=("hw: skipped ${n:-0} test(s): no ConnectX device here (/sys/class/infiniband has no mlx5_*)")
 fi
 
-phase_done "dev build + unit, integration, hw"
+run_label dev '^emu$' "emu (the emulated ConnectX)"
+
+phase_done "dev build + unit, integration, hw, emu"
 
 # vm: tests in a qemu guest with Soft-RoCE (tests/vm, docs/vm.md). Its packages are installed
 # only here; `vmrun --prepare` fetches and caches the guest kernel (a download on a clean
@@ -147,8 +153,8 @@ preset_pass() {
 # asan: clang++ -Werror -Wthread-safety with ASan+UBSan (one build for three checks: the lock
 # annotations are checked while it compiles, and its unit label runs the fuzz targets).
 preset_pass asan REGCACHE_SKIP_ASAN \
-  "unit (with the fuzz targets)+integration in the clang -Werror build (thread-safety checked) under asan+ubsan" \
-  '^(unit|integration)$' ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  "unit (with the fuzz targets)+integration+emu in the clang -Werror build (thread-safety checked) under asan+ubsan" \
+  '^(unit|integration|emu)$' ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1
 # tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
 preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'

@@ -310,6 +310,9 @@ WqeResult HcaCore::ExecuteSendWqe(uint32_t pdn, absl::Span<const uint8_t> ring, 
                                    static_cast<int>(*rules.min_umr_fence), ")"));
     } else if (!rules.indirect_umr && !IsMttKey(wqe->ctrl.imm)) {
       r.status = QpOp("UMR on an indirect key: the device reports umr_indirect_mkey_disabled");
+    } else if (absl::Status own = rules.umr_check ? rules.umr_check(*wqe) : absl::OkStatus();
+               !own.ok()) {
+      r.status = std::move(own);
     } else if (const Syndrome injected = take_injected ? take_injected() : Syndrome::kNone;
                injected != Syndrome::kNone) {
       stats.injected_failures.Inc();

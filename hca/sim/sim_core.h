@@ -31,6 +31,7 @@
 #include "umr/caps.h"
 #include "umr/segments.h"
 #include "umr/sq.h"
+#include "umr/wqe_decoder.h"
 
 namespace regcache::hca::sim {
 
@@ -68,6 +69,9 @@ struct SendRules {
   bool check_wqe_index = false;
   // How the list of a pointer-mode UMR is read when its pages are absent.
   FaultPolicy pointer_faults = FaultPolicy::kPark;
+  // The face's own rule for a UMR that passed the others (a hardware behaviour it models); a
+  // failure is the WQE's status and the key is left as it was. Null: none.
+  std::function<absl::Status(const umr::WqeDesc& wqe)> umr_check;
 };
 
 // What executing one WQE did.

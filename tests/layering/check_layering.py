@@ -9,7 +9,8 @@ lines), so the build and this check share one table. Rules:
      hca/sim: the software HCA is the project's fake. (The client tower may not: its tests
      reach a daemon through tests/e2e.) A binary's main (*_main.cc) may include every backend: it is where the
      backends are registered (hca/backend.h explains why registration is explicit).
-  2. Only hca/mlx5 and hca/verbs may include <infiniband/...> (rdma-core), and the one client
+  2. Only hca/mlx5, hca/verbs and the emulated ConnectX behind their entry points
+     (hca/mlx5emu) may include <infiniband/...> (rdma-core), and the one client
      source that imports a session's PD into the client's process (client/client_pd.cc,
      docs/client_memory.md): that is libibverbs by definition.
   3. Only the two towers and the protocol between them (protocol/, client/, server/, tools/)
@@ -35,7 +36,7 @@ import sys
 SOURCE_EXT = (".h", ".cc")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 ALLOWED_RE = re.compile(r'^\s*set\(REGCACHE_ALLOWED_(\w+)\s+"([^"]*)"\)', re.M)
-RDMA_CORE_FOLDERS = {"hca/mlx5", "hca/verbs"}
+RDMA_CORE_FOLDERS = {"hca/mlx5", "hca/verbs", "hca/mlx5emu"}
 RDMA_CORE_FILES = {"client/client_pd.cc"}
 BACKENDS = {"hca/sim", "hca/mlx5", "hca/verbs"}
 RPC_FOLDERS = {"protocol", "client", "server", "tools"}
@@ -98,7 +99,7 @@ def check_include(where, own, allowed, quote, inc, folders):
     if (inc.startswith("infiniband/") and own not in RDMA_CORE_FOLDERS and
             where.rsplit(":", 1)[0] not in RDMA_CORE_FILES):
         problems.append(f"{where}: '{own}' may not include <{inc}>: "
-                        "rdma-core belongs to hca/mlx5 and hca/verbs only")
+                        "rdma-core belongs to hca/mlx5, hca/verbs and hca/mlx5emu only")
     if inc.startswith(RPC_PREFIXES) or inc.endswith((".pb.h", ".grpc.pb.h")):
         if own not in RPC_FOLDERS:
             problems.append(f"{where}: '{own}' may not include '{inc}': "

@@ -1,0 +1,271 @@
+// The emulated devices, their device thread, configuration, faults and violations.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/log.h"
+#include "hca/mlx5emu/internal/emu.h"
+#include "hca/mlx5emu/mlx5emu.h"
+#include "umr/caps.h"
+#include "umr/segments.h"
+
+namespace regcache::hca::mlx5emu {
+namespace {
+
+// Process-wide state, never destroyed: the device threads run until the process ends.
+struct Globals {
+  base::Mutex mu;
+  Options options ABSL_GUARDED_BY(mu);
+  bool configured ABSL_GUARDED_BY(mu) = false;
+  std::vector<std::string> violations ABSL_GUARDED_BY(mu);
+};
+Globals& G() {
+  static Globals* g = new Globals;
+  return *g;
+}
+
+absl::StatusOr<Options> ParseOptions(absl::string_view text) {
+  Options o;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
+    int v = 0;
+    if (!absl::SimpleAtoi(kv.second, &v) || v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("mlx5emu: '", item, "' needs a number"));
+    }
+    const absl::string_view k = kv.first;
+    if (k == "umr_on_devx_mkey") {
+      o.umr_on_devx_mkey = v != 0;
+    } else if (k == "pointer_mr_lkey") {
+      o.pointer_mr_lkey = v != 0;
+    } else if (k == "variant_on_dv_mkey") {
+      o.variant_on_dv_mkey = v != 0;
+    } else if (k == "devx_mkey") {
+      o.devx_mkey = v != 0;
+    } else if (k == "odp") {
+      o.odp = v != 0;
+    } else if (k == "umr_fence" && v <= 3) {
+      o.umr_fence = v;
+    } else if (k == "umr_modify_atomic_disabled") {
+      o.umr_modify_atomic_disabled = v != 0;
+    } else if (k == "umr_modify_entity_size_disabled") {
+      o.umr_modify_entity_size_disabled = v != 0;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("mlx5emu: unknown option '", item, "'"));
+    }
+  }
+  return o;
+}
+
+Image Adjusted(Image image, const Options& o) {
+  if (o.umr_fence >= 0) image.general.umr_fence = static_cast<uint8_t>(o.umr_fence);
+  image.general.umr_modify_atomic_disabled = o.umr_modify_atomic_disabled;
+  image.general.umr_modify_entity_size_disabled = o.umr_modify_entity_size_disabled;
+  if (!o.odp) {
+    image.general.pg = false;
+    image.odp = {};
+  }
+  return image;
+}
+
+std::vector<Device*>* MakeDevices() {
+  Options o;
+  absl::Status env_status;
+  {
+    Globals& g = G();
+    base::MutexLock lock(&g.mu);
+    if (!g.configured) {
+      const char* env = std::getenv("REGCACHE_MLX5EMU");
+      absl::StatusOr<Options> parsed = ParseOptions(env != nullptr ? env : "");
+      if (parsed.ok()) g.options = *parsed;
+      env_status = parsed.status();
+      g.configured = true;
+    }
+    o = g.options;
+  }
+  if (!env_status.ok()) {
+    // A test run misconfigured: say so loudly (a violation fails the emu tests) and go on with
+    // the defaults.
+    Violation(absl::StrCat("REGCACHE_MLX5EMU: ", env_status.message()));
+  }
+  auto* devices = new std::vector<Device*>;
+  devices->push_back(new Device("mlx5_0", ConnectX6Dx, o));
+  devices->push_back(new Device("mlx5_1", ConnectX7, o));
+  return devices;
+}
+
+}  // namespace
+
+void Aligned::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{4096}); }
+
+DeviceMemory AllocDeviceMemory(size_t bytes) {
+  return DeviceMemory(new (std::align_val_t{4096}) uint8_t[bytes]());
+}
+
+Device::Device(std::string name, Image (*model)(), const Options& options)
+    : name_(std::move(name)), model_(model) {
+  ibv_.node_type = IBV_NODE_CA;
+  ibv_.transport_type = IBV_TRANSPORT_IB;
+  std::strncpy(ibv_.name, name_.c_str(), sizeof(ibv_.name) - 1);
+  std::strncpy(ibv_.dev_name, absl::StrCat("uverbs_emu_", name_).c_str(),
+               sizeof(ibv_.dev_name) - 1);
+  Build(options);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Device::Build(const Options& options) {
+  options_ = options;
+  image_ = Adjusted(model_(), options);
+  sim::CoreOptions c;
+  c.max_keys = 1u << image_.log_max_mkey_emulated;
+  c.max_indirection = image_.general.max_indirection;
+  c.general_caps = image_.general;
+  c.odp_caps = image_.odp;
+  c.check_pd_on_create = true;
+  c.max_klm_entries = 1u << image_.general.log_max_klm_list_size;
+  core_ = sim::HcaCore::Create(c).value();
+  fatal_.store(false);
+}
+
+absl::Status Device::Reconfigure(const Options& options) {
+  base::MutexLock lock(&mu);
+  if (open_contexts.load() != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mlx5emu: ", name_, " has open contexts: close them first"));
+  }
+  dv_mkeys.clear();
+  devx_mkeys.clear();
+  Build(options);
+  return absl::OkStatus();
+}
+
+Device::~Device() {
+  stop_.store(true);
+  thread_.join();
+}
+
+void Device::Kill() {
+  fatal_.store(true, std::memory_order_release);
+  base::MutexLock lock(&mu);
+  for (auto& [qpn, qp] : qps) ToError(qp);
+}
+
+void Device::Kick() { kicks_.fetch_add(1, std::memory_order_release); }
+
+void Device::Loop() {
+  // The device polls its doorbell records: a store to memory raises no event. It naps while
+  // idle, longer the longer nothing happens (at most 200 µs), so an idle emulator costs little.
+  absl::Duration nap = absl::ZeroDuration();
+  uint32_t kicks = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool busy;
+    {
+      base::MutexLock lock(&mu);
+      busy = Step();
+    }
+    const uint32_t k = kicks_.load(std::memory_order_acquire);
+    if (busy || k != kicks) {
+      kicks = k;
+      nap = absl::ZeroDuration();
+      continue;
+    }
+    nap = std::min(nap + absl::Microseconds(10), absl::Microseconds(200));
+    absl::SleepFor(nap);
+  }
+}
+
+bool Device::Step() {
+  bool busy = false;
+  for (auto& [qpn, qp] : qps) busy |= StepQp(this, qp);
+  return busy;
+}
+
+std::vector<Device*>& Devices() {
+  static std::vector<Device*>* devices = MakeDevices();  // never destroyed: handles outlive main
+  return *devices;
+}
+
+Device* DeviceOf(ibv_device* d) {
+  for (Device* dev : Devices()) {
+    if (dev->ibv() == d) return dev;
+  }
+  return nullptr;
+}
+
+void Violation(std::string what) {
+  RC_LOG(WARNING) << "mlx5emu violation: " << what;
+  Globals& g = G();
+  base::MutexLock lock(&g.mu);
+  g.violations.push_back(std::move(what));
+}
+
+Faults& GetFaults() {
+  static Faults* faults = new Faults;  // never destroyed, as Globals
+  return *faults;
+}
+
+absl::Status Configure(absl::string_view options) {
+  absl::StatusOr<Options> o = ParseOptions(options);
+  if (!o.ok()) return o.status();
+  {
+    Globals& g = G();
+    base::MutexLock lock(&g.mu);
+    g.options = *o;
+    g.configured = true;
+  }
+  for (Device* d : Devices()) {
+    if (absl::Status s = d->Reconfigure(*o); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void FailNthUmrWqe(uint32_t nth, uint8_t syndrome, uint8_t vendor_syndrome) {
+  Faults& f = GetFaults();
+  f.fail_syndrome.store(syndrome);
+  f.fail_vendor.store(vendor_syndrome);
+  f.fail_nth_umr_wqe.store(nth);
+}
+
+void FailNextCommand(uint16_t opcode, uint8_t status, uint32_t syndrome) {
+  Faults& f = GetFaults();
+  f.fail_command_status.store(status);
+  f.fail_command_syndrome.store(syndrome);
+  f.fail_command_opcode.store(opcode);
+}
+
+void DelayUmrCompletions(absl::Duration delay) {
+  GetFaults().umr_cqe_delay_ns.store(absl::ToInt64Nanoseconds(delay));
+}
+
+void LoseUmrCompletions(uint32_t count) { GetFaults().lose_umr_cqes.store(count); }
+
+void FailNextRegMr(int err) { GetFaults().fail_next_reg_mr.store(err); }
+
+void KillDevice(absl::string_view name) {
+  for (Device* d : Devices()) {
+    if (d->name() == name) d->Kill();
+  }
+}
+
+std::vector<std::string> Violations() {
+  Globals& g = G();
+  base::MutexLock lock(&g.mu);
+  return g.violations;
+}
+
+void ClearViolations() {
+  Globals& g = G();
+  base::MutexLock lock(&g.mu);
+  g.violations.clear();
+}
+
+sim::SimStats* StatsOf(absl::string_view name) {
+  for (Device* d : Devices()) {
+    if (d->name() == name) return &d->core().stats();
+  }
+  return nullptr;
+}
+
+}  // namespace regcache::hca::mlx5emu

@@ -1,0 +1,241 @@
+// The emulator's objects behind the rdma-core handles it gives out, and the device they live
+// on. Every handle (ibv_context, ibv_pd, ibv_mr, ibv_cq, ibv_qp, mlx5dv_devx_obj,
+// mlx5dv_mkey) is the first member of one of these, so the entry points find the object from
+// the handle the caller passes back.
+//
+// Device memory: the send queue buffer, the doorbell records, the BlueFlame register page and
+// the CQ buffer are ordinary memory the emulator allocates and hands out by mlx5dv_init_obj.
+// The caller writes them with plain stores and fences, as it would a NIC's; the device reads
+// and writes them only through the accessors in queues.cc, which copy a WQE out before
+// decoding it and publish a CQE's ownership byte last.
+//
+// Thread safety: a Device's tables are guarded by its mutex; the device thread holds it while
+// it executes, so destroying a queue pair waits for the WQE in flight.
+#ifndef REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_
+#define REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_
+
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/mutex.h"
+#include "base/unique_fd.h"
+#include "hca/mlx5emu/internal/images.h"
+#include "hca/sim/sim_core.h"
+#include "umr/cqe.h"
+
+// The opaque DevX object of mlx5dv.h: the emulator's is one mkey.
+struct mlx5dv_devx_obj {
+  struct ibv_context* context = nullptr;
+  uint32_t mkey_index = 0;
+};
+
+namespace regcache::hca::mlx5emu {
+
+// What a test run adjusts (mlx5emu.h, REGCACHE_MLX5EMU).
+struct Options {
+  bool umr_on_devx_mkey = true;
+  bool pointer_mr_lkey = true;
+  bool variant_on_dv_mkey = true;
+  bool devx_mkey = true;
+  bool odp = true;
+  int umr_fence = -1;  // -1: the model's
+  bool umr_modify_atomic_disabled = false;
+  bool umr_modify_entity_size_disabled = false;
+};
+
+class Device;
+
+struct Context {
+  verbs_context vctx{};  // ibv_context = &vctx.context
+  Device* dev = nullptr;
+  bool devx = false;  // opened by mlx5dv_open_device with MLX5DV_CONTEXT_FLAGS_DEVX
+  base::UniqueFd cmd_fd;
+  base::UniqueFd async_fd;
+};
+
+struct Pd {
+  ibv_pd pd{};
+  uint32_t pdn = 0;
+  int users = 0;  // MRs, QPs, mkeys: dealloc is EBUSY while any remain (Device::mu)
+};
+
+struct Mr {
+  ibv_mr mr{};
+  uint32_t index = 0;
+  bool on_demand = false;
+};
+
+struct DvMkey {
+  mlx5dv_mkey mkey{};
+  Pd* pd = nullptr;
+  uint32_t index = 0;
+};
+
+struct DevxObj {
+  mlx5dv_devx_obj obj{};
+  Pd* pd = nullptr;  // the PD the mkey names (may be null for a PD the emulator never gave)
+};
+
+// Allocated aligned memory (device memory handed to the caller).
+struct Aligned {
+  void operator()(uint8_t* p) const;
+};
+using DeviceMemory = std::unique_ptr<uint8_t[], Aligned>;
+DeviceMemory AllocDeviceMemory(size_t bytes);
+
+struct Cq {
+  ibv_cq cq{};
+  uint32_t cqe_cnt = 0;   // power of two
+  DeviceMemory buf;       // cqe_cnt x 64 bytes
+  DeviceMemory dbrec;     // [0] consumer index (BE, 24 bits), [1] arm
+  bool dv_owned = false;  // handed out by mlx5dv_init_obj: the caller polls it itself
+  uint32_t producer = 0;  // CQEs written (device side)
+  // The producer, published after each CQE: poll_cq (the provider, in the emulator) reads the
+  // ring only up to it. A caller polling the ring itself goes by the owner bit alone.
+  std::atomic<uint32_t> published{0};
+  uint32_t consumer = 0;  // poll_cq's index (provider side)
+  struct Pending {
+    absl::Time due;
+    umr::Cqe cqe;
+  };
+  std::deque<Pending> delayed;  // CQEs written later (DelayUmrCompletions)
+};
+
+// One send work request of a plain (verbs) RC queue pair, as the provider queued it.
+struct SendWr {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE;
+  bool signaled = false;
+  ibv_sge sge{};
+  bool has_sge = false;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  uint16_t index = 0;  // its position in the send queue (the CQE's wqe_counter)
+};
+
+struct Qp {
+  ibv_qp qp{};
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  bool dv = false;  // made by mlx5dv_create_qp: the caller writes raw WQEs into the SQ buffer
+  uint32_t max_send_wr = 0;
+  unsigned access = 0;    // qp_access_flags (INIT)
+  uint32_t dest_qpn = 0;  // RTR
+  // Raw-WQE queues (dv): the SQ ring, doorbell record and BlueFlame page.
+  uint32_t wqe_cnt = 0;
+  DeviceMemory sq;
+  DeviceMemory dbrec;              // [0] receive counter, [1] send counter (BE, 16 bits)
+  DeviceMemory bf;                 // 4 KiB: two BlueFlame buffers of kBfSize
+  DeviceMemory snapshot;           // the device's copy of the WQE it executes (ring-shaped)
+  uint32_t executed = 0;           // WQEBBs the device consumed, mod 2^32
+  uint16_t reported_producer = 0;  // the doorbell value last reported as a violation
+  umr::WqeScratch scratch{};
+  // Verbs queues: work requests the provider queued and the device has not yet executed.
+  std::deque<SendWr> pending;
+  std::map<uint16_t, uint64_t> wr_ids;  // by index, until completed
+  uint16_t next_index = 0;
+};
+
+class Device {
+ public:
+  // `model` gives the unadjusted image.
+  Device(std::string name, Image (*model)(), const Options& options);
+  ~Device();
+
+  ibv_device* ibv() { return &ibv_; }
+  const std::string& name() const { return name_; }
+  // Fixed while a context is open (Reconfigure refuses then).
+  const Image& image() const { return image_; }
+  const Options& options() const { return options_; }
+  sim::HcaCore& core() { return *core_; }
+  bool fatal() const { return fatal_.load(std::memory_order_acquire); }
+  void Kill();
+  // A fresh device (empty key table) with `options`: kFailedPrecondition while a context is
+  // open.
+  absl::Status Reconfigure(const Options& options);
+  std::atomic<int> open_contexts{0};
+
+  base::Mutex mu;
+  std::map<uint32_t, Qp*> qps ABSL_GUARDED_BY(mu);    // by QP number
+  std::set<uint32_t> dv_mkeys ABSL_GUARDED_BY(mu);    // indices made by mlx5dv_create_mkey
+  std::set<uint32_t> devx_mkeys ABSL_GUARDED_BY(mu);  // indices made by DevX CREATE_MKEY
+  std::map<uint32_t, Mr*> mrs ABSL_GUARDED_BY(mu);    // by key index
+  uint32_t next_qpn ABSL_GUARDED_BY(mu) = 0x100;
+  uint32_t next_cqn ABSL_GUARDED_BY(mu) = 0x40;
+
+  // Wakes the device thread (a doorbell it cannot see is a store; this only shortens its nap).
+  void Kick();
+
+ private:
+  void Loop();
+  // One pass over every queue pair; whether anything happened.
+  bool Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  void Build(const Options& options);
+
+  ibv_device ibv_{};  // first: ibv_get_device_list hands out its address
+  const std::string name_;
+  Image (*const model_)();
+  Image image_;
+  Options options_;
+  std::unique_ptr<sim::HcaCore> core_;
+  std::atomic<bool> fatal_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> kicks_{0};
+  std::thread thread_;
+};
+
+// The process's emulated devices (created on first use, from REGCACHE_MLX5EMU or Configure).
+std::vector<Device*>& Devices();
+Device* DeviceOf(ibv_device* d);  // null for a device the emulator did not give out
+// Records what the device refused without a CQE or an errno.
+void Violation(std::string what);
+
+// Faults on demand (mlx5emu.h), consumed by the device and the entry points.
+struct Faults {
+  std::atomic<uint32_t> fail_nth_umr_wqe{0};
+  std::atomic<uint8_t> fail_syndrome{0};
+  std::atomic<uint8_t> fail_vendor{0};
+  std::atomic<int> fail_command_opcode{-1};
+  std::atomic<uint8_t> fail_command_status{0};
+  std::atomic<uint32_t> fail_command_syndrome{0};
+  std::atomic<int64_t> umr_cqe_delay_ns{0};
+  std::atomic<uint32_t> lose_umr_cqes{0};
+  std::atomic<int> fail_next_reg_mr{0};
+};
+Faults& GetFaults();
+
+// --- queues.cc ---
+// Creates a CQ of at least `cqe` entries (the provider rounds cqe + 1 up to a power of two).
+std::unique_ptr<Cq> NewCq(Device* dev, ibv_context* ctx, int cqe);
+// The QP's state machine (ibv_modify_qp): the errno.
+int ModifyQp(Device* dev, Qp* qp, const ibv_qp_attr& attr, int mask)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// Executes what a queue pair has been given; whether anything happened.
+bool StepQp(Device* dev, Qp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// Moves a queue pair to the error state (its later work completes flushed).
+void ToError(Qp* qp);
+// The provider's poll_cq: decodes PRM CQEs into work completions.
+int PollCq(Device* dev, Cq* cq, int n, ibv_wc* wc);
+// The provider's post_send for a verbs RC queue pair.
+int PostSend(Device* dev, Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
+
+inline constexpr uint32_t kBfSize = 256;
+
+}  // namespace regcache::hca::mlx5emu
+#endif  // REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_

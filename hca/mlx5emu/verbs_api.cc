@@ -1,0 +1,204 @@
+// libibverbs' entry points, as rdma-core 44 declares them (infiniband/verbs.h), for the
+// emulated devices. Each validates what libibverbs and the kernel's uverbs/mlx5 driver
+// validate, reports failure as they do (NULL and errno, or the errno returned), and keeps the
+// object behind the handle it returns (internal/emu.h).
+#include <cerrno>
+#include <cstring>
+
+#include "hca/mlx5emu/internal/emu.h"
+#include "hca/mlx5emu/internal/verbs_ops.h"
+#include "hca/sim/sim_core.h"
+#include "umr/mkey.h"
+
+using namespace regcache::hca::mlx5emu;  // NOLINT: C entry points implement this namespace's API
+
+namespace {
+
+template <typename T>
+T* Fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+regcache::hca::AccessFlags AccessOf(unsigned ibv) {
+  regcache::hca::AccessFlags a = regcache::hca::kLocalRead;
+  if (ibv & IBV_ACCESS_LOCAL_WRITE) a |= regcache::hca::kLocalWrite;
+  if (ibv & IBV_ACCESS_REMOTE_READ) a |= regcache::hca::kRemoteRead;
+  if (ibv & IBV_ACCESS_REMOTE_WRITE) a |= regcache::hca::kRemoteWrite;
+  if (ibv & IBV_ACCESS_REMOTE_ATOMIC) a |= regcache::hca::kRemoteAtomic;
+  return a;
+}
+
+ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  Pd* pd = PdOf(vpd);
+  Device* dev = DevOf(vpd->context);
+  if (dev->fatal()) return Fail<ibv_mr>(EIO);
+  if (const int err = GetFaults().fail_next_reg_mr.exchange(0); err != 0) {
+    return Fail<ibv_mr>(err);
+  }
+  constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                              IBV_ACCESS_ON_DEMAND | IBV_ACCESS_RELAXED_ORDERING;
+  // ib_check_mr_access: remote write or atomic needs local write.
+  if ((access & ~kKnown) != 0 || length == 0 || iova != reinterpret_cast<uint64_t>(addr) ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+       (access & IBV_ACCESS_LOCAL_WRITE) == 0)) {
+    return Fail<ibv_mr>(EINVAL);
+  }
+  const bool odp = (access & IBV_ACCESS_ON_DEMAND) != 0;
+  if (odp && dev->image().odp.rc == regcache::umr::OdpTransportCaps{}) {
+    return Fail<ibv_mr>(EOPNOTSUPP);
+  }
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  absl::StatusOr<std::vector<uint8_t>> mailbox =
+      regcache::hca::sim::HcaCore::MttKeyMailbox(pd->pdn, a, length, AccessOf(access), 12, odp);
+  if (!mailbox.ok()) return Fail<ibv_mr>(EINVAL);
+  absl::StatusOr<uint32_t> index = dev->core().CreateMkey(*mailbox, odp);
+  if (!index.ok()) return Fail<ibv_mr>(absl::IsResourceExhausted(index.status()) ? ENOMEM : EINVAL);
+  auto* mr = new Mr;
+  mr->index = *index;
+  mr->on_demand = odp;
+  mr->mr.context = vpd->context;
+  mr->mr.pd = vpd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = *index;
+  mr->mr.lkey = mr->mr.rkey = regcache::umr::MakeKey(*index, 0);
+  regcache::base::MutexLock lock(&dev->mu);
+  dev->mrs[*index] = mr;
+  ++pd->users;
+  return &mr->mr;
+}
+
+}  // namespace
+
+extern "C" {
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  const std::vector<Device*>& devices = Devices();
+  auto** list = new ibv_device*[devices.size() + 1];
+  for (size_t i = 0; i < devices.size(); ++i) list[i] = devices[i]->ibv();
+  list[devices.size()] = nullptr;
+  if (num_devices != nullptr) *num_devices = static_cast<int>(devices.size());
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) { delete[] list; }
+
+const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+
+ibv_context* ibv_open_device(ibv_device* device) { return OpenContext(device, false); }
+
+int ibv_close_device(ibv_context* context) { return CloseContext(context); }
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  ibv_device_attr_ex ex{};
+  const int rc = QueryDeviceEx(context, nullptr, &ex, sizeof(ex));
+  if (rc == 0) *attr = ex.orig_attr;
+  return rc;
+}
+
+int(ibv_query_port)(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* attr) {
+  // The fallback of the header's inline passes an ibv_port_attr it cleared.
+  return QueryPort(context, port_num, reinterpret_cast<ibv_port_attr*>(attr),
+                   sizeof(ibv_port_attr));
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+  Device* dev = DevOf(context);
+  if (port_num != 1 || index < 0 || index > 1) return -1;
+  *gid = GidOf(dev);
+  return 0;
+}
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  Device* dev = DevOf(context);
+  if (dev->fatal()) return Fail<ibv_pd>(EIO);
+  auto* pd = new Pd;
+  pd->pdn = dev->core().AllocPd();
+  pd->pd.context = context;
+  pd->pd.handle = pd->pdn;
+  return &pd->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* vpd) {
+  Pd* pd = PdOf(vpd);
+  Device* dev = DevOf(vpd->context);
+  {
+    regcache::base::MutexLock lock(&dev->mu);
+    if (pd->users != 0) return EBUSY;
+  }
+  (void)dev->core().DeallocPd(pd->pdn);
+  delete pd;
+  return 0;
+}
+
+ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
+  return RegMr(pd, addr, length, reinterpret_cast<uint64_t>(addr), static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                         unsigned int access) {
+  return RegMr(pd, addr, length, iova, access);
+}
+
+int ibv_dereg_mr(ibv_mr* vmr) {
+  Mr* mr = reinterpret_cast<Mr*>(vmr);
+  Device* dev = DevOf(vmr->context);
+  if (!dev->core().DestroyMkey(mr->index).ok()) return EINVAL;
+  {
+    regcache::base::MutexLock lock(&dev->mu);
+    dev->mrs.erase(mr->index);
+    --PdOf(vmr->pd)->users;
+  }
+  delete mr;
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  Device* dev = DevOf(context);
+  if (dev->fatal()) return Fail<ibv_cq>(EIO);
+  if (cqe <= 0 || cqe > dev->image().max_cqe || channel != nullptr || comp_vector != 0) {
+    return Fail<ibv_cq>(EINVAL);
+  }
+  Cq* cq = NewCq(dev, context, cqe).release();
+  cq->cq.cq_context = cq_context;
+  return &cq->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* vcq) {
+  Cq* cq = reinterpret_cast<Cq*>(vcq);
+  Device* dev = DevOf(vcq->context);
+  {
+    regcache::base::MutexLock lock(&dev->mu);
+    for (const auto& [qpn, qp] : dev->qps) {
+      if (qp->send_cq == cq || qp->qp.recv_cq == vcq) return EBUSY;
+    }
+  }
+  delete cq;
+  return 0;
+}
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return CreateQp(pd->context, pd, *attr, /*raw=*/false);
+}
+
+int ibv_destroy_qp(ibv_qp* qp) { return DestroyQp(qp); }
+
+int ibv_modify_qp(ibv_qp* vqp, ibv_qp_attr* attr, int attr_mask) {
+  Device* dev = DevOf(vqp->context);
+  regcache::base::MutexLock lock(&dev->mu);
+  return ModifyQp(dev, reinterpret_cast<Qp*>(vqp), *attr, attr_mask);
+}
+
+const char* ibv_wc_status_str(ibv_wc_status status) { return WcStatusName(status); }
+
+// Importing needs a kernel context shared between processes, which the emulator does not
+// have: the mlx5 provider's answer where the kernel cannot (EOPNOTSUPP).
+ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return Fail<ibv_pd>(EOPNOTSUPP); }
+void ibv_unimport_pd(ibv_pd*) {}
+ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return Fail<ibv_mr>(EOPNOTSUPP); }
+void ibv_unimport_mr(ibv_mr*) {}
+
+}  // extern "C"
