@@ -21,6 +21,10 @@
 //   devx_mkey=0              DevX CREATE_MKEY is refused with EPERM (mlx5dv_create_mkey works)
 //   odp=0                    no on-demand paging in ibv_odp_caps
 //   umr_fence=0|1|2          the umr_fence capability, and the fence the device then demands
+//   max_wqe_sz_sq=N          the largest send WQE in bytes (larger ones fail LOCAL_QP_OP)
+//   log_max_klm_list_size=N  the longest KLM list, 2^N entries
+//   umr_indirect_mkey_disabled=1
+//   devx=0                   no context gets DevX (a kernel without it, or DevX not permitted)
 //   umr_modify_atomic_disabled=1, umr_modify_entity_size_disabled=1
 // The first three are the hardware behaviours docs/mlx5.md says no source states.
 //

@@ -318,5 +318,102 @@ TEST_F(EmuBackendTest, AKeyOverMoreThanFourGibTranslatesPastTheThirtyTwoBitLine)
   munmap(m, kRegion);
 }
 
+// A device the backend cannot make keys on is refused at open, with the reason.
+TEST_F(EmuBackendTest, DevicesWithoutWhatTheBackendNeedsAreRefused) {
+  mlx5::RegisterBackend();
+  const std::pair<const char*, const char*> cases[] = {
+      {"umr_indirect_mkey_disabled=1", "umr_indirect_mkey_disabled"},
+      {"log_max_klm_list_size=0", "no indirect keys"},
+      {"max_wqe_sz_sq=128", "cannot carry a UMR"},
+      {"devx=0", "no DevX"}};
+  for (const auto& [options, reason] : cases) {
+    SCOPED_TRACE(options);
+    ASSERT_TRUE(mlx5emu::Configure(options).ok());
+    auto d = OpenDevice("mlx5:mlx5_1");
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.status().message().find(reason), std::string::npos) << d.status();
+  }
+  // An undefined umr_fence value: the backend takes the strongest fence, and works.
+  Open("umr_fence=3");
+  ASSERT_TRUE(Map(NewKey(), 1).ok());
+}
+
+TEST_F(EmuBackendTest, RequestsTheBackendDoesNotOfferAreRefused) {
+  Open("odp=0");
+  BackingOptions iova;
+  iova.iova = 0x1000;
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->RegisterBacking(pd_, Addr(0), 4096, 0, iova).status()));
+  BackingOptions huge;
+  huge.log_page_size = 21;
+  EXPECT_TRUE(absl::IsInvalidArgument(dev_->RegisterBacking(pd_, Addr(0), 4096, 0, huge).status()));
+  BackingOptions odp;
+  odp.on_demand = true;
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->RegisterBacking(pd_, Addr(0), 4096, 0, odp).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->CreateDirectKeys(pd_, 4, 1, {}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(dev_->CreateQueue(pd_, QueueOptions{3}).status()));
+  EXPECT_EQ(dev_->FaultEventFd(), -1);
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->NextFaultEvent(absl::ZeroDuration()).status()));
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->ResumeFault(1, true)));
+  // PD import needs a kernel context two processes share, which this device has not.
+  EXPECT_FALSE(dev_->capabilities().pd_export);
+  EXPECT_FALSE(dev_->ExportPd(pd_).ok());
+  EXPECT_FALSE(dev_->ImportBacking(pd_, ImportedRegion{1, Addr(0), 4096, kLocalRead}).ok());
+  EXPECT_TRUE(
+      absl::IsUnimplemented(queue_->PostRewriteTranslation(1, backing_.key, 0, {}, PostOptions{})));
+  EXPECT_TRUE(absl::IsInvalidArgument(OpenDevice("mlx5:mlx5_0,mkey_api=bogus").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(OpenDevice("mlx5:mlx5_0,colour=blue").status()));
+}
+
+TEST_F(EmuBackendTest, KsmKeysNeedDevxAndUpdatesAndEndpointsWork) {
+  Open("", ",mkey_api=mlx5dv");
+  IndirectKeyOptions ksm;
+  ksm.layout = Layout::kKsm;
+  EXPECT_TRUE(absl::IsUnimplemented(dev_->CreateIndirectKeys(pd_, 4, 1, ksm).status()));
+  const Key k = NewKey();
+  ASSERT_TRUE(Map(k, 1).ok());
+  // An update of a live key's rights: reads stop.
+  UpdateRequest u;
+  u.key = MakeKey(KeyIndex(k), 1);
+  u.fields = kUpdateAccess;
+  u.access = kLocalRead | kRemoteWrite;
+  ASSERT_TRUE(queue_->PostUpdate(7, u).ok());
+  ASSERT_TRUE(queue_->Doorbell().ok());
+  ASSERT_TRUE(queue_->Flush(absl::Seconds(10)).ok());
+  Completion c;
+  ASSERT_EQ(queue_->Poll(absl::MakeSpan(&c, 1)), 1u);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  std::vector<uint8_t> out(8);
+  EXPECT_EQ(SyndromeOf(peer().Read(u.key, kKeyBase, absl::MakeSpan(out))), Syndrome::kRemoteAccess);
+  auto e = dev_->CreateEndpoint(pd_, EndpointOptions{});
+  ASSERT_TRUE(e.ok()) << e.status();
+}
+
+TEST_F(EmuBackendTest, CompletionsBeyondWhatThePollerTakesWaitForTheNextPoll) {
+  Open("");
+  const Key k = NewKey();
+  ASSERT_TRUE(Map(k, 1).ok());
+  for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(queue_->PostInvalidate(10 + i, k, {}).ok());
+  ASSERT_TRUE(queue_->Doorbell().ok());
+  ASSERT_TRUE(queue_->Flush(absl::Seconds(10)).ok());  // harvests all six, hands out none
+  for (uint64_t i = 0; i < 6; ++i) {
+    Completion c;
+    ASSERT_EQ(queue_->Poll(absl::MakeSpan(&c, 1)), 1u);
+    EXPECT_EQ(c.request_id, 10 + i);
+  }
+}
+
+TEST_F(EmuBackendTest, AStagingBufferThatCannotBeRegisteredFailsTheLongMapOnly) {
+  Open("");
+  const uint32_t n = dev_->capabilities().max_inline_klm + 4;
+  std::vector<KlmEntry> klm(n, KlmEntry{backing_.key, Addr(0), 4096});
+  MapRequest r = MapOf(NewKey(n), klm[0], 1);
+  r.klm = klm;
+  r.length = uint64_t{n} * 4096;
+  mlx5emu::FailNextRegMr(ENOMEM);
+  EXPECT_FALSE(Run(r).ok());
+  EXPECT_TRUE(Map(NewKey(), 1).ok());
+  EXPECT_TRUE(Run(r).ok());  // the next long map registers the buffer
+}
+
 }  // namespace
 }  // namespace regcache::hca

@@ -1,6 +1,7 @@
 #include "hca/mlx5/internal/devx.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -55,7 +56,9 @@ absl::StatusOr<std::vector<uint8_t>> QueryCap(ibv_context* ctx, uint16_t cap_typ
   std::vector<uint8_t> out(umr::kQueryHcaCapOutBytes, 0);
   errno = 0;
   const int rc = mlx5dv_devx_general_cmd(ctx, in.data(), in.size(), out.data(), out.size());
-  const int err = rc == 0 ? 0 : (errno != 0 ? errno : -rc);
+  // rdma-core returns the errno itself (positive), and sets errno except where the context
+  // lacks the operation (EOPNOTSUPP, errno untouched).
+  const int err = rc == 0 ? 0 : (errno != 0 ? errno : std::abs(rc));
   if (rc != 0 && (err == EOPNOTSUPP || err == EPERM || err == EPROTONOSUPPORT)) {
     return Unavailable(err, what);
   }
@@ -134,7 +137,7 @@ absl::Status DestroyMkey(const DevxMkey& m) {
   const int rc = mlx5dv_devx_obj_destroy(m.obj);
   // The object's outbox is the kernel's; only the errno comes back.
   return rc == 0 ? absl::OkStatus()
-                 : verbs::ErrnoStatus(errno != 0 ? errno : -rc, "mlx5: DESTROY_MKEY");
+                 : verbs::ErrnoStatus(errno != 0 ? errno : std::abs(rc), "mlx5: DESTROY_MKEY");
 }
 
 }  // namespace regcache::hca::mlx5

@@ -48,6 +48,14 @@ absl::StatusOr<Options> ParseOptions(absl::string_view text) {
       o.odp = v != 0;
     } else if (k == "umr_fence" && v <= 3) {
       o.umr_fence = v;
+    } else if (k == "max_wqe_sz_sq" && v <= 0xffff) {
+      o.max_wqe_sz_sq = v;
+    } else if (k == "log_max_klm_list_size" && v <= 20) {
+      o.log_max_klm_list_size = v;
+    } else if (k == "umr_indirect_mkey_disabled") {
+      o.umr_indirect_mkey_disabled = v != 0;
+    } else if (k == "devx") {
+      o.devx = v != 0;
     } else if (k == "umr_modify_atomic_disabled") {
       o.umr_modify_atomic_disabled = v != 0;
     } else if (k == "umr_modify_entity_size_disabled") {
@@ -61,6 +69,11 @@ absl::StatusOr<Options> ParseOptions(absl::string_view text) {
 
 Image Adjusted(Image image, const Options& o) {
   if (o.umr_fence >= 0) image.general.umr_fence = static_cast<uint8_t>(o.umr_fence);
+  if (o.max_wqe_sz_sq >= 0) image.general.max_wqe_sz_sq = static_cast<uint16_t>(o.max_wqe_sz_sq);
+  if (o.log_max_klm_list_size >= 0) {
+    image.general.log_max_klm_list_size = static_cast<uint8_t>(o.log_max_klm_list_size);
+  }
+  image.general.umr_indirect_mkey_disabled = o.umr_indirect_mkey_disabled;
   image.general.umr_modify_atomic_disabled = o.umr_modify_atomic_disabled;
   image.general.umr_modify_entity_size_disabled = o.umr_modify_entity_size_disabled;
   if (!o.odp) {

@@ -54,6 +54,10 @@ struct Options {
   int umr_fence = -1;  // -1: the model's
   bool umr_modify_atomic_disabled = false;
   bool umr_modify_entity_size_disabled = false;
+  int max_wqe_sz_sq = -1;          // -1: the model's
+  int log_max_klm_list_size = -1;  // -1: the model's
+  bool umr_indirect_mkey_disabled = false;
+  bool devx = true;  // false: no context gets DevX (a kernel without it)
 };
 
 class Device;

@@ -95,7 +95,7 @@ ibv_context* OpenContext(ibv_device* device, bool devx) {
   }
   auto* c = new Context;
   c->dev = dev;
-  c->devx = devx;
+  c->devx = devx && dev->options().devx;
   c->cmd_fd = base::UniqueFd(open("/dev/null", O_RDWR | O_CLOEXEC));
   c->async_fd = base::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   verbs_context& v = c->vctx;
