@@ -103,7 +103,7 @@ class EmuTest : public ::testing::Test {
   // fence of this queue unless set).
   void MakePoster(UmrPosterOptions o = {}, bool own_sqn = true) {
     buf_.assign(1 << 16, 0);
-    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
+    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
     ASSERT_NE(mr_, nullptr);
     const std::vector<uint8_t> in =
         PoolKeyMailbox(IndirectKeyParams(Pd{dv_pd_.pdn}, 16, 1u << 16, {}).value()).value();
@@ -293,7 +293,8 @@ TEST_F(EmuTest, VerbsRefuseWhatTheKernelRefuses) {
   Open();
   std::vector<uint8_t> buf(4096);
   errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(ibv_reg_mr(pd_, buf.data(), buf.size(), static_cast<int>(IBV_ACCESS_REMOTE_WRITE)),
+            nullptr);
   EXPECT_EQ(errno, EINVAL);  // remote write needs local write
   MakeQp();
   EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);  // a queue pair is in it
@@ -304,7 +305,7 @@ TEST_F(EmuTest, VerbsRefuseWhatTheKernelRefuses) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   EXPECT_EQ(ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PORT), EINVAL);  // attributes missing
-  ibv_mr* plain = ibv_reg_mr(pd_, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* plain = ibv_reg_mr(pd_, buf.data(), buf.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
   ASSERT_NE(plain, nullptr);
   ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), 4096, plain->lkey};
   EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1),
