@@ -83,6 +83,9 @@ ABSL_FLAG(uint32_t, max_endpoints, 16,
 ABSL_FLAG(bool, allow_pd_export, false,
           "let clients import their session's PD (docs/client_memory.md); the exported command "
           "fd reaches every verbs object of the device context: trusted clients only");
+ABSL_FLAG(bool, peer_on_any_device, false,
+          "serve the peer data path (SimPeerService) on every device, through its own requester "
+          "queue pair: for tests of a device backend; --device=sim always serves it");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
@@ -132,6 +135,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_sessions_per_device = absl::GetFlag(FLAGS_max_sessions_per_device);
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
   config->allow_pd_export = absl::GetFlag(FLAGS_allow_pd_export);
+  config->peer_on_any_device = absl::GetFlag(FLAGS_peer_on_any_device);
   config->metrics_max_tenants = absl::GetFlag(FLAGS_metrics_max_tenants);
   // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;
   // on other devices the peer data path is refused anyway.

@@ -489,7 +489,8 @@ absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s, std::optional<Endpoi
   hca::Device* device = s.device->device.get();
   if (!s.device->SimulatesPeer()) {
     return absl::UnimplementedError(
-        "the peer data path is only exposed with --device=sim (a real peer is a remote node)");
+        "the peer data path is only exposed with --device=sim, or --peer_on_any_device for a "
+        "device's own requester (a real peer is a remote node)");
   }
   if (endpoint.has_value()) {
     ASSIGN_OR_RETURN(*through, s.endpoints->RemotePeer(*endpoint, device, config_.remote_node));

@@ -92,6 +92,11 @@ struct DaemonConfig {
   // reaches every verbs object of the daemon's device context, other sessions' included, so
   // only a daemon whose clients are all trusted turns it on.
   bool allow_pd_export = false;
+  // The peer data path (service/sim_peer.h) also on devices other than the sim, through the
+  // device's own requester queue pair (hca::Device::CreatePeer, in the session's PD): for tests
+  // of a device backend, such as the mlx5 backend on the emulated ConnectX
+  // (docs/mlx5emu.md). A production daemon has no use for it. Off by default.
+  bool peer_on_any_device = false;
 };
 
 using SessionId = uint64_t;

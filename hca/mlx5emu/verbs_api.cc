@@ -196,6 +196,7 @@ const char* ibv_wc_status_str(ibv_wc_status status) { return WcStatusName(status
 
 // Importing needs a kernel context shared between processes, which the emulator does not
 // have: the mlx5 provider's answer where the kernel cannot (EOPNOTSUPP).
+ibv_context* ibv_import_device(int) { return Fail<ibv_context>(EOPNOTSUPP); }
 ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return Fail<ibv_pd>(EOPNOTSUPP); }
 void ibv_unimport_pd(ibv_pd*) {}
 ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return Fail<ibv_mr>(EOPNOTSUPP); }

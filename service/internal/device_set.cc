@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DaemonConfig& c
     auto slot = std::make_unique<DeviceSlot>();
     slot->index = static_cast<uint32_t>(i);
     slot->spec = specs[i];
+    slot->peer_on_any_device = config.peer_on_any_device;
     // With one device its components keep their plain names; with several each device's go to
     // its own registry, labelled with the device's name once it is known (after opening).
     base::stats::Registry* target = registry == nullptr ? nullptr

@@ -40,10 +40,14 @@ struct DeviceSlot {
   std::unique_ptr<cache::RegCache> cache;
   std::unique_ptr<SessionKeys> keys;
   std::atomic<uint64_t> sessions{0};  // open on this device
+  bool peer_on_any_device = false;    // DaemonConfig::peer_on_any_device
 
   const hca::Capabilities& caps() const { return device->capabilities(); }
-  // Whether the device simulates a remote peer (the sim): service/sim_peer.h.
-  bool SimulatesPeer() const { return caps().backend == "sim" && caps().peer; }
+  // Whether the peer data path is served on this device (service/sim_peer.h): the sim's
+  // simulated peer, or any device's own when DaemonConfig::peer_on_any_device.
+  bool SimulatesPeer() const {
+    return caps().peer && (caps().backend == "sim" || peer_on_any_device);
+  }
   const std::string& name() const { return device->capabilities().device_name; }
   DeviceIdentity Identity() const;
 };
