@@ -188,6 +188,64 @@ TEST_F(EmuTest, AWqeWrittenAfterTheDoorbellDoesNotRunUntilTheNext) {
   EXPECT_EQ(nop->wqe_opcode, umr::kOpcodeNop);
 }
 
+TEST_F(EmuTest, WqesWaitWhileTheQueuePairIsNotYetReadyToSend) {
+  Open();
+  MakeQp();
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(
+      ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+      0);
+  MakePoster();
+  ASSERT_TRUE(PostMap().ok());
+  Ring(poster_->producer());
+  EXPECT_FALSE(Cqe(0, absl::Milliseconds(50)).has_value()) << "a WQE ran in INIT";
+  a.qp_state = IBV_QPS_RTR;
+  a.dest_qp_num = qp_->qp_num;
+  a.path_mtu = IBV_MTU_1024;
+  ASSERT_EQ(ibv_modify_qp(qp_, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  EXPECT_FALSE(Cqe(0, absl::Milliseconds(50)).has_value()) << "a WQE ran in RTR";
+  a.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(qp_, &a,
+                          IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+  std::optional<umr::Cqe> c = Cqe(0);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->is_error());
+}
+
+TEST_F(EmuTest, AUmrOnAKeyOfAnotherPdIsRefused) {
+  Open();
+  MakeQp();
+  ToRts();
+  // The key is made in a second PD; the queue pair is in the first.
+  ibv_pd* other = ibv_alloc_pd(ctx_);
+  ASSERT_NE(other, nullptr);
+  mlx5dv_pd dv{};
+  mlx5dv_obj obj{};
+  obj.pd.in = other;
+  obj.pd.out = &dv;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD), 0);
+  MakePoster();
+  const std::vector<uint8_t> in =
+      PoolKeyMailbox(IndirectKeyParams(Pd{dv.pdn}, 16, 1u << 16, {}).value()).value();
+  umr::Mailbox16 out{};
+  mlx5dv_devx_obj* foreign =
+      mlx5dv_devx_obj_create(ctx_, in.data(), in.size(), out.data(), out.size());
+  ASSERT_NE(foreign, nullptr);
+  key_index_ = umr::DecodeCreateMkeyOut(out).value().mkey_index;
+  ASSERT_TRUE(PostMap().ok());
+  Ring(poster_->producer());
+  ExpectError(umr::kCqeSyndMwBind);
+  EXPECT_EQ(mlx5dv_devx_obj_destroy(foreign), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
 TEST_F(EmuTest, AControlSegmentNamingAnotherQueuePairFailsAndFlushesTheRest) {
   Open();
   MakeQp();
