@@ -9,9 +9,9 @@
 #                       target for a bounded number of inputs (label unit; every other build
 #                       replays their corpus and regressions as unit tests)
 #   emu                 the hw tier's tests and the backend's fault tests against the emulated
-#                       ConnectX (hca/mlx5emu, docs/mlx5emu.md): in the dev and asan builds (not
-#                       under tsan: the emulator reads the caller's device memory as a NIC does,
-#                       outside the C++ memory model)
+#                       ConnectX (hca/mlx5emu, docs/mlx5emu.md): in the dev, asan and tsan builds
+#                       (under tsan, races with an emulator frame are suppressed: it reads the
+#                       caller's device memory as a NIC does, outside the C++ memory model)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (tests/vm/vmrun: qemu, a Debian
 #                       kernel package); its packages are installed here, not by `make run`
@@ -166,7 +166,7 @@ preset_pass asan REGCACHE_SKIP_ASAN \
   '^(unit|integration|emu)$' ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1
 # tsan: each test carries its suppressions (tests/tsan.supp, set by regcache_test_env).
-preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration under tsan" '^(unit|integration)$'
+preset_pass tsan REGCACHE_SKIP_TSAN "unit+integration+emu under tsan" '^(unit|integration|emu)$'
 
 echo
 echo "=== what ran and what did not"
