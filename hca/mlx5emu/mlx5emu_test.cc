@@ -50,10 +50,30 @@ class EmuTest : public ::testing::Test {
     ASSERT_NE(ctx_, nullptr);
     pd_ = ibv_alloc_pd(ctx_);
     ASSERT_NE(pd_, nullptr);
+    pdn_ = PdnOf(pd_);
+  }
+  // The PD number the device knows `pd` by (mlx5dv_init_obj), 0 on failure.
+  static uint32_t PdnOf(ibv_pd* pd) {
+    mlx5dv_pd dv{};
     mlx5dv_obj obj{};
-    obj.pd.in = pd_;
-    obj.pd.out = &dv_pd_;
-    ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD), 0);
+    obj.pd.in = pd;
+    obj.pd.out = &dv;
+    EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD), 0);
+    return dv.pdn;
+  }
+  // The CREATE_MKEY input of a free KLM pool key of PD `pdn` with `capacity` entries.
+  static std::vector<uint8_t> PoolMailbox(uint32_t pdn, uint32_t capacity = 16) {
+    return PoolKeyMailbox(IndirectKeyParams(Pd{pdn}, capacity, 1u << 20, {}).value()).value();
+  }
+  // A free pool key of PD `pdn` made by DevX CREATE_MKEY; its index in *index.
+  mlx5dv_devx_obj* NewPoolKey(uint32_t pdn, uint32_t* index) {
+    const std::vector<uint8_t> in = PoolMailbox(pdn);
+    umr::Mailbox16 out{};
+    mlx5dv_devx_obj* key =
+        mlx5dv_devx_obj_create(ctx_, in.data(), in.size(), out.data(), out.size());
+    EXPECT_NE(key, nullptr);
+    if (key != nullptr) *index = umr::DecodeCreateMkeyOut(out).value().mkey_index;
+    return key;
   }
   // A raw-WQE queue pair of `depth` WQEs over a CQ of `cqe` entries, left in RESET.
   void MakeQp(uint32_t depth = 16, int cqe = 16) {
@@ -79,25 +99,30 @@ class EmuTest : public ::testing::Test {
     obj.cq.out = &dv_cq_;
     ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ), 0);
   }
-  void ToRts() {
+  // One step of the queue pair's state machine with the attributes IB requires for it
+  // (RESET -> INIT -> RTR -> RTS; RTR connects it to itself).
+  void MoveTo(ibv_qp_state state) {
     ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(qp_, &a,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-              0);
-    a.qp_state = IBV_QPS_RTR;
-    a.dest_qp_num = qp_->qp_num;
-    a.path_mtu = IBV_MTU_1024;
-    ASSERT_EQ(ibv_modify_qp(qp_, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(qp_, &a,
-                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    a.qp_state = state;
+    int mask = IBV_QP_STATE;
+    if (state == IBV_QPS_INIT) {
+      a.port_num = 1;
+      mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    } else if (state == IBV_QPS_RTR) {
+      a.dest_qp_num = qp_->qp_num;
+      a.path_mtu = IBV_MTU_1024;
+      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    } else if (state == IBV_QPS_RTS) {
+      mask |= IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+              IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    ASSERT_EQ(ibv_modify_qp(qp_, &a, mask), 0);
+  }
+  void ToRts() {
+    MoveTo(IBV_QPS_INIT);
+    MoveTo(IBV_QPS_RTR);
+    MoveTo(IBV_QPS_RTS);
   }
   // A pool key and a region to map it over; a poster over the send queue with `o` (sqn and
   // fence of this queue unless set).
@@ -105,12 +130,8 @@ class EmuTest : public ::testing::Test {
     buf_.assign(1 << 16, 0);
     mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
     ASSERT_NE(mr_, nullptr);
-    const std::vector<uint8_t> in =
-        PoolKeyMailbox(IndirectKeyParams(Pd{dv_pd_.pdn}, 16, 1u << 16, {}).value()).value();
-    umr::Mailbox16 out{};
-    key_ = mlx5dv_devx_obj_create(ctx_, in.data(), in.size(), out.data(), out.size());
+    key_ = NewPoolKey(pdn_, &key_index_);
     ASSERT_NE(key_, nullptr);
-    key_index_ = umr::DecodeCreateMkeyOut(out).value().mkey_index;
     if (own_sqn) o.sqn = qp_->qp_num;
     poster_ = UmrPoster::Create(absl::MakeSpan(static_cast<uint8_t*>(dv_qp_.sq.buf),
                                                size_t{dv_qp_.sq.wqe_cnt} * dv_qp_.sq.stride),
@@ -156,7 +177,7 @@ class EmuTest : public ::testing::Test {
 
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
-  mlx5dv_pd dv_pd_{};
+  uint32_t pdn_ = 0;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
   mlx5dv_qp dv_qp_{};
@@ -191,29 +212,14 @@ TEST_F(EmuTest, AWqeWrittenAfterTheDoorbellDoesNotRunUntilTheNext) {
 TEST_F(EmuTest, WqesWaitWhileTheQueuePairIsNotYetReadyToSend) {
   Open();
   MakeQp();
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  ASSERT_EQ(
-      ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-      0);
+  MoveTo(IBV_QPS_INIT);
   MakePoster();
   ASSERT_TRUE(PostMap().ok());
   Ring(poster_->producer());
   EXPECT_FALSE(Cqe(0, absl::Milliseconds(50)).has_value()) << "a WQE ran in INIT";
-  a.qp_state = IBV_QPS_RTR;
-  a.dest_qp_num = qp_->qp_num;
-  a.path_mtu = IBV_MTU_1024;
-  ASSERT_EQ(ibv_modify_qp(qp_, &a,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
+  MoveTo(IBV_QPS_RTR);
   EXPECT_FALSE(Cqe(0, absl::Milliseconds(50)).has_value()) << "a WQE ran in RTR";
-  a.qp_state = IBV_QPS_RTS;
-  ASSERT_EQ(ibv_modify_qp(qp_, &a,
-                          IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                              IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
-            0);
+  MoveTo(IBV_QPS_RTS);
   std::optional<umr::Cqe> c = Cqe(0);
   ASSERT_TRUE(c.has_value());
   EXPECT_FALSE(c->is_error());
@@ -226,19 +232,9 @@ TEST_F(EmuTest, AUmrOnAKeyOfAnotherPdIsRefused) {
   // The key is made in a second PD; the queue pair is in the first.
   ibv_pd* other = ibv_alloc_pd(ctx_);
   ASSERT_NE(other, nullptr);
-  mlx5dv_pd dv{};
-  mlx5dv_obj obj{};
-  obj.pd.in = other;
-  obj.pd.out = &dv;
-  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD), 0);
   MakePoster();
-  const std::vector<uint8_t> in =
-      PoolKeyMailbox(IndirectKeyParams(Pd{dv.pdn}, 16, 1u << 16, {}).value()).value();
-  umr::Mailbox16 out{};
-  mlx5dv_devx_obj* foreign =
-      mlx5dv_devx_obj_create(ctx_, in.data(), in.size(), out.data(), out.size());
+  mlx5dv_devx_obj* foreign = NewPoolKey(PdnOf(other), &key_index_);
   ASSERT_NE(foreign, nullptr);
-  key_index_ = umr::DecodeCreateMkeyOut(out).value().mkey_index;
   ASSERT_TRUE(PostMap().ok());
   Ring(poster_->producer());
   ExpectError(umr::kCqeSyndMwBind);
@@ -323,17 +319,14 @@ TEST_F(EmuTest, MailboxesAreCheckedAsFirmwareAndTheKernelCheckThem) {
   std::vector<uint8_t> out(4096);
   EXPECT_EQ(mlx5dv_devx_obj_query(key_, other.data(), other.size(), out.data(), out.size()),
             EINVAL);
-  const std::vector<uint8_t> create =
-      PoolKeyMailbox(IndirectKeyParams(Pd{dv_pd_.pdn}, 16, 1u << 16, {}).value()).value();
+  const std::vector<uint8_t> create = PoolMailbox(pdn_);
   EXPECT_EQ(mlx5dv_devx_general_cmd(ctx_, create.data(), create.size(), out.data(), 16), EINVAL);
   // CREATE_MKEY of a PD the device never allocated, and of a list past log_max_klm_list_size.
-  const std::vector<uint8_t> no_pd =
-      PoolKeyMailbox(IndirectKeyParams(Pd{dv_pd_.pdn + 99}, 16, 1u << 16, {}).value()).value();
+  const std::vector<uint8_t> no_pd = PoolMailbox(pdn_ + 99);
   EXPECT_EQ(mlx5dv_devx_obj_create(ctx_, no_pd.data(), no_pd.size(), out.data(), 16), nullptr);
   EXPECT_EQ(errno, EREMOTEIO);
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, umr::kCmdStatusBadParam);
-  const std::vector<uint8_t> long_list =
-      PoolKeyMailbox(IndirectKeyParams(Pd{dv_pd_.pdn}, 1u << 17, 1u << 20, {}).value()).value();
+  const std::vector<uint8_t> long_list = PoolMailbox(pdn_, 1u << 17);
   EXPECT_EQ(mlx5dv_devx_obj_create(ctx_, long_list.data(), long_list.size(), out.data(), 16),
             nullptr);
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, umr::kCmdStatusLimit);

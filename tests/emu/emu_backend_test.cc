@@ -64,16 +64,26 @@ class EmuBackendTest : public ::testing::Test {
     keys_.push_back(k->front());
     return k->front();
   }
-  MapRequest MapOf(Key key, const KlmEntry& e, uint8_t variant) {
-    entry_ = e;
+  // A map of `key` onto `klm`, one entry after the other from kKeyBase. The entries are kept in
+  // the fixture: the request points at them until it is posted.
+  MapRequest MapOf(Key key, std::vector<KlmEntry> klm, uint8_t variant) {
+    klm_ = std::move(klm);
     MapRequest r;
     r.key = key;
     r.new_variant = variant;
-    r.klm = absl::MakeConstSpan(&entry_, 1);
+    r.klm = klm_;
     r.access = kLocalRead | kRemoteRead | kRemoteWrite;
     r.start_addr = kKeyBase;
-    r.length = e.length;
+    for (const KlmEntry& e : klm_) r.length += e.length;
     return r;
+  }
+  MapRequest MapOf(Key key, const KlmEntry& e, uint8_t variant) {
+    return MapOf(key, std::vector<KlmEntry>{e}, variant);
+  }
+  // A map of a new key with more entries than one WQE carries: it goes by pointer.
+  MapRequest LongMap() {
+    const uint32_t n = dev_->capabilities().max_inline_klm + 4;
+    return MapOf(NewKey(n), std::vector<KlmEntry>(n, KlmEntry{backing_.key, Addr(0), 4096}), 1);
   }
   // Posts, rings, waits; the completion's status.
   absl::Status Run(const MapRequest& r) {
@@ -101,7 +111,7 @@ class EmuBackendTest : public ::testing::Test {
   std::unique_ptr<Queue> queue_;
   std::unique_ptr<Peer> peer_;
   std::vector<Key> keys_;
-  KlmEntry entry_;
+  std::vector<KlmEntry> klm_;
   uint64_t next_id_ = 1;
   bool expect_clean_ = true;
 };
@@ -250,12 +260,7 @@ TEST_F(EmuBackendTest, WithoutUmrOnDevxMkeysDevxKeysCannotBeMapped) {
 
 TEST_F(EmuBackendTest, WithoutPointerReadsThroughAnMrLongMapsFail) {
   Open("pointer_mr_lkey=0");
-  const uint32_t n = dev_->capabilities().max_inline_klm + 4;
-  std::vector<KlmEntry> klm(n, KlmEntry{backing_.key, Addr(0), 4096});
-  MapRequest r = MapOf(NewKey(n), klm[0], 1);
-  r.klm = klm;
-  r.length = uint64_t{n} * 4096;
-  EXPECT_EQ(SyndromeOf(Run(r)), Syndrome::kLocalProt);
+  EXPECT_EQ(SyndromeOf(Run(LongMap())), Syndrome::kLocalProt);
 }
 
 TEST_F(EmuBackendTest, WithoutVariantChangesOnMlx5dvMkeysARemapFails) {
@@ -296,9 +301,7 @@ TEST_F(EmuBackendTest, AKeyOverMoreThanFourGibTranslatesPastTheThirtyTwoBitLine)
   const std::vector<KlmEntry> klm = {{b->key, base + kBig, kBig},
                                      {b->key, base, kBig},
                                      {b->key, base + 2 * kBig + (1 << 20), kBig}};
-  MapRequest r = MapOf(NewKey(4), klm[0], 1);
-  r.klm = klm;
-  r.length = 3 * kBig;
+  const MapRequest r = MapOf(NewKey(4), klm, 1);
   ASSERT_TRUE(Run(r).ok());
   const Key key = MakeKey(KeyIndex(r.key), 1);
   const std::vector<uint8_t> data = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -404,15 +407,10 @@ TEST_F(EmuBackendTest, CompletionsBeyondWhatThePollerTakesWaitForTheNextPoll) {
 
 TEST_F(EmuBackendTest, AStagingBufferThatCannotBeRegisteredFailsTheLongMapOnly) {
   Open("");
-  const uint32_t n = dev_->capabilities().max_inline_klm + 4;
-  std::vector<KlmEntry> klm(n, KlmEntry{backing_.key, Addr(0), 4096});
-  MapRequest r = MapOf(NewKey(n), klm[0], 1);
-  r.klm = klm;
-  r.length = uint64_t{n} * 4096;
   mlx5emu::FailNextRegMr(ENOMEM);
-  EXPECT_FALSE(Run(r).ok());
+  EXPECT_FALSE(Run(LongMap()).ok());
   EXPECT_TRUE(Map(NewKey(), 1).ok());
-  EXPECT_TRUE(Run(r).ok());  // the next long map registers the buffer
+  EXPECT_TRUE(Run(LongMap()).ok());  // the next long map registers the buffer
 }
 
 }  // namespace

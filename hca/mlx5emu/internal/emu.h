@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -143,11 +144,12 @@ struct Qp {
   // Raw-WQE queues (dv): the SQ ring, doorbell record and BlueFlame page.
   uint32_t wqe_cnt = 0;
   DeviceMemory sq;
-  DeviceMemory dbrec;              // [0] receive counter, [1] send counter (BE, 16 bits)
-  DeviceMemory bf;                 // 4 KiB: two BlueFlame buffers of kBfSize
-  DeviceMemory snapshot;           // the device's copy of the WQE it executes (ring-shaped)
-  uint32_t executed = 0;           // WQEBBs the device consumed, mod 2^32
-  uint16_t reported_producer = 0;  // the doorbell value last reported as a violation
+  DeviceMemory dbrec;                   // [0] receive counter, [1] send counter (BE, 16 bits)
+  DeviceMemory bf;                      // 4 KiB: two BlueFlame buffers of kBfSize
+  DeviceMemory snapshot;                // the device's copy of the WQE it executes (ring-shaped)
+  std::optional<sim::SendRules> rules;  // what the device checks of each raw WQE (first use)
+  uint32_t executed = 0;                // WQEBBs the device consumed, mod 2^32
+  uint16_t reported_producer = 0;       // the doorbell value last reported as a violation
   umr::WqeScratch scratch{};
   // Verbs queues: work requests the provider queued and the device has not yet executed.
   std::deque<SendWr> pending;

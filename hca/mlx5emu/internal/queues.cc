@@ -63,13 +63,18 @@ void WriteCqe(Cq* cq, umr::Cqe cqe) {
   cq->published.store(cq->producer, std::memory_order_release);
 }
 
+// Counts a fault countdown down by one unless it is at 0; returns its value before.
+uint32_t CountDown(std::atomic<uint32_t>& n) {
+  uint32_t v = n.load();
+  while (v != 0 && !n.compare_exchange_weak(v, v - 1)) {
+  }
+  return v;
+}
+
 // A CQE now, or after the completion delay a test asked for (in order behind earlier ones).
 void EmitUmrCqe(Cq* cq, const umr::Cqe& cqe) {
   Faults& f = GetFaults();
-  uint32_t lose = f.lose_umr_cqes.load();
-  while (lose != 0 && !f.lose_umr_cqes.compare_exchange_weak(lose, lose - 1)) {
-  }
-  if (lose != 0) return;
+  if (CountDown(f.lose_umr_cqes) != 0) return;
   const int64_t delay = f.umr_cqe_delay_ns.load();
   if (delay > 0 || !cq->delayed.empty()) {
     cq->delayed.push_back({absl::Now() + absl::Nanoseconds(delay), cqe});
@@ -161,10 +166,7 @@ void ExecuteRawWqe(Device* dev, Qp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
     return;
   }
   Faults& f = GetFaults();
-  uint32_t nth = f.fail_nth_umr_wqe.load();
-  while (nth != 0 && !f.fail_nth_umr_wqe.compare_exchange_weak(nth, nth - 1)) {
-  }
-  if (nth == 1) {
+  if (CountDown(f.fail_nth_umr_wqe) == 1) {
     EmitUmrCqe(qp->send_cq, RequesterCqe(qp->qp.qp_num, index, opcode, f.fail_syndrome.load(),
                                          f.fail_vendor.load()));
     ToError(qp);
@@ -172,8 +174,9 @@ void ExecuteRawWqe(Device* dev, Qp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
     return;
   }
   const absl::Span<const uint8_t> ring(qp->snapshot.get(), size_t{qp->wqe_cnt} * umr::kWqebb);
-  const sim::WqeResult r = dev->core().ExecuteSendWqe(qp->pd->pdn, ring, counter, RulesOf(dev, qp),
-                                                      nullptr, &qp->scratch);
+  if (!qp->rules.has_value()) qp->rules = RulesOf(dev, qp);  // fixed while the context is open
+  const sim::WqeResult r =
+      dev->core().ExecuteSendWqe(qp->pd->pdn, ring, counter, *qp->rules, nullptr, &qp->scratch);
   if (!r.status.ok()) {
     const std::optional<ErrorInfo> e = ErrorOf(r.status);
     const uint8_t syn = static_cast<uint8_t>(e ? e->syndrome : Syndrome::kLocalQpOp);
