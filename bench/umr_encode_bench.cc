@@ -39,7 +39,7 @@ void BM_EncodeMapKlm4(benchmark::State& state) {
   regcache::umr::MapKeyRequest r = Klm4();
   for (auto _ : state) {
     r.key = regcache::umr::NextVariant(r.key);  // a new variant each time
-    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false);
+    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false, 3);
     auto buf = sq->Begin(sq->producer(), 3);  // the engine's consumer keeps up
     auto size = regcache::umr::BuildMapKey(h, r, 4, *buf);
     auto posted = sq->Commit(*size, h, true);
@@ -56,7 +56,7 @@ void BM_EncodeLocalInvalidate(benchmark::State& state) {
   regcache::umr::LocalInvalidateRequest r{0x00012300};
   for (auto _ : state) {
     r.key += 0x100;
-    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false);
+    const regcache::umr::WqeHeader h = sq->NextHeader(true, false, false, 2);
     auto buf = sq->Begin(sq->producer(), 2);
     auto size = regcache::umr::BuildLocalInvalidate(h, r, *buf);
     auto posted = sq->Commit(*size, h, true);

@@ -90,9 +90,10 @@ class UmrEngine {
   void Execute(absl::Span<UmrOp* const> ops);
 
  private:
-  // Within a batch, every this many ops one is signalled (besides the last), so that a batch
-  // larger than the ring retires its head while its tail waits for room. 8 of the largest maps
-  // (48 KLM entries: 15 WQE basic blocks) fit a ring of 128 blocks; the default depth is 256.
+  // Within a batch, every this many ops one is signalled (besides the last), so that results
+  // of a long batch arrive while it is still being posted. Ring space is not this count's
+  // business: the send ring itself signals a WQE whenever half the ring went by unsignalled
+  // (umr/sq.h), so a batch of the largest maps cannot fill even the smallest ring silently.
   static constexpr size_t kSignalEvery = 8;
 
   struct Pending {

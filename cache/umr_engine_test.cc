@@ -203,6 +203,43 @@ TEST_F(UmrEngineTest, ABatchLargerThanTheRingRetiresItsHeadWhileItPosts) {
   EXPECT_EQ(stats_.umr_failed.value(), 0u);
 }
 
+// The largest inline maps (52 KLM entries: 15 basic blocks each) in the smallest rings that hold
+// one (16 blocks) or two (32): signalling follows ring space, so each full ring has a signalled
+// WQE in it and the batch goes through instead of waiting out its deadline.
+TEST_F(UmrEngineTest, ABatchOfTheLargestInlineMapsGoesThroughTheSmallestRing) {
+  for (uint32_t depth : {16u, 32u}) {
+    SCOPED_TRACE(depth);
+    engine_.reset();  // before the device it posts to
+    peer_.reset();
+    EngineOptions small = TestEngineOptions();
+    small.queues_per_tenant = 1;
+    small.queue_depth = depth;
+    Init(small, hca::sim::ExecutionMode::kThread);
+    constexpr uint32_t kEntries = 52;
+    constexpr uint32_t kMaps = 24;
+    auto keys = device_->CreateIndirectKeys(pd_, kEntries, kMaps, {});
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    std::vector<UmrOp> maps;
+    for (uint32_t i = 0; i < kMaps; ++i) {
+      UmrOp op = Map((*keys)[i], 1, i);
+      op.klm.clear();
+      for (uint32_t e = 0; e < kEntries; ++e) {
+        op.klm.push_back(hca::KlmEntry{backing_.key, mem_.va() + i * kPage + e * 64, 64});
+      }
+      op.map.length = kEntries * 64;
+      maps.push_back(std::move(op));
+    }
+    Execute(maps);
+    for (uint32_t i = 0; i < kMaps; ++i) {
+      ASSERT_TRUE(maps[i].result.ok()) << i << ": " << maps[i].result;
+    }
+    EXPECT_EQ(stats_.umr_failed.value(), 0u);
+    const hca::Key last = hca::MakeKey(hca::KeyIndex((*keys)[kMaps - 1]), 1);
+    ASSERT_TRUE(PeerWrite(last, kMaps - 1, "far").ok());
+    EXPECT_EQ(PageText(kMaps - 1, 3), "far");
+  }
+}
+
 TEST_F(UmrEngineTest, FencedOpsStartAfterEverythingBefore) {
   // With an engine thread per queue, so the requests really run apart from the poster. Each
   // op needs the one before it complete: the invalidate needs the map's key live, the second

@@ -131,7 +131,8 @@ absl::Status UmrPoster::Post(
     uint64_t request_id, const PostOptions& options, unsigned max_wqebbs, bool is_umr,
     const std::function<absl::StatusOr<umr::WqeSize>(const umr::WqeHeader&, absl::Span<uint8_t>)>&
         build) {
-  const umr::WqeHeader header = sq_->NextHeader(is_umr, options.signaled, options.fence);
+  const umr::WqeHeader header =
+      sq_->NextHeader(is_umr, options.signaled, options.fence, max_wqebbs);
   absl::StatusOr<absl::Span<uint8_t>> buf = sq_->Begin(retired_, max_wqebbs);
   if (!buf.ok()) return buf.status();
   absl::StatusOr<umr::WqeSize> size = build(header, *buf);

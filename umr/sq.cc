@@ -34,7 +34,7 @@ absl::StatusOr<SqRing> SqRing::Create(absl::Span<uint8_t> ring, const Options& o
 
 SqRing::SqRing(absl::Span<uint8_t> ring, const Options& o)
     : ring_(ring.data()), mask_(static_cast<uint32_t>(ring.size() / kWqebb - 1)), options_(o) {
-  if (options_.signal_every == 0) options_.signal_every = std::max<uint32_t>(1, (mask_ + 1) / 2);
+  if (options_.signal_wqebbs == 0) options_.signal_wqebbs = std::max<uint32_t>(1, (mask_ + 1) / 2);
 }
 
 absl::StatusOr<absl::Span<uint8_t>> SqRing::Begin(uint32_t consumer, unsigned max_wqebbs) {
@@ -69,7 +69,7 @@ absl::StatusOr<uint32_t> SqRing::Commit(const WqeSize& size, const WqeHeader& he
   }
   const uint32_t posted = producer_;
   producer_ += size.wqebbs;
-  unsignaled_run_ = header.signaled ? 0 : unsignaled_run_ + 1;
+  unsignaled_wqebbs_ = header.signaled ? 0 : unsignaled_wqebbs_ + size.wqebbs;
   small_fence_pending_ = is_umr;
   reserved_wqebbs_ = 0;
   return posted;

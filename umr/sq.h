@@ -11,8 +11,11 @@
 //   - a UMR WQE carries the fence the device asks for in cap umr_fence (FenceForUmrCap);
 //   - the WQE after a UMR gets at least INITIATOR_SMALL, so it sees the new translation;
 //   - an explicit fence request becomes FENCE, or SMALL_AND_FENCE when a small fence is pending;
-//   - selective signalling: a WQE is signalled when asked, or when `signal_every` unsignalled
-//     WQEs precede it, so completions keep freeing ring space.
+//   - selective signalling by ring space: a WQE is signalled when asked, or when it would make
+//     the WQEBBs posted since the last signalled WQE reach `signal_wqebbs` (half the ring by
+//     default). The unsignalled run before any signalled WQE is then under half the ring, so a
+//     full ring always holds a signalled WQE whose completion gives the space back — however
+//     large the WQEs (a count of WQEs would not: 8 of the largest inline maps fill 128 WQEBBs).
 // Doorbell writes and memory barriers are the backend's business (hca/mlx5), not this file's.
 //
 // Thread safety: SqRing is not thread-safe; one poster owns it. GatherWqe is a pure function.
@@ -43,7 +46,7 @@ class SqRing {
   struct Options {
     uint32_t sqn = 0;  // 24 bits
     FenceMode umr_fence = FenceMode::kInitiatorSmall;
-    uint32_t signal_every = 0;  // 0: N / 2
+    uint32_t signal_wqebbs = 0;  // 0: N / 2 (at least 1)
   };
 
   // `ring` must be a power-of-two number (>= 1) of WQEBBs and outlive the SqRing.
@@ -58,9 +61,9 @@ class SqRing {
   uint32_t FreeWqebbs(uint32_t consumer) const { return num_wqebbs() - (producer_ - consumer); }
 
   // The control fields of the next WQE, applying the ordering policy above. `is_umr` for UMR
-  // WQEs. Does not change state: Commit does.
-  // Inline: returned in registers, it costs nothing on the posting path.
-  WqeHeader NextHeader(bool is_umr, bool want_signal, bool want_fence) const {
+  // WQEs; `wqebbs`: the WQE's size (at most, as reserved with Begin). Does not change state:
+  // Commit does. Inline: returned in registers, it costs nothing on the posting path.
+  WqeHeader NextHeader(bool is_umr, bool want_signal, bool want_fence, unsigned wqebbs) const {
     WqeHeader h;
     h.wqe_index = wqe_index();
     h.sqn = options_.sqn;
@@ -70,7 +73,7 @@ class SqRing {
       f = small_fence_pending_ ? FenceMode::kSmallAndFence : FenceMode::kFence;
     }
     h.fence = f;
-    h.signaled = want_signal || unsignaled_run_ + 1 >= options_.signal_every;
+    h.signaled = want_signal || unsignaled_wqebbs_ + wqebbs >= options_.signal_wqebbs;
     return h;
   }
 
@@ -93,7 +96,7 @@ class SqRing {
   uint32_t mask_ = 0;
   Options options_;
   uint32_t producer_ = 0;
-  uint32_t unsignaled_run_ = 0;
+  uint32_t unsignaled_wqebbs_ = 0;  // posted since the last signalled WQE
   bool small_fence_pending_ = false;
   unsigned reserved_wqebbs_ = 0;  // from the last Begin; 0 = none
   bool in_scratch_ = false;

@@ -1,5 +1,6 @@
 #include "umr/sq.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/test_util.h"
@@ -48,7 +49,7 @@ TEST(SqRingTest, WrapAroundPostAndGather) {
     r.key = (i << 8) | (i & 0xff);
     r.klm = {{64, i, i * 64ull}, {64, i + 1, 0}, {64, 2, 3}};
     r.length = 192;
-    const WqeHeader h = sq->NextHeader(true, false, false);
+    const WqeHeader h = sq->NextHeader(true, false, false, 3);
     EXPECT_EQ(h.wqe_index, static_cast<uint16_t>(i * 3));
     if (sq->FreeWqebbs(consumer) < 3) consumer = sq->producer();  // everything completed
     auto buf = sq->Begin(consumer, 3);
@@ -88,11 +89,11 @@ TEST(SqRingTest, FencePolicyAndSelectiveSignalling) {
   std::vector<uint8_t> ring(16 * kWqebb);
   SqRing::Options o;
   o.umr_fence = FenceMode::kStrongOrdering;
-  o.signal_every = 4;
+  o.signal_wqebbs = 4;
   auto sq = SqRing::Create(absl::MakeSpan(ring), o);
   ASSERT_TRUE(sq.ok());
   auto post = [&](bool umr, bool sig, bool fence) {
-    WqeHeader h = sq->NextHeader(umr, sig, fence);
+    WqeHeader h = sq->NextHeader(umr, sig, fence, 1);
     EXPECT_TRUE(sq->Begin(sq->producer(), 1).ok());
     EXPECT_TRUE(sq->Commit({4, 1}, h, umr).ok());
     return h;
@@ -109,6 +110,33 @@ TEST(SqRingTest, FencePolicyAndSelectiveSignalling) {
   EXPECT_EQ(post(false, false, true).fence, FenceMode::kFence);
   EXPECT_TRUE(post(false, true, false).signaled);
   EXPECT_FALSE(post(false, false, false).signaled);
+}
+
+// Signalling follows ring space, not WQE count: a run of the largest WQEs (16 WQEBBs) in a ring
+// of 32 has every WQE signalled (each reaches half the ring alone), small WQEs every 16th; at
+// every point the WQEBBs since the last signalled WQE stay under half the ring, so a full ring
+// always has a completion coming that frees it.
+TEST(SqRingTest, SignallingFollowsRingSpace) {
+  std::vector<uint8_t> ring(32 * kWqebb);
+  auto sq = SqRing::Create(absl::MakeSpan(ring), {});
+  ASSERT_TRUE(sq.ok());
+  uint32_t run = 0;
+  auto post = [&](unsigned wqebbs) {
+    const WqeHeader h = sq->NextHeader(true, false, false, wqebbs);
+    EXPECT_TRUE(sq->Begin(sq->producer(), wqebbs).ok());
+    const WqeSize size{static_cast<uint8_t>(std::min(63u, 4 * wqebbs)),
+                       static_cast<uint8_t>(wqebbs)};
+    EXPECT_TRUE(sq->Commit(size, h, true).ok());
+    run = h.signaled ? 0 : run + wqebbs;
+    EXPECT_LT(run, 16u);
+    return h.signaled;
+  };
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(post(16)) << i;
+  int signalled = 0;
+  for (int i = 0; i < 64; ++i) signalled += post(1);
+  EXPECT_EQ(signalled, 4);
+  // Mixed sizes: whatever the mix, the run stays under half the ring (checked in post()).
+  for (int i = 0; i < 200; ++i) post(1 + (i * 7) % 16);
 }
 
 TEST(GatherWqeTest, Errors) {
