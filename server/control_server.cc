@@ -32,8 +32,13 @@ namespace {
 // Sessions closed at once, off the accepting thread (a close waits for the session's calls).
 constexpr int kCloseWorkers = 4;
 
-// The most connections that have not sent their Open yet; more are closed at accept.
-constexpr size_t kMaxPendingOpens = 64;
+// Connections that have not sent their Open yet, per peer uid (SO_PEERCRED, known at accept):
+// one more from a uid that has this many is closed at once. Per uid, so that a user who floods
+// the socket — allowed or not — fills only its own share and never keeps another user's clients
+// out; each pending connection is dropped after protocol::kOpenTimeout anyway.
+constexpr size_t kMaxPendingOpensPerUid = 8;
+// And in all, a bound on the descriptors such connections hold (reached only by many uids).
+constexpr size_t kMaxPendingOpens = 1024;
 
 struct Connection {
   int fd = -1;
@@ -142,12 +147,16 @@ class ControlServerImpl final : public ControlServer {
     int fd = -1;  // the connection table's from here (Drop closes it)
     {
       base::MutexLock l(&mu_);
-      if (pending_ >= kMaxPendingOpens) {
-        RC_LOG(WARNING) << "control: " << pending_ << " connections have not sent Open; closing"
-                        << " the one from pid " << peer.pid;
+      size_t& mine = pending_by_uid_[peer.uid];
+      if (mine >= kMaxPendingOpensPerUid || pending_ >= kMaxPendingOpens) {
+        RC_LOG(WARNING) << "control: uid " << peer.uid << " has " << mine << " connections (all"
+                        << " uids " << pending_ << ") that have not sent Open; closing the one"
+                        << " from pid " << peer.pid;
+        if (mine == 0) pending_by_uid_.erase(peer.uid);
         return;
       }
       fd = owned.release();
+      ++mine;
       ++pending_;
       by_fd_[fd] = Connection{fd, {}, peer, absl::Now()};
     }
@@ -197,7 +206,7 @@ class ControlServerImpl final : public ControlServer {
       auto it = by_fd_.find(fd);  // only this thread drops connections: it is there
       it->second.grant = *grant;
       by_session_[grant->id] = fd;
-      --pending_;
+      Opened(peer.uid);
     }
     protocol::WelcomeMsg w = Welcome(*grant);
     absl::Status sent = protocol::SendControlMessage(
@@ -339,6 +348,13 @@ class ControlServerImpl final : public ControlServer {
     return w;
   }
 
+  // A connection of `uid` left the pending state (its session opened, or it closed first).
+  void Opened(uid_t uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    --pending_;
+    auto it = pending_by_uid_.find(uid);
+    if (it != pending_by_uid_.end() && --it->second == 0) pending_by_uid_.erase(it);
+  }
+
   // Forgets the connection, closes it and its session.
   void Drop(int fd, absl::string_view why) {
     service::SessionId session = 0;
@@ -350,7 +366,7 @@ class ControlServerImpl final : public ControlServer {
       session = it->second.grant.id;
       observer = it->second.grant.observer;
       if (session == 0) {
-        --pending_;
+        Opened(it->second.peer.uid);
       } else {
         by_session_.erase(session);
       }
@@ -383,6 +399,7 @@ class ControlServerImpl final : public ControlServer {
   absl::flat_hash_map<int, Connection> by_fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<service::SessionId, int> by_session_ ABSL_GUARDED_BY(mu_);
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // connections without a session yet
+  absl::flat_hash_map<uid_t, size_t> pending_by_uid_ ABSL_GUARDED_BY(mu_);  // of those, by uid
 };
 
 }  // namespace
