@@ -4,8 +4,13 @@
 // needs keys; a budget that is really spent says so with its numbers.
 #include "cache/internal/key_budget.h"
 
+#include <atomic>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "base/mutex.h"
 #include "base/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
@@ -76,8 +81,8 @@ TEST(KeyBudget, PressureLastsUntilTheLargestKeyPressedForFits) {
 class KeyBudgetCacheTest : public CacheTest {
  protected:
   // A tenant of its own with `mem` attached.
-  TenantId OpenWith(Memory& mem) {
-    auto t = cache_->OpenTenant(TenantOptions{});
+  TenantId OpenWith(Memory& mem, const TenantOptions& options = {}) {
+    auto t = cache_->OpenTenant(options);
     EXPECT_TRUE(t.ok()) << t.status();
     BackingSpec spec;
     spec.va = mem.va();
@@ -146,12 +151,13 @@ TEST_F(KeyBudgetCacheTest, AHogGivesBackWhatIsOverItsShareWhenANeighbourNeedsKey
 TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
   CacheOptions o = testing::TestCacheOptions();
   o.pool.capacity_classes = {4};
+  o.held_reclaim_after = absl::Hours(1);  // no held key is taken back here
   hca::sim::SimOptions sim;
   sim.max_keys = 64;  // budget 60
   ASSERT_NO_FATAL_FAILURE(Init(o, sim));
   Memory mem(1 << 20);
   Attach(mem);
-  // Held keys cannot be given back: the first tenant holds 40, the second gets the rest.
+  // Held keys are not taken back here: the first tenant holds 40, the second gets the rest.
   std::vector<KeyGrant> held;
   for (int i = 0; i < 40; ++i) {
     auto g = cache_->Register(tenant_, mem.va() + uint64_t{4096} * i, 4096, kRw);
@@ -180,6 +186,129 @@ TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
   for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(tenant_, k.handle).ok());
   for (const KeyGrant& k : held2) ASSERT_TRUE(cache_->Release(second, k.handle).ok());
   ASSERT_TRUE(cache_->CloseTenant(second).ok());
+}
+
+// Fairness covers held keys: a hog that holds 50 of 60 keys while a newcomer waits (fair share
+// 30 each) has registrations revoked — told first, through TenantOptions::reclaiming — until
+// the newcomer gets its whole share, each register within the bounded wait.
+TEST_F(KeyBudgetCacheTest, AHogHoldingKeysGivesBackItsHeldExcessToATenantUnderItsShare) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.background_maintenance = true;  // the reclaim runs there
+  o.pool.capacity_classes = {4};
+  hca::sim::SimOptions sim;
+  sim.max_keys = 64;  // budget 60
+  ASSERT_NO_FATAL_FAILURE(Init(o, sim));
+  base::Mutex mu;
+  std::vector<std::pair<Handle, bool>> told;  // (handle, revoked already when told)
+  TenantOptions hog_options;
+  Memory hog_mem(1 << 20);
+  TenantId hog = 0;
+  hog_options.reclaiming = [&](Handle h) {
+    auto q = cache_->Query(hog, h);
+    base::MutexLock l(&mu);
+    told.emplace_back(h, q.ok() && q->revoked);
+  };
+  hog = OpenWith(hog_mem, hog_options);
+  std::vector<KeyGrant> held;
+  for (int i = 0; i < 50; ++i) {
+    auto g = cache_->Register(hog, hog_mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << "hog " << i << ": " << g.status();
+    held.push_back(*g);
+  }
+  // The fixture's tenant (two tenants: share 30) is the newcomer.
+  Memory mem(1 << 20);
+  Attach(mem);
+  const TenantId newcomer = tenant_;
+  std::vector<KeyGrant> mine;
+  for (int i = 0; i < 30; ++i) {
+    const absl::Time start = absl::Now();
+    auto g = cache_->Register(newcomer, mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << "newcomer " << i << ": " << g.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "the wait is bounded";
+    EXPECT_TRUE(PeerWrite(g->rkey, mem.va() + uint64_t{4096} * i, "mine").ok());
+    mine.push_back(*g);
+  }
+  EXPECT_GE(cache_->stats().held_reclaimed.value(), 20u);
+  // Each reclaimed handle was told twice: before its revocation, and after.
+  int revoked = 0;
+  {
+    base::MutexLock l(&mu);
+    ASSERT_EQ(told.size() % 2, 0u);
+    for (size_t i = 0; i < told.size(); i += 2) {
+      EXPECT_EQ(told[i].first, told[i + 1].first);
+      EXPECT_FALSE(told[i].second) << "told before it was revoked";
+      EXPECT_TRUE(told[i + 1].second) << "and once it was";
+    }
+    revoked = static_cast<int>(told.size() / 2);
+  }
+  EXPECT_GE(revoked, 20);
+  int still_live = 0;
+  for (const KeyGrant& k : held) {
+    auto q = cache_->Query(hog, k.handle);
+    ASSERT_TRUE(q.ok()) << q.status();
+    still_live += !q->revoked;
+    ASSERT_TRUE(cache_->Release(hog, k.handle).ok());  // revoked or not
+  }
+  EXPECT_EQ(still_live + revoked, 50);
+  EXPECT_LE(still_live, 30) << "the hog kept no more than its share";
+  for (const KeyGrant& k : mine) ASSERT_TRUE(cache_->Release(newcomer, k.handle).ok());
+  ASSERT_TRUE(cache_->CloseTenant(hog).ok());
+}
+
+// While a tenant under its share waits, one at or over its share is refused at once, and the
+// refusal says why.
+TEST_F(KeyBudgetCacheTest, ATenantOverItsShareIsRefusedFirstWhileAnotherWaits) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.background_maintenance = true;
+  o.pool.capacity_classes = {4};
+  o.held_reclaim_after = absl::Hours(1);  // the newcomer keeps waiting (1 s at most)
+  hca::sim::SimOptions sim;
+  sim.max_keys = 64;  // budget 60
+  ASSERT_NO_FATAL_FAILURE(Init(o, sim));
+  Memory hog_mem(1 << 20);
+  Attach(hog_mem);
+  std::vector<KeyGrant> held;  // 50 of the 60: below its key limit (the whole budget)
+  for (int i = 0; i < 50; ++i) {
+    auto g = cache_->Register(tenant_, hog_mem.va() + uint64_t{4096} * i, 4096, kRw);
+    ASSERT_TRUE(g.ok()) << g.status();
+    held.push_back(*g);
+  }
+  Memory mem(1 << 20);
+  const TenantId newcomer = OpenWith(mem);
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    // Under its share, it takes what room is left, then waits for more (and is refused after
+    // its 1 s: held keys are not taken back in this test).
+    std::vector<KeyGrant> mine;
+    for (uint64_t page = 0; page < 30; ++page) {
+      auto g = cache_->Register(newcomer, mem.va() + 4096 * page, 4096, kRw);
+      if (!g.ok()) break;
+      mine.push_back(*g);
+    }
+    for (const KeyGrant& k : mine) (void)cache_->Release(newcomer, k.handle);
+    done.store(true);
+  });
+  absl::Status first;
+  // New ranges (a hit needs no key): once its own pool's free keys are gone, the hog asks the
+  // budget for more.
+  for (uint64_t page = 100; !done.load() && page < 256; ++page) {
+    auto g = cache_->Register(tenant_, hog_mem.va() + 4096 * page, 4096, kRw);
+    if (g.ok()) {
+      held.push_back(*g);
+    } else if (g.status().message().find("refused first") != absl::string_view::npos) {
+      first = g.status();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  waiter.join();
+  EXPECT_THAT(first, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(first.message().find("at or over its fair share while a tenant under its share "
+                                 "waits for keys: refused first"),
+            absl::string_view::npos)
+      << first;
+  for (const KeyGrant& k : held) ASSERT_TRUE(cache_->Release(tenant_, k.handle).ok());
+  ASSERT_TRUE(cache_->CloseTenant(newcomer).ok());
 }
 
 // The translation entries bind before the key table: a hog of large keys cannot take another

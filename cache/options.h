@@ -3,9 +3,11 @@
 #define REGCACHE_CACHE_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "cache/types.h"
 
 namespace regcache::cache {
 
@@ -73,6 +75,10 @@ struct CacheOptions {
   // the device has room, and gives back what is over its share when another needs it
   // (docs/architecture.md, Device budget). Default: 1/16 of the table.
   uint32_t device_key_reserve_divisor = 16;
+  // How long a tenant under its fair share must have waited for keys before the maintenance
+  // thread revokes registrations that tenants over their share hold (their unheld and pooled
+  // keys go first, at once). Well under the 1 s such a tenant waits at most. Default 100 ms.
+  absl::Duration held_reclaim_after = absl::Milliseconds(100);
   // The translation entries (KLM entries of the NIC's translation memory) the pooled keys of
   // every tenant may hold together, before the same reserve: a pool key of capacity class C
   // holds C of them. 0: 64 per key of the device's table (on a ConnectX each is 16 bytes of
@@ -84,6 +90,13 @@ struct CacheOptions {
 struct TenantOptions {
   uint64_t max_keys = 0;          // live registrations + windows
   uint64_t max_backed_bytes = 0;  // bytes of backing memory attached (pinned or ODP)
+  // Called with a registration's handle before the cache revokes it on its own account — a held
+  // registration taken back because the tenant is over its fair share of the device's keys
+  // while another tenant waits (CacheOptions::held_reclaim_after) — and again once it is
+  // revoked, so that whoever publishes revocations (the daemon's grant table) marks it first
+  // and misses no grant recorded meanwhile. On the maintenance thread, with no cache lock held;
+  // never after CloseTenant returned. Default none.
+  std::function<void(Handle)> reclaiming;
 };
 
 }  // namespace regcache::cache

@@ -110,6 +110,10 @@ class RegCacheImpl final : public RegCache {
   }
   absl::Status Release(TenantId tenant, Handle handle) override;
   absl::Status Invalidate(TenantId tenant, Handle handle) override;
+  bool Revoked(TenantId tenant, Handle handle) const override {
+    const Tenant* t = Lookup(tenant);
+    return t == nullptr || internal::HandleRevoked(*t, handle);
+  }
   absl::StatusOr<RegistrationInfo> Query(TenantId tenant, Handle handle) override {
     ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
     return internal::QueryRecord(*t, handle);
@@ -144,8 +148,13 @@ class RegCacheImpl final : public RegCache {
   bool MaintainPass();
   // Under budget pressure: evicts `t`'s unreferenced registrations while it holds more than
   // `share` keys or `entry_share` translation entries outside its pool's free list and
-  // quarantine.
-  void ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share);
+  // quarantine; with `take_held`, then revokes registrations it holds (TenantOptions::
+  // reclaiming is told before and after each).
+  void ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share, bool take_held);
+  // Revokes `r` (handle `h`), held by `t`'s clients, as Invalidate would.
+  void ReclaimHeld(Tenant& t, internal::Record* r, Handle h);
+  // Whether a tenant under its share has been waiting for keys for held_reclaim_after.
+  bool WaitedLongEnough(absl::Time now);
   static constexpr int kReclaimPerPass = 256;
 
   internal::CacheContext ctx_;
@@ -156,6 +165,8 @@ class RegCacheImpl final : public RegCache {
 
   std::unique_ptr<std::atomic<Tenant*>[]> tenants_;  // by slot; written under tenants_mu_
   base::Mutex tenants_mu_;
+  base::Mutex waiting_mu_;
+  absl::Time waiting_since_ ABSL_GUARDED_BY(waiting_mu_) = absl::InfiniteFuture();
   std::vector<uint16_t> generations_ ABSL_GUARDED_BY(tenants_mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(tenants_mu_);
   absl::flat_hash_map<TenantId, std::shared_ptr<Tenant>> live_tenants_ ABSL_GUARDED_BY(tenants_mu_);
@@ -377,9 +388,10 @@ bool RegCacheImpl::MaintainPass() {
   const bool pressed = budget_->pressed();
   const uint64_t share = budget_->FairShare();
   const uint64_t entry_share = budget_->FairEntryShare();
+  const bool take_held = WaitedLongEnough(now);
   for (auto& t : tenants) {
     base::MutexLock refill(&t->refill_mu);
-    if (pressed) ReclaimOverShare(*t, share, entry_share);
+    if (pressed || take_held) ReclaimOverShare(*t, share, entry_share, take_held);
     std::vector<KeyPool::Refill> plan;
     std::vector<PooledKey> surplus;
     KeyPool* pool = nullptr;  // stays while refill_mu is held (closing waits for it)
@@ -412,9 +424,21 @@ bool RegCacheImpl::MaintainPass() {
   return budget_->RelieveIfRoom() && idle;
 }
 
-void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share) {
+bool RegCacheImpl::WaitedLongEnough(absl::Time now) {
+  base::MutexLock lock(&waiting_mu_);
+  if (!budget_->waiting()) {
+    waiting_since_ = absl::InfiniteFuture();
+    return false;
+  }
+  if (waiting_since_ == absl::InfiniteFuture()) waiting_since_ = now;
+  return now - waiting_since_ >= ctx_.options.held_reclaim_after;
+}
+
+void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_share,
+                                    bool take_held) {
   // Unreferenced cached registrations of a tenant over its fair share go through the lifecycle
-  // (their keys to its quarantine, which Shrink then gives back), a bounded number per pass.
+  // (their keys to its quarantine, which Shrink then gives back), a bounded number per pass;
+  // then, if a tenant under its share has waited long enough, registrations it holds.
   for (int i = 0; i < kReclaimPerPass; ++i) {
     {
       base::MutexLock lock(&t.mu);
@@ -423,11 +447,32 @@ void RegCacheImpl::ReclaimOverShare(Tenant& t, uint64_t share, uint64_t entry_sh
         return;
       }
     }
-    Record* victim = internal::PickVictim(t);
-    if (victim == nullptr) return;
-    t.stats().evictions.Inc();
-    internal::Retire(t, victim);
+    if (Record* victim = internal::PickVictim(t)) {
+      t.stats().evictions.Inc();
+      internal::Retire(t, victim);
+      continue;
+    }
+    if (!take_held) return;
+    Handle h = 0;
+    Record* held = internal::PickHeldVictim(t, &h);
+    if (held == nullptr) return;
+    ReclaimHeld(t, held, h);
   }
+}
+
+void RegCacheImpl::ReclaimHeld(Tenant& t, Record* r, Handle h) {
+  // The same order as an Invalidate through the daemon: told, revoked, told again.
+  if (t.options.reclaiming) t.options.reclaiming(h);
+  {
+    base::MutexLock il(&t.index_mu);
+    if (internal::StopReference(t, r, /*only_unheld=*/false, internal::HandleGen(h)) ==
+        internal::Stopped::kNo) {
+      return;  // gone or revoked meanwhile
+    }
+  }
+  stats_.held_reclaimed.Inc();
+  internal::Retire(t, r);
+  if (t.options.reclaiming) t.options.reclaiming(h);
 }
 
 void RegCacheImpl::MaintenanceLoop() {

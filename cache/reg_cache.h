@@ -204,6 +204,13 @@ class RegCache {
   // recovery, which invalidates or destroys it before this returns.
   virtual absl::Status Invalidate(TenantId tenant, Handle handle) = 0;
 
+  // Whether the key of `handle`, which the caller holds, no longer works: its registration was
+  // revoked (invalidated, detached, or its parent invalidated) or is gone. Lock-free, one load;
+  // an unknown tenant or handle answers true. A caller that publishes grants (the daemon's grant
+  // table) asks it after recording a grant, so that a revocation which had no record to mark
+  // yet is not missed (docs/fast_path.md, "The revocation invariant").
+  virtual bool Revoked(TenantId tenant, Handle handle) const = 0;
+
   // --- Introspection (snapshots: holder counts race with hits and releases) --------------------
 
   // Errors: kNotFound, kInvalidArgument, kPermissionDenied (as Release).

@@ -19,6 +19,7 @@ namespace regcache::cache {
   COUNTER(invalidations, "registrations and windows invalidated (explicit or cascaded)")         \
   COUNTER(revoked_with_holders, "invalidations that revoked a key still held")                   \
   COUNTER(evictions, "unreferenced registrations evicted under pool or quota pressure")          \
+  COUNTER(held_reclaimed, "held registrations revoked: their tenant was over its fair share")    \
   COUNTER(keys_created, "pooled keys created on the device")                                     \
   COUNTER(keys_destroyed, "pooled keys destroyed on the device")                                 \
   COUNTER(keys_taken, "pooled keys handed to a registration or window")                          \

@@ -29,6 +29,8 @@ RevocationReason ReasonOf(uint32_t wire) {
       return RevocationReason::kMemoryDetached;
     case shm::RevokeReason::kReregistered:
       return RevocationReason::kReregistered;
+    case shm::RevokeReason::kReclaimed:
+      return RevocationReason::kReclaimed;
     default:
       return RevocationReason::kUnknown;
   }

@@ -40,6 +40,16 @@ absl::StatusOr<RegistrationInfo> QueryRecord(Tenant& t, Handle handle) {
   return InfoOf(t, *r, s, Holders(t, r->slot, s));
 }
 
+bool HandleRevoked(const Tenant& t, Handle handle) {
+  if (!CheckHandleTenant(t, handle).ok()) return true;
+  const HotRecord* h = t.slab.Hot(HandleSlot(handle));
+  if (h == nullptr) return true;
+  // kRevoked, not kDead: a stop that finds the record unheld may take its mark back, while
+  // kRevoked is set only once the lifecycle is sure to run (after the stop's fence).
+  const uint64_t s = h->state.load(std::memory_order_acquire);
+  return !state::PublishedAs(s, HandleGen(handle)) || (s & state::kRevoked) != 0;
+}
+
 std::vector<RegistrationInfo> ListRecords(Tenant& t) {
   std::vector<RegistrationInfo> out;
   base::ReaderMutexLock lock(&t.mu);

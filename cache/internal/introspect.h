@@ -12,6 +12,8 @@
 namespace regcache::cache::internal {
 
 absl::StatusOr<RegistrationInfo> QueryRecord(Tenant& t, Handle handle);
+// RegCache::Revoked: the handle no longer names a published, unrevoked record of `t`.
+bool HandleRevoked(const Tenant& t, Handle handle);
 std::vector<RegistrationInfo> ListRecords(Tenant& t);
 TenantUsage UsageOf(Tenant& t);
 

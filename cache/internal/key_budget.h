@@ -4,9 +4,11 @@
 // KLM entries of the NIC's translation memory, ICM, whether or not it is mapped). Pools take
 // both before they create keys and give both back when they destroy them. A tenant's fair share
 // of each is its total over the tenants open; a tenant under its share that finds the budget
-// spent presses it, and the maintenance thread then takes keys back from the tenants over their
-// share (free and quarantined pool keys first, then unreferenced cached registrations) until the
-// pressure is gone.
+// spent presses it and waits (bounded), and the maintenance thread then takes keys back from
+// the tenants over their share (free and quarantined pool keys first, then unreferenced cached
+// registrations, and once the pressure has lasted a moment, registrations they hold: revoked)
+// until the pressure is gone. While anyone waits, a tenant at or over its share is refused a
+// new key outright (refused first), so that what comes back goes to those waiting.
 //
 // Thread safety: every method may be called from any thread (atomics).
 #ifndef REGCACHE_CACHE_INTERNAL_KEY_BUDGET_H_
@@ -56,6 +58,24 @@ class KeyBudget {
     }
   }
   bool pressed() const { return press_capacity_.load(std::memory_order_relaxed) != 0; }
+
+  // A tenant under its fair share waits for room, from before its wait until after its retry.
+  class Waiting {
+   public:
+    explicit Waiting(KeyBudget& b) : b_(b) { b_.waiters_.fetch_add(1, std::memory_order_relaxed); }
+    ~Waiting() { b_.waiters_.fetch_sub(1, std::memory_order_relaxed); }
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    KeyBudget& b_;
+  };
+  bool waiting() const { return waiters_.load(std::memory_order_relaxed) != 0; }
+  // Whether a tenant holding `held_keys` keys with `held_entries` entries may not take one more
+  // of `capacity` entries because others wait: it is at or over its fair share of either.
+  bool RefusedFirst(uint64_t held_keys, uint64_t held_entries, uint32_t capacity) const {
+    return waiting() && (held_keys >= FairShare() || held_entries + capacity > FairEntryShare());
+  }
   // Relieves the pressure once what was pressed for fits. True if it did (or none was on); a
   // larger press that comes in meanwhile stays.
   bool RelieveIfRoom() {
@@ -77,6 +97,7 @@ class KeyBudget {
   std::atomic<uint64_t> used_entries_{0};
   std::atomic<uint64_t> tenants_{0};
   std::atomic<uint32_t> press_capacity_{0};  // the largest capacity pressed for; 0: none
+  std::atomic<uint32_t> waiters_{0};         // tenants under their share waiting (Waiting)
 };
 
 }  // namespace regcache::cache

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/error_reason.h"
 #include "base/log.h"
@@ -42,8 +43,10 @@ uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
       options_.max_keys_per_class - std::min<uint64_t>(c.total, options_.max_keys_per_class);
   uint64_t count = std::min(want, room);
   budget_refused_ = false;
+  refused_first_ = false;
   if (budget_ != nullptr && count != 0) {
-    count = budget_->Take(count, c.capacity);
+    refused_first_ = budget_->RefusedFirst(total_keys(), total_entries(), c.capacity);
+    count = refused_first_ ? 0 : budget_->Take(count, c.capacity);
     budget_refused_ = count == 0;
   }
   c.total += count;  // reserved until AddCreated
@@ -52,18 +55,24 @@ uint32_t KeyPool::Reserve(Class& c, uint64_t want) {
 
 absl::Status KeyPool::AtLimit(int cls) const {
   if (budget_refused_) {
-    return base::WithReason(
-        absl::ResourceExhaustedError(budget_->Describe(total_keys(), total_entries())),
-        base::reason::kDeviceKeyBudgetExhausted,
-        {{"limit", std::to_string(budget_->total())},
-         {"used", std::to_string(budget_->used())},
-         {"tenants", std::to_string(budget_->tenants())},
-         {"fair_share", std::to_string(budget_->FairShare())},
-         {"held", std::to_string(total_keys())},
-         {"entries_limit", std::to_string(budget_->total_entries())},
-         {"entries_used", std::to_string(budget_->used_entries())},
-         {"entries_fair_share", std::to_string(budget_->FairEntryShare())},
-         {"entries_held", std::to_string(total_entries())}});
+    std::string why = budget_->Describe(total_keys(), total_entries());
+    if (refused_first_) {
+      absl::StrAppend(&why,
+                      ", at or over its fair share while a tenant under its share waits for "
+                      "keys: refused first");
+    }
+    return base::WithReason(absl::ResourceExhaustedError(why),
+                            base::reason::kDeviceKeyBudgetExhausted,
+                            {{"limit", std::to_string(budget_->total())},
+                             {"used", std::to_string(budget_->used())},
+                             {"tenants", std::to_string(budget_->tenants())},
+                             {"fair_share", std::to_string(budget_->FairShare())},
+                             {"held", std::to_string(total_keys())},
+                             {"entries_limit", std::to_string(budget_->total_entries())},
+                             {"entries_used", std::to_string(budget_->used_entries())},
+                             {"entries_fair_share", std::to_string(budget_->FairEntryShare())},
+                             {"entries_held", std::to_string(total_entries())},
+                             {"refused_first", refused_first_ ? "true" : "false"}});
   }
   return base::WithReason(
       absl::ResourceExhaustedError(
@@ -77,6 +86,7 @@ absl::Status KeyPool::Create(int cls, uint32_t count) {
   Class& c = classes_[cls];
   const uint32_t reserved = Reserve(c, count);
   if (reserved == 0) return AtLimit(cls);
+  refilling_ += reserved;
   absl::StatusOr<std::vector<hca::Key>> keys =
       device_->CreateIndirectKeys(pd_, c.capacity, reserved, {});
   AddCreated(Refill{cls, c.capacity, reserved}, keys.ok() ? *keys : std::vector<hca::Key>{});
@@ -160,6 +170,7 @@ std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* a
       if (at_limit != nullptr && at_limit->ok()) *at_limit = AtLimit(i);
       continue;
     }
+    refilling_ += count;
     plan.push_back(Refill{i, c.capacity, count});
   }
   return plan;
@@ -167,6 +178,7 @@ std::vector<KeyPool::Refill> KeyPool::PlanRefill(absl::Time now, absl::Status* a
 
 void KeyPool::AddCreated(const Refill& refill, const std::vector<hca::Key>& keys) {
   Class& c = classes_[refill.cls];
+  refilling_ -= refill.count;
   const uint32_t made = static_cast<uint32_t>(std::min<size_t>(keys.size(), refill.count));
   c.total -= refill.count - made;
   if (budget_ != nullptr) budget_->Give(refill.count - made, c.capacity);

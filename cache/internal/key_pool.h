@@ -104,6 +104,8 @@ class KeyPool {
   bool budget_refused() const { return budget_refused_; }
 
   uint64_t free_keys() const;
+  // Keys reserved for creation (a refill or an on-demand batch) not yet added to the free lists.
+  uint64_t refilling() const { return refilling_; }
   // Nothing for Maintain to do soon: every class at or above its low watermark. Quarantined
   // keys do not count: the last few of a burst wait for later invalidations (quarantine_count)
   // however long the thread keeps polling, and Take releases eligible ones itself when a class
@@ -143,6 +145,9 @@ class KeyPool {
   KeyLedger* const ledger_;  // may be null
   KeyBudget* const budget_;  // may be null
   bool budget_refused_ = false;
+  bool refused_first_ = false;
+  uint64_t refilling_ = 0;  // reserved by PlanRefill or Create, until AddCreated  // ...because
+                            // others under their share wait (RefusedFirst)
   std::vector<Class> classes_;
   std::deque<Quarantined> quarantine_;  // FIFO by entry
   uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine

@@ -1,6 +1,7 @@
 #include "cache/internal/mapper.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -20,7 +21,9 @@ namespace {
 
 constexpr int kEvictionAttempts = 8;
 // How long a tenant under its fair share waits for others to give back keys when the device's
-// budget is spent (their ring workers and the maintenance thread are not held meanwhile).
+// budget is spent (their ring workers and the maintenance thread are not held meanwhile). The
+// maintenance thread revokes held registrations of tenants over their share after
+// CacheOptions::held_reclaim_after (100 ms) of such waiting, well inside this bound.
 constexpr absl::Duration kBudgetWait = absl::Seconds(1);
 
 // What a miss or a window plans before it reserves a key (step 1).
@@ -104,12 +107,16 @@ void Unbind(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   t.live--;
 }
 
-// Presses the budget and waits, without any lock, until it has room again: true, or false
-// after kBudgetWait.
-bool AwaitBudget(KeyBudget& budget, uint32_t capacity) {
+// Presses the budget and waits, without any lock, until it has room again or the tenant's own
+// pool has free keys (a refill of its that was under way): true, or false after kBudgetWait.
+bool AwaitBudget(Tenant& t, KeyBudget& budget, uint32_t capacity) {
   budget.Press(capacity);
   const absl::Time give_up = base::MonotonicNow() + kBudgetWait;
-  while (!budget.HasRoom(capacity)) {
+  auto own_keys = [&t] {
+    base::MutexLock lock(&t.mu);
+    return t.pool != nullptr && t.pool->free_keys() > 0;
+  };
+  while (!budget.HasRoom(capacity) && !own_keys()) {
     if (base::MonotonicNow() >= give_up) return false;
     absl::SleepFor(absl::Milliseconds(1));
   }
@@ -122,6 +129,9 @@ absl::StatusOr<Record*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
   absl::Status last;
   bool quota_refused = false;
   bool waited = false;
+  // From the wait until this returns: tenants over their share are refused meanwhile, so the
+  // room the wait sees is still there for the retry.
+  std::optional<KeyBudget::Waiting> waiting;
   for (int attempt = 0;; ++attempt) {
     bool over_budget = false;
     uint32_t capacity = 0;
@@ -134,8 +144,9 @@ absl::StatusOr<Record*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
       }
       last = reserved.status();
       if (t.pool != nullptr) capacity = t.pool->capacity(m.cls);
+      // Keys of its own still being created do not count: they are on their way.
       over_budget = t.ctx->budget != nullptr && t.pool != nullptr && t.pool->budget_refused() &&
-                    t.pool->total_keys() < t.ctx->budget->FairShare() &&
+                    t.pool->total_keys() - t.pool->refilling() < t.ctx->budget->FairShare() &&
                     t.pool->total_entries() + capacity <= t.ctx->budget->FairEntryShare();
     }
     Record* victim = attempt < kEvictionAttempts ? PickVictim(t) : nullptr;
@@ -146,7 +157,9 @@ absl::StatusOr<Record*> ReserveAndBind(Tenant& t, Mapping& m, TakenKey& taken) {
     }
     // The device's budget is spent and this tenant is under its fair share: the others give
     // back what is over theirs (the maintenance thread); wait for that, once and bounded.
-    if (!over_budget || waited || !AwaitBudget(*t.ctx->budget, capacity)) break;
+    if (!over_budget || waited) break;
+    waiting.emplace(*t.ctx->budget);
+    if (!AwaitBudget(t, *t.ctx->budget, capacity)) break;
     waited = true;
     attempt = 0;
   }
@@ -327,6 +340,24 @@ Record* PickVictim(Tenant& t) {
       if (StopReference(t, r, /*only_unheld=*/true) != Stopped::kNo) return r;
       break;
     }
+  }
+  return nullptr;
+}
+
+Record* PickHeldVictim(Tenant& t, Handle* handle) {
+  base::MutexLock lock(&t.index_mu);
+  const uint32_t n = t.slab.size();
+  for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
+    if (t.clock_hand >= n) t.clock_hand = 0;
+    Record* r = t.slab.At(t.clock_hand++);
+    uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    if (!state::Live(s) || (s & state::kWindow) != 0) continue;
+    if ((s & state::kReferenced) != 0) {  // second chance
+      r->hot->state.fetch_and(~state::kReferenced, std::memory_order_acq_rel);
+      continue;
+    }
+    *handle = r->handle;
+    return r;
   }
   return nullptr;
 }

@@ -42,6 +42,10 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
 // CLOCK over the tenant's records: the first unheld registration not hit since the hand last
 // passed it, with its references stopped (ready to Retire). nullptr if none.
 Record* PickVictim(Tenant& t);
+// A live registration (not a window) of `t` to revoke although it may be held, chosen by the
+// same CLOCK hand (recently hit ones get a second chance), with its handle in `*handle`; not
+// stopped yet. nullptr when there is none.
+Record* PickHeldVictim(Tenant& t, Handle* handle);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_MAPPER_H_

@@ -128,6 +128,8 @@ enum class RevocationReason : uint32_t {
   kParentInvalidated = 2,  // a window whose registration was invalidated
   kMemoryDetached = 3,     // the memory under it was detached
   kReregistered = 4,       // a re-registration narrowed it (a new key replaced it)
+  kReclaimed = 5,          // the daemon took it back: this session held more than its fair
+                           // share of the device's keys while another session waited for keys
   kUnknown = 100,          // revoked while the library lost track of events (it fell behind)
 };
 

@@ -8,11 +8,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
@@ -111,6 +113,48 @@ TEST(BudgetE2e, AHoggingSessionGivesBackItsShareToANeighbour) {
     held.push_back(k->handle);
   }
   for (uint64_t h : held) ASSERT_TRUE((*neighbour)->Release(h).ok());
+}
+
+// Fairness covers held keys: a session holding nearly every key of the device (and releasing
+// none) has registrations revoked while a newcomer under its share waits; the newcomer gets its
+// share, each register within the bounded wait, and the hog's library is told why (reason
+// kReclaimed) before the keys stop working.
+TEST(BudgetE2e, ASessionHoldingEveryKeyGivesHeldKeysBackToANewcomer) {
+  if (regcache::testing::TestDevice() != "sim") GTEST_SKIP() << "a small key table is the sim's";
+  // 128 keys: a budget of 120, a fair share of 60 with two sessions.
+  regcache::testing::Regcached daemon({"--device=sim:max_keys=128"});
+  rc::ClientOptions o;  // the hog keeps its library cache: it hears revocations there
+  auto hog = rc::Client::Connect(daemon.dir(), o);
+  ASSERT_TRUE(hog.ok()) << hog.status();
+  std::atomic<int> reclaimed{0};
+  (*hog)->SetRevocationCallback([&](const rc::Revocation& r) {
+    if (r.reason == rc::RevocationReason::kReclaimed) ++reclaimed;
+  });
+  auto hog_mem = (*hog)->AllocateMemory(2 << 20);
+  ASSERT_TRUE(hog_mem.ok()) << hog_mem.status();
+  int held_by_hog = 0;
+  for (int i = 0; i < 200; ++i) {  // holds all it can get
+    auto k = (*hog)->Register(static_cast<uint8_t*>(hog_mem->data) + i * 4096, 4096, kRw);
+    if (!k.ok()) break;
+    ++held_by_hog;
+  }
+  EXPECT_GT(held_by_hog, 100) << "alone, the hog may use the whole budget";
+  auto newcomer = Connect(daemon.dir());
+  ASSERT_TRUE(newcomer.ok()) << newcomer.status();
+  auto mem = (*newcomer)->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  std::vector<uint64_t> held;
+  for (int i = 0; i < 50; ++i) {  // within its share of 60
+    const absl::Time start = absl::Now();
+    auto k = (*newcomer)->Register(static_cast<uint8_t*>(mem->data) + i * 4096, 4096, kRw);
+    ASSERT_TRUE(k.ok()) << "newcomer " << i << ": " << k.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "the wait is bounded";
+    held.push_back(k->handle);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (reclaimed.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_GT(reclaimed.load(), 0) << "the hog's library was told (kReclaimed)";
+  for (uint64_t h : held) ASSERT_TRUE((*newcomer)->Release(h).ok());
 }
 
 }  // namespace
