@@ -46,7 +46,7 @@ absl::Status Bad(const RingRequest& r, absl::string_view what) {
 }
 
 absl::Status CheckUnused(const RingRequest& r, uint32_t used) {
-  if (r.reserved0 != 0 || r.reserved1[0] != 0 || r.reserved1[1] != 0) {
+  if (r.reserved0 != 0 || r.reserved1 != 0) {
     return Bad(r, "reserved fields must be 0");
   }
   if (!(used & kHandle) && r.handle != 0) return Bad(r, "handle must be 0 for this op");
@@ -83,6 +83,7 @@ absl::Status DecodeRequest(const RingRequest& copy, DecodedRequest& d) {
   d.access = r.access;
   d.write = (r.flags & kFlagWrite) != 0;
   d.prefetch = r.prefetch;
+  d.deadline_ns = r.deadline_ns;
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@ struct DecodedRequest {
   uint32_t access = 0;                // kKnownAccessBits only
   bool write = false;                 // kPrefetch
   uint32_t prefetch = kPrefetchNone;  // register, prefetch: kPrefetchNone, Sync or Async
+  uint64_t deadline_ns = 0;           // CLOCK_MONOTONIC; 0 = none (any value is valid)
 };
 
 // Validates `copy` (a private copy: never a pointer into shared memory) field by field: a known

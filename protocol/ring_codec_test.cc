@@ -44,7 +44,7 @@ TEST(RingCodec, EveryBadFieldIsNamed) {
       {"op 0", [](RingRequest& r) { r.op = 0; }, "unknown op"},
       {"op past the last", [](RingRequest& r) { r.op = kMaxRingOp + 1; }, "unknown op"},
       {"reserved0", [](RingRequest& r) { r.reserved0 = 1; }, "reserved"},
-      {"reserved1", [](RingRequest& r) { r.reserved1[1] = 1; }, "reserved"},
+      {"reserved1", [](RingRequest& r) { r.reserved1 = 1; }, "reserved"},
       {"handle on register", [](RingRequest& r) { r.handle = 5; }, "handle must be 0"},
       {"flags on register", [](RingRequest& r) { r.flags = kFlagWrite; }, "flags"},
       {"length 0", [](RingRequest& r) { r.length = 0; }, "length 0"},

@@ -63,7 +63,8 @@
 //
 // Sequence numbers are the client's business: the client library numbers a channel's requests
 // itself and, having posted one, waits for the completion with that number (discarding older
-// ones, answers to calls whose deadline passed). Completions of a channel come in request order.
+// ones, answers to calls whose deadline passed — and giving back what such an answer granted,
+// should it come after all). Completions of a channel come in request order.
 //
 // Status codes in completions are absl::StatusCode values — the canonical codes gRPC carries
 // too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated), with the
@@ -131,7 +132,7 @@ inline constexpr uint16_t kKnownRequestFlags = kFlagWrite;
 
 // RingCompletion::flags
 inline constexpr uint16_t kFlagHit = 1u << 0;      // the grant came from the daemon's cache
-inline constexpr uint16_t kFlagRevoked = 1u << 1;  // kQuery: the key was invalidated
+inline constexpr uint16_t kFlagRevoked = 1u << 1;  // kQuery; a grant revoked before it went out
 inline constexpr uint16_t kFlagWindow = 1u << 2;   // kQuery: a window
 inline constexpr uint16_t kFlagSameKey = 1u << 3;  // kReregister: the rkey was kept
 
@@ -148,16 +149,20 @@ inline constexpr uint32_t kPrefetchAsync = 2;
 inline constexpr uint32_t kKnownAccessBits = 0x1f;
 
 struct RingRequest {
-  uint64_t seq;           // the client's; echoed in the completion
-  uint16_t op;            // RingOp
-  uint16_t flags;         // kKnownRequestFlags only
-  uint32_t access;        // kKnownAccessBits (register, window, reregister)
-  uint64_t handle;        // window parent, release, invalidate, reregister, query
-  uint64_t va;            // register, reregister, prefetch: client address; window: offset
-  uint64_t length;        // register, window, reregister, prefetch
-  uint32_t prefetch;      // register, prefetch: kPrefetch*
-  uint32_t reserved0;     // must be 0
-  uint64_t reserved1[2];  // must be 0
+  uint64_t seq;        // the client's; echoed in the completion
+  uint16_t op;         // RingOp
+  uint16_t flags;      // kKnownRequestFlags only
+  uint32_t access;     // kKnownAccessBits (register, window, reregister)
+  uint64_t handle;     // window parent, release, invalidate, reregister, query
+  uint64_t va;         // register, reregister, prefetch: client address; window: offset
+  uint64_t length;     // register, window, reregister, prefetch
+  uint32_t prefetch;   // register, prefetch: kPrefetch*
+  uint32_t reserved0;  // must be 0
+  // When the caller stops waiting: CLOCK_MONOTONIC in ns (one host, one clock); 0 = never. A
+  // request found past it does nothing; a grant made for one that passed it meanwhile is
+  // released again (both answer kDeadlineExceeded).
+  uint64_t deadline_ns;
+  uint64_t reserved1;  // must be 0
 };
 static_assert(sizeof(RingRequest) == 64);
 
@@ -251,6 +256,8 @@ enum class RevokeReason : uint32_t {
   kMemoryDetached = 3,     // the memory under the key was detached
   kReregistered = 4,       // re-registration replaced or narrowed it
   kSessionClosing = 5,     // not sent per key: StateHeader::session_state says it
+  kReclaimed = 6,          // taken back: the session held more than its fair share of the
+                           // device's keys while another session waited for keys
 };
 
 inline constexpr uint32_t kSessionOpen = 0;

@@ -224,8 +224,6 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
   // Length limits, the session's quota and the daemon's budget for a new mapping (its charge).
   absl::StatusOr<internal::MemoryCharge> AdmitMemory(const Session& s, uint64_t length)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
-  // The session's shared files, grant table and ring worker.
-  absl::Status StartFastPath(Session& s);
 
   const DaemonConfig config_;
   base::stats::Registry* const registry_;
@@ -250,14 +248,6 @@ absl::Status DaemonImpl::RefuseSession(const PeerCredentials& peer, absl::Status
   stats_.sessions_refused.Inc();
   refusals_.Refused(peer, "session", why.message());
   return why;
-}
-
-absl::Status DaemonImpl::StartFastPath(Session& s) {
-  ASSIGN_OR_RETURN(s.shm,
-                   internal::SessionShm::Create(s.id, config_.ring_channels, config_.grant_slots));
-  s.grants = std::make_unique<internal::GrantTable>(s.shm.get());
-  ASSIGN_OR_RETURN(s.ring, RingServer::Start(&s, &Keys(s), &ring_stats_));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
@@ -288,17 +278,22 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   s->admin = access_.IsAdmin(peer);
   s->opened = absl::Now();
   ASSIGN_OR_RETURN(s->token, internal::NewToken());
-  cache::TenantOptions to;
-  to.max_keys = config_.max_keys_per_session;
-  to.max_backed_bytes = config_.max_bytes_per_session;
-  ASSIGN_OR_RETURN(s->tenant, s->device->cache->OpenTenant(to));
   s->id = sessions_.NewId();
+  // The grant table before the tenant: the cache may tell it about reclaimed keys at once.
+  ASSIGN_OR_RETURN(s->shm,
+                   internal::SessionShm::Create(s->id, config_.ring_channels, config_.grant_slots));
+  s->grants = std::make_unique<internal::GrantTable>(s->shm.get());
+  const cache::TenantOptions to{config_.max_keys_per_session, config_.max_bytes_per_session,
+                                s->grants->Reclaimer()};
+  ASSIGN_OR_RETURN(s->tenant, s->device->cache->OpenTenant(to));
   {
     base::MutexLock lock(&s->mu);
     s->endpoints = std::make_unique<internal::SessionEndpoints>(&endpoint_stats_);
   }
-  absl::Status fast = StartFastPath(*s);
-  absl::StatusOr<int> channel_fd = fast.ok() ? s->shm->DupChannelFd() : fast;
+  absl::StatusOr<std::unique_ptr<RingServer>> ring =
+      RingServer::Start(s.get(), &Keys(*s), &ring_stats_);
+  if (ring.ok()) s->ring = std::move(*ring);
+  absl::StatusOr<int> channel_fd = ring.ok() ? s->shm->DupChannelFd() : ring.status();
   absl::StatusOr<int> state_fd = channel_fd.ok() ? s->shm->DupStateFd() : channel_fd.status();
   if (!state_fd.ok()) {
     if (channel_fd.ok()) ::close(*channel_fd);
@@ -461,8 +456,9 @@ absl::Status DaemonImpl::DetachMemory(SessionId session, MemoryId memory) {
   if (it->second.attached) {
     // The state words say it first; then every key over it is invalidated and the memory
     // deregistered; only then is it unmapped (erase).
-    s.grants->RevokeRange(it->second.client_va, it->second.mem->length());
-    RETURN_IF_ERROR(s.device->cache->RemoveBacking(s.tenant, it->second.backing));
+    RETURN_IF_ERROR(s.grants->RevokeRangeAround(
+        it->second.client_va, it->second.mem->length(),
+        [&] { return s.device->cache->RemoveBacking(s.tenant, it->second.backing); }));
   }
   s.mapped_bytes -= it->second.mem->length();
   stats_.memory_mapped_bytes.Sub(it->second.mem->length());

@@ -50,7 +50,7 @@ TEST_F(RingTest, GarbageGetsInvalidArgumentWithItsSeq) {
   garbage[0].op = 0;
   garbage[1] = RegisterReq(s.va(0), 0, kRw);  // length 0
   garbage[2] = NopReq();
-  garbage[2].reserved1[0] = 42;
+  garbage[2].reserved1 = 42;
   std::memset(&garbage[3], 0xa5, sizeof(garbage[3]));
   for (size_t i = 0; i < garbage.size(); ++i) {
     garbage[i].seq = 1000 + i;

@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/stats.h"
 #include "gtest/gtest.h"
 #include "hca/device.h"
 #include "protocol/shm_protocol.h"
 #include "service/daemon.h"
+#include "service/internal/key_hook.h"
 
 namespace regcache::service::testing {
 
@@ -108,6 +110,42 @@ class RingFixture : public ::testing::Test {
   std::unique_ptr<Daemon> daemon_;
   std::vector<std::unique_ptr<Sess>> sessions_;
 };
+
+#ifndef NDEBUG
+// Test hook (service/internal/key_hook.h): stalls the daemon at a point of a key call to force
+// an interleaving. Only where the hook is compiled in (no NDEBUG).
+// Stalls the first key call that reaches `point` until Resume() (or 10 s); one at a time.
+class KeyStall {
+ public:
+  explicit KeyStall(internal::KeyHookPoint point) : point_(point) {
+    current_.store(this);
+    internal::key_test_hook.store(&Hook);
+  }
+  ~KeyStall() {
+    internal::key_test_hook.store(nullptr);
+    if (!resume_.HasBeenNotified()) resume_.Notify();
+    current_.store(nullptr);
+  }
+  KeyStall(const KeyStall&) = delete;
+  KeyStall& operator=(const KeyStall&) = delete;
+  // Waits (10 s at most) until a call reached the point.
+  bool Reached() { return reached_.WaitForNotificationWithTimeout(absl::Seconds(10)); }
+  void Resume() { resume_.Notify(); }
+
+ private:
+  static void Hook(internal::KeyHookPoint point) {
+    KeyStall* s = current_.load();
+    if (s == nullptr || point != s->point_ || !s->armed_.exchange(false)) return;
+    s->reached_.Notify();
+    s->resume_.WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
+  static inline std::atomic<KeyStall*> current_{nullptr};
+  const internal::KeyHookPoint point_;
+  std::atomic<bool> armed_{true};
+  absl::Notification reached_, resume_;
+};
+
+#endif  // NDEBUG
 
 }  // namespace regcache::service::testing
 #endif  // REGCACHE_SERVICE_TEST_UTIL_H_

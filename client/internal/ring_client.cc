@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -197,6 +198,13 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
   absl::Time deadline = absl::InfinitePast();  // set by Next at its first clock read
   base::MutexLock lock(&c.mu);
   const uint64_t first = c.next_seq;
+  // The coarse clock lags the precise one by at most a tick, so this is never later than the
+  // deadline the caller itself keeps (which starts later still, at Next's first clock read).
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const uint64_t deadline_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 +
+                               static_cast<uint64_t>(ts.tv_nsec) +
+                               static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout_));
   size_t posted = 0, done = 0;
   while (done < n) {
     size_t now = 0;
@@ -207,6 +215,7 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
     for (; posted < n && c.req_head - c.cpl_tail < shm::kRingDepth; ++posted, ++now) {
       shm::RingRequest r = requests[posted];
       r.seq = c.next_seq++;
+      r.deadline_ns = deadline_ns;
       std::memcpy(&ring.requests[c.req_head % shm::kRingDepth], &r, sizeof(r));
       ++c.req_head;
       ring.control.req_head.store(c.req_head, std::memory_order_release);
@@ -222,7 +231,16 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
       }
     }
     ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline));
-    if (got.seq < first) continue;  // the answer to a call whose deadline passed
+    if (got.seq < first) {  // the answer to a call whose deadline passed
+      const auto op = static_cast<shm::RingOp>(got.op);
+      if (got.code == 0 && got.handle != 0 &&
+          (op == shm::RingOp::kRegister || op == shm::RingOp::kWindow ||
+           op == shm::RingOp::kReregister)) {
+        c.orphans.push_back(got.handle);  // nobody will release it otherwise
+        c.has_orphans.store(true, std::memory_order_relaxed);
+      }
+      continue;
+    }
     if (got.seq != first + done) {
       return absl::InternalError(
           absl::StrCat("ring completion ", got.seq, " out of order: want ", first + done));
@@ -232,9 +250,33 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
   return absl::OkStatus();
 }
 
+void RingClient::ReleaseOrphans(uint32_t index) {
+  Channel& c = mine_[index];
+  std::vector<shm::RingRequest> releases;
+  {
+    base::MutexLock lock(&c.mu);
+    for (uint64_t handle : c.orphans) {
+      shm::RingRequest r{};
+      r.op = static_cast<uint16_t>(shm::RingOp::kRelease);
+      r.handle = handle;
+      releases.push_back(r);
+    }
+    c.orphans.clear();
+    c.has_orphans.store(false, std::memory_order_relaxed);
+  }
+  std::vector<shm::RingCompletion> answers(releases.size());
+  // A Release that times out in turn is not retried: the session's end releases what is left.
+  (void)Run(index, releases.data(), releases.size(), answers.data());
+}
+
 absl::StatusOr<shm::RingCompletion> RingClient::Call(const shm::RingRequest& request) {
   shm::RingCompletion out;
-  RETURN_IF_ERROR(Run(Claim(), &request, 1, &out));
+  const uint32_t index = Claim();
+  const absl::Status s = Run(index, &request, 1, &out);
+  if (mine_[index].has_orphans.load(std::memory_order_relaxed)) [[unlikely]] {
+    ReleaseOrphans(index);
+  }
+  RETURN_IF_ERROR(s);
   return out;
 }
 
@@ -242,7 +284,12 @@ absl::StatusOr<std::vector<shm::RingCompletion>> RingClient::CallBatch(
     absl::Span<const shm::RingRequest> requests) {
   std::vector<shm::RingCompletion> out(requests.size());
   if (requests.empty()) return out;
-  RETURN_IF_ERROR(Run(Claim(), requests.data(), requests.size(), out.data()));
+  const uint32_t index = Claim();
+  const absl::Status s = Run(index, requests.data(), requests.size(), out.data());
+  if (mine_[index].has_orphans.load(std::memory_order_relaxed)) [[unlikely]] {
+    ReleaseOrphans(index);
+  }
+  RETURN_IF_ERROR(s);
   return out;
 }
 

@@ -12,9 +12,12 @@
 // kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
 // waiting for it when there are more busy threads than cores). The clock is read
 // only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
-// posting; a call's time waiting for its channel's lock does not count). A request whose
-// deadline passed may still be served (like a gRPC call that timed out): its completion is
-// discarded by the channel's next call, which recognises it by sequence number.
+// posting; a call's time waiting for its channel's lock does not count). Each request carries
+// its deadline (RingRequest::deadline_ns, from the coarse monotonic clock when posted, so never
+// later than the caller's own): the daemon does nothing for a request past it and gives back a
+// grant it made for one that passed it meanwhile. A completion that still comes after the
+// caller gave up is discarded by the channel's next call, which recognises it by sequence
+// number, and a grant in it is released (the next call on the channel posts the Releases).
 //
 // Trust: the client checks what it maps (magic, version, geometry against the Welcome and the
 // files' sizes) before it touches a ring.
@@ -83,6 +86,10 @@ class RingClient {
     uint32_t req_head ABSL_GUARDED_BY(mu) = 0;  // our own copies of the indices we write
     uint32_t cpl_tail ABSL_GUARDED_BY(mu) = 0;
     uint64_t next_seq ABSL_GUARDED_BY(mu) = 1;
+    // Handles granted by answers that came after their caller gave up: released by the
+    // channel's next call (ReleaseOrphans).
+    std::vector<uint64_t> orphans ABSL_GUARDED_BY(mu);
+    std::atomic<bool> has_orphans{false};
   };
 
   RingClient() = default;
@@ -92,6 +99,8 @@ class RingClient {
   // Runs `n` requests on channel `index`, answers into `out`.
   absl::Status Run(uint32_t index, const shm::RingRequest* requests, size_t n,
                    shm::RingCompletion* out);
+  // Releases the channel's orphaned grants (one batch of Releases; their answers ignored).
+  void ReleaseOrphans(uint32_t index);
   // The next completion of the channel, by `deadline`; InfinitePast: not set yet (then the
   // first clock read sets it to now + timeout_).
   absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline)

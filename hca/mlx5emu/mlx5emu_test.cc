@@ -27,13 +27,27 @@ class EmuTest : public ::testing::Test {
  protected:
   void TearDown() override {
     poster_.reset();
-    if (qp_ != nullptr) EXPECT_EQ(ibv_destroy_qp(qp_), 0);
-    if (cq_ != nullptr) EXPECT_EQ(ibv_destroy_cq(cq_), 0);
-    if (mr_ != nullptr) EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    if (key_ != nullptr) EXPECT_EQ(mlx5dv_devx_obj_destroy(key_), 0);
-    if (pd_ != nullptr) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    if (ctx_ != nullptr) EXPECT_EQ(ibv_close_device(ctx_), 0);
-    if (expect_clean_) EXPECT_TRUE(Violations().empty());
+    if (qp_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_qp(qp_), 0);
+    }
+    if (cq_ != nullptr) {
+      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
+    }
+    if (mr_ != nullptr) {
+      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
+    }
+    if (key_ != nullptr) {
+      EXPECT_EQ(mlx5dv_devx_obj_destroy(key_), 0);
+    }
+    if (pd_ != nullptr) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
+    if (ctx_ != nullptr) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
+    if (expect_clean_) {
+      EXPECT_TRUE(Violations().empty());
+    }
   }
 
   // Opens device `index` with DevX (or without), with emulator `options`.

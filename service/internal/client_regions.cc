@@ -78,8 +78,9 @@ absl::Status DetachClientRegion(Session& s, MemoryId memory) {
   }
   // As for the daemon's memory: the state words first, then every key over it invalidated; then
   // the device forgets the region (the client deregisters it).
-  s.grants->RevokeRange(it->second.va, it->second.length);
-  RETURN_IF_ERROR(cache.RemoveBacking(s.tenant, it->second.backing));
+  RETURN_IF_ERROR(s.grants->RevokeRangeAround(it->second.va, it->second.length, [&] {
+    return cache.RemoveBacking(s.tenant, it->second.backing);
+  }));
   s.regions.erase(it);
   return absl::OkStatus();
 }

@@ -38,7 +38,8 @@ void GrantTable::FreeSlot(uint32_t slot) {
 }
 
 absl::StatusOr<SlottedGrant> GrantTable::Granted(absl::StatusOr<cache::KeyGrant> grant,
-                                                 cache::Handle parent) {
+                                                 cache::Handle parent,
+                                                 absl::FunctionRef<bool(cache::Handle)> revoked) {
   if (!grant.ok()) {
     if (absl::IsResourceExhausted(grant.status())) RaiseReclaim();
     return grant.status();
@@ -57,6 +58,15 @@ absl::StatusOr<SlottedGrant> GrantTable::Granted(absl::StatusOr<cache::KeyGrant>
     if (parent != 0) windows_[parent].push_back(grant->handle);
   }
   ++e.holds;
+  // Recorded. A revocation whose second pass (after the cache revoked the key) takes this lock
+  // later finds the entry; one whose second pass ran earlier had revoked the key in the cache
+  // before it released the lock, which `revoked` therefore sees.
+  if (!e.revoked && revoked(grant->handle)) {
+    RevokeEntry(
+        grant->handle, e,
+        parent != 0 ? shm::RevokeReason::kParentInvalidated : shm::RevokeReason::kInvalidated);
+  }
+  out.revoked = e.revoked;
   out.slot = e.slot;
   if (e.slot != shm::kNoSlot) {
     out.generation =
@@ -139,6 +149,18 @@ void GrantTable::RevokeRange(uint64_t va, uint64_t length) {
       RevokeEntry(handle, e, shm::RevokeReason::kMemoryDetached);
     }
   }
+}
+
+absl::Status GrantTable::RevokeRangeAround(uint64_t va, uint64_t length,
+                                           absl::FunctionRef<absl::Status()> detach) {
+  RevokeRange(va, length);
+  absl::Status detached = detach();
+  RevokeRange(va, length);
+  return detached;
+}
+
+std::function<void(cache::Handle)> GrantTable::Reclaimer() {
+  return [this](cache::Handle h) { RevokeHandle(h, shm::RevokeReason::kReclaimed); };
 }
 
 void GrantTable::Closing() {

@@ -5,13 +5,20 @@
 // The daemon calls it around every cache call that hands out, gives back or revokes a key of
 // the session, whichever transport the call came from:
 //   Granted     after Register / CreateWindow returned: the handle's slot (a free one for a
-//               handle the session did not hold yet) and one more hold; on kResourceExhausted
-//               the reclaim counter goes up instead;
+//               handle the session did not hold yet) and one more hold; then, with the grant
+//               recorded, whether the cache revoked the key meanwhile: if so the grant is
+//               revoked here (bit and event) as if it had been recorded in time. On
+//               kResourceExhausted the reclaim counter goes up instead;
 //   Released    after a Release succeeded: one hold less; at 0 the slot is freed (generation
 //               + 1, revoked bit clear) and the handle forgotten;
 //   Revoke*     BEFORE the cache invalidates: the revoked bit of the handle's slot (and its
 //               windows' slots) is set and a RevocationEvent appended, so a client that checks
-//               its word never hands out a key whose revocation had begun;
+//               its word never hands out a key whose revocation had begun; and AGAIN after the
+//               cache returned, for grants recorded in between (the cache held the key for a
+//               call that had not recorded it yet). With Granted's check this closes the
+//               window: a grant recorded before the second pass is marked by it; one recorded
+//               after it finds the key revoked in the cache (docs/fast_path.md, "The
+//               revocation invariant");
 //   Closing     before the session closes: StateHeader::session_state = kSessionClosing.
 // The hold counts are the daemon's: nothing the client writes is read here. A grant that found
 // no free slot carries kNoSlot (the client then does not cache it) and is still tracked, so
@@ -23,10 +30,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "cache/reg_cache.h"
@@ -42,6 +51,9 @@ struct SlottedGrant {
   cache::KeyGrant grant;
   uint32_t slot = shm::kNoSlot;
   uint32_t generation = 0;
+  // Revoked before it was handed out (its word says so): the cache revoked the key between the
+  // hold and the grant record. A registration is retried by the caller; others go out marked.
+  bool revoked = false;
 };
 
 class GrantTable {
@@ -50,9 +62,11 @@ class GrantTable {
   explicit GrantTable(SessionShm* shm);
 
   // The hook after Register (parent 0) or CreateWindow (parent = the window's parent) returned
-  // `grant`: OK grants get their slot and one more hold; kResourceExhausted raises reclaim.
-  // Returns `grant`'s status unchanged.
-  absl::StatusOr<SlottedGrant> Granted(absl::StatusOr<cache::KeyGrant> grant, cache::Handle parent)
+  // `grant`: OK grants get their slot and one more hold, and are revoked here when `revoked`
+  // (asked with the grant recorded, under the table's lock) says the cache revoked the handle
+  // meanwhile; kResourceExhausted raises reclaim. Returns `grant`'s status unchanged.
+  absl::StatusOr<SlottedGrant> Granted(absl::StatusOr<cache::KeyGrant> grant, cache::Handle parent,
+                                       absl::FunctionRef<bool(cache::Handle)> revoked)
       ABSL_LOCKS_EXCLUDED(mu_);
   // After a successful Release of `handle`. Unknown handles are ignored.
   void Released(cache::Handle handle) ABSL_LOCKS_EXCLUDED(mu_);
@@ -63,6 +77,13 @@ class GrantTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Before detaching memory [va, va + length): every held grant whose range overlaps it.
   void RevokeRange(uint64_t va, uint64_t length) ABSL_LOCKS_EXCLUDED(mu_);
+  // RevokeRange, then `detach` (the cache's RemoveBacking), then RevokeRange again (the second
+  // pass). Returns what `detach` returned.
+  absl::Status RevokeRangeAround(uint64_t va, uint64_t length,
+                                 absl::FunctionRef<absl::Status()> detach) ABSL_LOCKS_EXCLUDED(mu_);
+  // The session's cache::TenantOptions::reclaiming: RevokeHandle with reason kReclaimed. The
+  // table must outlive the tenant (the daemon closes the tenant first).
+  std::function<void(cache::Handle)> Reclaimer();
   // Before the session closes or the daemon drains it.
   void Closing();
   // The session's key quota or the device's pool is under pressure.

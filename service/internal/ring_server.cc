@@ -10,8 +10,10 @@
 
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "protocol/shm_futex.h"
+#include "service/internal/key_hook.h"
 #include "service/internal/session_table.h"
 
 namespace regcache::service::internal {
@@ -61,7 +63,8 @@ shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
   c.length = g->grant.length;
   c.access = g->grant.access;
   c.flags = static_cast<uint16_t>((g->grant.hit ? shm::kFlagHit : 0) |
-                                  (g->grant.same_key ? shm::kFlagSameKey : 0));
+                                  (g->grant.same_key ? shm::kFlagSameKey : 0) |
+                                  (g->revoked ? shm::kFlagRevoked : 0));
   c.slot = g->slot;
   c.slot_generation = g->generation;
   return c;
@@ -263,7 +266,31 @@ shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
     return shm::CompletionFor(copy.seq, copy.op, s);
   }
   stats_->requests.Inc();
-  return Answer(d);
+  // The caller's deadline, on the clock both sides share: a request past it does nothing, and
+  // a grant made for one that passed it meanwhile is given back (the caller stopped waiting).
+  if (d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns)) {
+    stats_->expired.Inc();
+    return shm::CompletionFor(
+        d.seq, static_cast<uint16_t>(d.op),
+        base::WithReason(absl::DeadlineExceededError("the deadline passed before the work began"),
+                         base::reason::kDeadlineTooShort));
+  }
+  shm::RingCompletion out = Answer(d);
+  if (d.deadline_ns != 0 && out.code == 0 && out.handle != 0 &&
+      (d.op == shm::RingOp::kRegister || d.op == shm::RingOp::kWindow ||
+       d.op == shm::RingOp::kReregister) &&
+      NowNs() >= static_cast<int64_t>(d.deadline_ns)) {
+    stats_->expired.Inc();
+    (void)backend_->Release(*session_, out.handle);
+    return shm::CompletionFor(
+        d.seq, static_cast<uint16_t>(d.op),
+        // Short enough for a completion's message (kMessageBytes).
+        base::WithReason(
+            absl::DeadlineExceededError("the deadline passed; the key made was released"),
+            base::reason::kDeadlineTooShort));
+  }
+  RC_KEY_TEST_HOOK(kAnswered);
+  return out;
 }
 
 shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {

@@ -42,12 +42,13 @@ namespace regcache::service::internal {
 
 namespace shm = ::regcache::protocol::shm;
 
-#define REGCACHE_RING_STATS(COUNTER, GAUGE, HISTOGRAM)                            \
-  COUNTER(requests, "ring requests served")                                       \
-  COUNTER(bad_requests, "ring requests refused by validation (kInvalidArgument)") \
-  COUNTER(broken_channels, "ring channels marked broken (indices out of range)")  \
-  COUNTER(sleeps, "times a ring worker went to sleep on its session's doorbell")  \
-  COUNTER(wakeups, "times a ring worker woke from its doorbell")                  \
+#define REGCACHE_RING_STATS(COUNTER, GAUGE, HISTOGRAM)                                        \
+  COUNTER(requests, "ring requests served")                                                   \
+  COUNTER(bad_requests, "ring requests refused by validation (kInvalidArgument)")             \
+  COUNTER(expired, "ring requests past their caller's deadline (no work, or released again)") \
+  COUNTER(broken_channels, "ring channels marked broken (indices out of range)")              \
+  COUNTER(sleeps, "times a ring worker went to sleep on its session's doorbell")              \
+  COUNTER(wakeups, "times a ring worker woke from its doorbell")                              \
   GAUGE(workers, "ring worker threads running (one per session)")
 
 // Hot: every worker bumps `requests` per request; per-thread slots keep that off shared lines.

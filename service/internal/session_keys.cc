@@ -1,11 +1,24 @@
 #include "service/internal/session_keys.h"
 
+#include <utility>
+
 #include "absl/strings/str_format.h"
 #include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "odp/register.h"
 
 namespace regcache::service::internal {
+
+#ifndef NDEBUG
+std::atomic<void (*)(KeyHookPoint)> key_test_hook{nullptr};
+#endif
+
+namespace {
+
+// How often a registration whose key was revoked before its grant was recorded is made again.
+constexpr int kRevokedRetries = 3;
+
+}  // namespace
 
 SessionKeys::SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const hca::Device* device,
                          const std::atomic<bool>* draining)
@@ -35,18 +48,40 @@ absl::StatusOr<cache::KeyGrant> SessionKeys::RegisterIn(Session& s, uint64_t va,
   return odp::RegisterWithPrefetch(cache_, servicer_, s.tenant, va, length, access, o);
 }
 
-// Every grant goes through the session's grant table (its state slot, reclaim).
+absl::StatusOr<SlottedGrant> SessionKeys::Record(Session& s, absl::StatusOr<cache::KeyGrant> g,
+                                                 cache::Handle parent) {
+  RC_KEY_TEST_HOOK(kHeldNotRecorded);
+  return s.grants->Granted(std::move(g), parent,
+                           [&](cache::Handle h) { return cache_->Revoked(s.tenant, h); });
+}
+
+// Every grant goes through the session's grant table (its state slot, reclaim). A key revoked
+// between the cache's hold and the record (an Invalidate or detach that had no grant to mark
+// yet) is given back and the range registered again: the caller asked for a key that works.
 absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint64_t length,
                                                    hca::AccessFlags access,
                                                    std::optional<odp::PrefetchMode> prefetch) {
   RETURN_IF_ERROR(Open());
-  return s.grants->Granted(RegisterIn(s, va, length, access, prefetch), /*parent=*/0);
+  for (int attempt = 0;; ++attempt) {
+    ASSIGN_OR_RETURN(SlottedGrant out,
+                     Record(s, RegisterIn(s, va, length, access, prefetch), /*parent=*/0));
+    if (!out.revoked) return out;
+    (void)cache_->Release(s.tenant, out.grant.handle);
+    s.grants->Released(out.grant.handle);
+    if (attempt == kRevokedRetries) {
+      return absl::AbortedError(absl::StrFormat(
+          "the key for [0x%x, +%d) was revoked while it was being granted, %d times: retry", va,
+          length, attempt + 1));
+    }
+  }
 }
 
+// A window revoked before its record goes out marked (its word reads revoked): its parent was
+// invalidated, and a new window on it would be refused anyway.
 absl::StatusOr<SlottedGrant> SessionKeys::Window(Session& s, cache::Handle parent, uint64_t offset,
                                                  uint64_t length, hca::AccessFlags access) {
   RETURN_IF_ERROR(Open());
-  return s.grants->Granted(cache_->CreateWindow(s.tenant, parent, offset, length, access), parent);
+  return Record(s, cache_->CreateWindow(s.tenant, parent, offset, length, access), parent);
 }
 
 // The trade goes through the grant table: the new grant gets its slot, the old hold goes; a
@@ -57,12 +92,17 @@ absl::StatusOr<SlottedGrant> SessionKeys::Reregister(Session& s, cache::Handle h
   RETURN_IF_ERROR(Open());
   // The cache decides whether the old key is revoked, and says so before it is: the state word
   // then reads revoked before any access through the key fails.
+  cache::Handle revoked = 0;
   absl::StatusOr<cache::KeyGrant> g =
-      cache_->Reregister(s.tenant, handle, va, length, access, [&](cache::Handle revoked) {
-        s.grants->RevokeHandle(revoked, shm::RevokeReason::kReregistered);
+      cache_->Reregister(s.tenant, handle, va, length, access, [&](cache::Handle h) {
+        revoked = h;
+        s.grants->RevokeHandle(h, shm::RevokeReason::kReregistered);
       });
-  absl::StatusOr<SlottedGrant> out = s.grants->Granted(g, /*parent=*/0);
-  if (g.ok()) s.grants->Released(handle);  // the hold traded in
+  // The second pass (grant_table.h, Revoke*).
+  if (revoked != 0) s.grants->RevokeHandle(revoked, shm::RevokeReason::kReregistered);
+  const bool traded = g.ok();
+  absl::StatusOr<SlottedGrant> out = Record(s, std::move(g), /*parent=*/0);
+  if (traded) s.grants->Released(handle);  // the hold traded in
   return out;
 }
 
@@ -76,7 +116,11 @@ absl::Status SessionKeys::Release(Session& s, cache::Handle handle) {
 absl::Status SessionKeys::Invalidate(Session& s, cache::Handle handle) {
   RETURN_IF_ERROR(Open());
   s.grants->RevokeHandle(handle);  // the state word says it before the key stops working
-  return cache_->Invalidate(s.tenant, handle);
+  RC_KEY_TEST_HOOK(kRevokeMarked);
+  absl::Status status = cache_->Invalidate(s.tenant, handle);
+  // The second pass: a grant of the key recorded while the cache revoked it.
+  s.grants->RevokeHandle(handle);
+  return status;
 }
 
 absl::Status SessionKeys::Prefetch(Session& s, uint64_t va, uint64_t length, bool write,

@@ -22,6 +22,7 @@
 #include "hca/device.h"
 #include "odp/servicer.h"
 #include "service/internal/grant_table.h"
+#include "service/internal/key_hook.h"
 #include "service/internal/ring_server.h"
 #include "service/internal/session_table.h"
 
@@ -50,6 +51,10 @@ class SessionKeys final : public KeyCalls {
  private:
   absl::Status Open() const;  // kUnavailable while draining
   absl::Status NoOdp() const;
+  // Records `g` in the session's grant table (Granted, asking the cache whether it revoked the
+  // key meanwhile).
+  absl::StatusOr<SlottedGrant> Record(Session& s, absl::StatusOr<cache::KeyGrant> g,
+                                      cache::Handle parent);
   absl::StatusOr<cache::KeyGrant> RegisterIn(Session& s, uint64_t va, uint64_t length,
                                              hca::AccessFlags access,
                                              std::optional<odp::PrefetchMode> prefetch);

@@ -11,11 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "base/test_util.h"
 #include "client/internal/ring_keys.h"
 #include "gtest/gtest.h"
 #include "hca/sim/sim_device.h"
 #include "service/daemon.h"
+#include "service/test_util.h"
 
 using ::regcache::base::StatusIs;
 
@@ -178,6 +180,34 @@ std::pair<int, int> UnservedFiles(uint64_t session, uint32_t channels, uint32_t 
   EXPECT_EQ(::pwrite(st, &sh, sizeof(sh), 0), static_cast<ssize_t>(sizeof(sh)));
   return {c, st};
 }
+
+#ifndef NDEBUG
+// A grant that comes after its call gave up (the daemon checked the deadline, then was slow to
+// answer) is released by the channel's next call: the daemon holds nothing for it afterwards.
+TEST_F(RingClientTest, AGrantAnsweredAfterItsCallGaveUpIsReleased) {
+  Map(absl::Milliseconds(100));
+  service::testing::KeyStall stall(service::internal::KeyHookPoint::kAnswered);
+  absl::Notification gave_up, answered;
+  absl::Status first, next;
+  std::thread caller([&] {  // both calls from one thread: one channel
+    first = RingRegister(*ring_, mem_, kPage, kRw, PrefetchMode::kNone).status();
+    gave_up.Notify();
+    answered.WaitForNotification();
+    next = RingNop(*ring_);
+  });
+  ASSERT_TRUE(stall.Reached());
+  ASSERT_TRUE(gave_up.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  stall.Resume();  // the daemon now writes the grant nobody waits for
+  answered.Notify();
+  caller.join();
+  EXPECT_THAT(first, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_TRUE(next.ok()) << next;
+  auto keys = daemon_->ListKeys(grant_.id);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_EQ(keys->size(), 1u) << "the late grant's registration stays cached";
+  EXPECT_EQ((*keys)[0].holders, 0u) << "and nobody holds it";
+}
+#endif
 
 TEST(RingClientAlone, NoAnswerInTimeIsDeadlineExceeded) {
   auto [c, st] = UnservedFiles(7, 1, 16);

@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint16_t op = static_cast<uint16_t>(d->op);
     Check(op >= 1 && op <= shm::kMaxRingOp, "decoded an unknown op");
     Check(d->seq == r.seq, "seq not carried");
-    Check(r.reserved0 == 0 && r.reserved1[0] == 0 && r.reserved1[1] == 0, "reserved not zero");
+    Check(r.reserved0 == 0 && r.reserved1 == 0, "reserved not zero");
     Check((d->access & ~shm::kKnownAccessBits) == 0, "unknown access bits");
     if (TakesRange(d->op)) {
       Check(d->length != 0, "empty range accepted");
