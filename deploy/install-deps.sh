@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
-  libucx-dev ccache clang-format python3-yaml
+  libucx-dev ccache clang-format python3-yaml lld
   prometheus  # promtool: the /metrics test runs `promtool check metrics` (docs/metrics.md)
   golang-github-gogo-googleapis-dev npm  # google/rpc protos (error details); buf for the API tests
   "$@"
