@@ -125,6 +125,10 @@ enum class RingOp : uint16_t {
   kNop = 8,         // nothing: the ring's own round trip (benchmarks, liveness)
 };
 inline constexpr uint16_t kMaxRingOp = 8;
+// The ops whose OK answer hands the caller a hold on a key (which someone must release).
+inline bool OpGrants(RingOp op) {
+  return op == RingOp::kRegister || op == RingOp::kWindow || op == RingOp::kReregister;
+}
 
 // RingRequest::flags
 inline constexpr uint16_t kFlagWrite = 1u << 0;  // kPrefetch: make pages writable too

@@ -317,13 +317,22 @@ absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, ui
   return grant;
 }
 
+namespace {
+
+// The record under the CLOCK hand, which moves on by one.
+Record* NextUnderHand(Tenant& t, uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
+  if (t.clock_hand >= n) t.clock_hand = 0;
+  return t.slab.At(t.clock_hand++);
+}
+
+}  // namespace
+
 Record* PickVictim(Tenant& t) {
   // Two turns of the hand at most: the first may only clear referenced bits.
   base::MutexLock lock(&t.index_mu);
   const uint32_t n = t.slab.size();
   for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
-    if (t.clock_hand >= n) t.clock_hand = 0;
-    Record* r = t.slab.At(t.clock_hand++);
+    Record* r = NextUnderHand(t, n);
     uint64_t s = r->hot->state.load(std::memory_order_acquire);
     while (state::Live(s) && (s & state::kWindow) == 0 && state::SharedHolders(s) <= 0) {
       if ((s & state::kReferenced) != 0) {  // second chance
@@ -348,9 +357,8 @@ Record* PickHeldVictim(Tenant& t, Handle* handle) {
   base::MutexLock lock(&t.index_mu);
   const uint32_t n = t.slab.size();
   for (uint64_t step = 0; step < 2 * uint64_t{n}; ++step) {
-    if (t.clock_hand >= n) t.clock_hand = 0;
-    Record* r = t.slab.At(t.clock_hand++);
-    uint64_t s = r->hot->state.load(std::memory_order_acquire);
+    Record* r = NextUnderHand(t, n);
+    const uint64_t s = r->hot->state.load(std::memory_order_acquire);
     if (!state::Live(s) || (s & state::kWindow) != 0) continue;
     if ((s & state::kReferenced) != 0) {  // second chance
       r->hot->state.fetch_and(~state::kReferenced, std::memory_order_acq_rel);

@@ -232,10 +232,7 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
     }
     ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline));
     if (got.seq < first) {  // the answer to a call whose deadline passed
-      const auto op = static_cast<shm::RingOp>(got.op);
-      if (got.code == 0 && got.handle != 0 &&
-          (op == shm::RingOp::kRegister || op == shm::RingOp::kWindow ||
-           op == shm::RingOp::kReregister)) {
+      if (got.code == 0 && got.handle != 0 && shm::OpGrants(static_cast<shm::RingOp>(got.op))) {
         c.orphans.push_back(got.handle);  // nobody will release it otherwise
         c.has_orphans.store(true, std::memory_order_relaxed);
       }
@@ -269,14 +266,18 @@ void RingClient::ReleaseOrphans(uint32_t index) {
   (void)Run(index, releases.data(), releases.size(), answers.data());
 }
 
-absl::StatusOr<shm::RingCompletion> RingClient::Call(const shm::RingRequest& request) {
-  shm::RingCompletion out;
-  const uint32_t index = Claim();
-  const absl::Status s = Run(index, &request, 1, &out);
+absl::Status RingClient::RunThenRelease(uint32_t index, const shm::RingRequest* requests, size_t n,
+                                        shm::RingCompletion* out) {
+  const absl::Status s = Run(index, requests, n, out);
   if (mine_[index].has_orphans.load(std::memory_order_relaxed)) [[unlikely]] {
     ReleaseOrphans(index);
   }
-  RETURN_IF_ERROR(s);
+  return s;
+}
+
+absl::StatusOr<shm::RingCompletion> RingClient::Call(const shm::RingRequest& request) {
+  shm::RingCompletion out;
+  RETURN_IF_ERROR(RunThenRelease(Claim(), &request, 1, &out));
   return out;
 }
 
@@ -284,12 +285,7 @@ absl::StatusOr<std::vector<shm::RingCompletion>> RingClient::CallBatch(
     absl::Span<const shm::RingRequest> requests) {
   std::vector<shm::RingCompletion> out(requests.size());
   if (requests.empty()) return out;
-  const uint32_t index = Claim();
-  const absl::Status s = Run(index, requests.data(), requests.size(), out.data());
-  if (mine_[index].has_orphans.load(std::memory_order_relaxed)) [[unlikely]] {
-    ReleaseOrphans(index);
-  }
-  RETURN_IF_ERROR(s);
+  RETURN_IF_ERROR(RunThenRelease(Claim(), requests.data(), requests.size(), out.data()));
   return out;
 }
 

@@ -101,6 +101,9 @@ class RingClient {
                    shm::RingCompletion* out);
   // Releases the channel's orphaned grants (one batch of Releases; their answers ignored).
   void ReleaseOrphans(uint32_t index);
+  // Run, then ReleaseOrphans if that left any (Call and CallBatch).
+  absl::Status RunThenRelease(uint32_t index, const shm::RingRequest* requests, size_t n,
+                              shm::RingCompletion* out);
   // The next completion of the channel, by `deadline`; InfinitePast: not set yet (then the
   // first clock read sets it to now + timeout_).
   absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline)

@@ -268,26 +268,21 @@ shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
   stats_->requests.Inc();
   // The caller's deadline, on the clock both sides share: a request past it does nothing, and
   // a grant made for one that passed it meanwhile is given back (the caller stopped waiting).
-  if (d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns)) {
+  // The texts are short enough for a completion's message (kMessageBytes).
+  const auto expired = [&](absl::string_view why) {
     stats_->expired.Inc();
     return shm::CompletionFor(
         d.seq, static_cast<uint16_t>(d.op),
-        base::WithReason(absl::DeadlineExceededError("the deadline passed before the work began"),
-                         base::reason::kDeadlineTooShort));
-  }
+        base::WithReason(absl::DeadlineExceededError(why), base::reason::kDeadlineTooShort));
+  };
+  const auto past_deadline = [&] {
+    return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
+  };
+  if (past_deadline()) return expired("the deadline passed before the work began");
   shm::RingCompletion out = Answer(d);
-  if (d.deadline_ns != 0 && out.code == 0 && out.handle != 0 &&
-      (d.op == shm::RingOp::kRegister || d.op == shm::RingOp::kWindow ||
-       d.op == shm::RingOp::kReregister) &&
-      NowNs() >= static_cast<int64_t>(d.deadline_ns)) {
-    stats_->expired.Inc();
+  if (out.code == 0 && out.handle != 0 && shm::OpGrants(d.op) && past_deadline()) {
     (void)backend_->Release(*session_, out.handle);
-    return shm::CompletionFor(
-        d.seq, static_cast<uint16_t>(d.op),
-        // Short enough for a completion's message (kMessageBytes).
-        base::WithReason(
-            absl::DeadlineExceededError("the deadline passed; the key made was released"),
-            base::reason::kDeadlineTooShort));
+    return expired("the deadline passed; the key made was released");
   }
   RC_KEY_TEST_HOOK(kAnswered);
   return out;
