@@ -454,9 +454,12 @@ std::string Ratio(double anchor, double ours, double aim) {
   return absl::StrFormat("%.1fx (aim >= %.0fx: %s)", r, aim, r >= aim ? "met" : "MISSED");
 }
 
-void PrintTable(const TableReporter& r, const std::string& device, const IbvAnchor* anchor) {
+void PrintTable(const TableReporter& r, const std::string& device, const IbvAnchor* anchor,
+                const rc::DeviceInfo& info) {
   std::printf("\n=== regmr_bench: regcache on --device=%s against ibv_reg_mr + ibv_dereg_mr\n",
               device.c_str());
+  // A miss under --strict_key_bounds registers the key's pages (docs/key_bounds.md).
+  std::printf("key bounds: %s\n", rc::KeyBoundsName(info.key_bounds));
   if (anchor == nullptr) {
     std::printf("(the sim has no ibv_reg_mr side: no anchor rows, no ratios)\n");
   } else {
@@ -510,8 +513,9 @@ int main(int argc, char** argv) {
   RegisterBenchmarks(b.anchor != nullptr);
 
   TableReporter reporter;
+  benchmark::AddCustomContext("regmr_key_bounds", rc::KeyBoundsName(b.cached->device().key_bounds));
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  PrintTable(reporter, options.device, b.anchor.get());
+  PrintTable(reporter, options.device, b.anchor.get(), b.cached->device());
 
   b.FreeMemory();
   b.cached->Close();

@@ -277,6 +277,7 @@ regcache_code_t regcache_device(const regcache_client_t* client, regcache_device
     *out = regcache_device_t{};
     out->index = d.index;
     out->port = d.port;
+    out->key_bounds = static_cast<uint8_t>(d.key_bounds);
     out->node_guid = d.node_guid;
     std::memcpy(out->gid, d.gid.data(), sizeof(out->gid));
     std::memcpy(out->name, d.name.data(), std::min(d.name.size(), sizeof(out->name) - 1));

@@ -127,6 +127,7 @@ static void TestConnectErrors(void) {
   CHECK_CODE(regcache_device(c, NULL), REGCACHE_INVALID_ARGUMENT, "out");
   CHECK(regcache_device(c, &dev) == REGCACHE_OK);
   CHECK(dev.index == 0 && dev.port == 1 && dev.node_guid != 0);
+  CHECK(dev.key_bounds == REGCACHE_KEY_BOUNDS_KEY); /* the sim checks a key's own range */
   CHECK(strcmp(dev.name, "sim0") == 0);
   CHECK(dev.gid[0] == 0xfe && dev.gid[1] == 0x80);
   regcache_close(c);

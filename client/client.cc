@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/errno_status.h"
 #include "base/error_reason.h"
 #include "base/status_macros.h"
@@ -42,6 +43,20 @@ absl::StatusOr<KeyRef> Client::AcquireWindow(uint64_t parent, uint64_t offset, u
                                              uint32_t access) {
   ASSIGN_OR_RETURN(Key k, Window(parent, offset, length, access));
   return KeyRef(this, k);
+}
+
+const char* KeyBoundsName(KeyBounds b) {
+  switch (b) {
+    case KeyBounds::kUnknown:
+      return "unknown";
+    case KeyBounds::kKey:
+      return "key";
+    case KeyBounds::kCut:
+      return "cut";
+    case KeyBounds::kAttachment:
+      return "attachment";
+  }
+  return "unknown";
 }
 
 std::string ErrorReason(const absl::Status& status) {
@@ -76,6 +91,10 @@ DeviceInfo DeviceOf(const protocol::WelcomeMsg& w) {
   d.node_guid = w.node_guid;
   d.port = w.port;
   std::memcpy(d.gid.data(), w.gid, d.gid.size());
+  // A value this library does not know reads as unknown: it promises nothing.
+  d.key_bounds = w.key_bounds <= static_cast<uint8_t>(KeyBounds::kAttachment)
+                     ? static_cast<KeyBounds>(w.key_bounds)
+                     : KeyBounds::kUnknown;
   return d;
 }
 
@@ -320,6 +339,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::InternalError(absl::StrCat("control socket: asked for ",
                                             options.observer ? "an observer" : "a session",
                                             ", the Welcome is not one"));
+  }
+  if (const DeviceInfo d = internal::DeviceOf(welcome);
+      options.require_key_bounds && !d.key_range_enforced()) {
+    protocol::CloseFds(&reply->fds);  // and closing `fd` ends the session
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "regcached session: device %s does not confine a peer to a key's own range (key bounds: "
+        "%s) and ClientOptions::require_key_bounds is set; a daemon started with "
+        "--strict_key_bounds would",
+        d.name, KeyBoundsName(d.key_bounds)));
   }
   std::unique_ptr<internal::RingClient> ring;
   if (options.fast_path && reply->fds.size() == 2) {

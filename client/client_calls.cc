@@ -170,6 +170,11 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
     std::memcpy(out.info.gid.data(), d.gid().data(), std::min(d.gid().size(), out.info.gid.size()));
     out.backend = d.backend();
     out.selection = d.selection();
+    out.info.key_bounds = d.key_bounds() == "key"          ? KeyBounds::kKey
+                          : d.key_bounds() == "cut"        ? KeyBounds::kCut
+                          : d.key_bounds() == "attachment" ? KeyBounds::kAttachment
+                                                           : KeyBounds::kUnknown;
+    out.key_bounds_detail = d.key_bounds_detail();
     out.sessions = d.sessions();
     info.devices.push_back(std::move(out));
   }

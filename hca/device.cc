@@ -4,6 +4,20 @@
 
 namespace regcache::hca {
 
+const char* KeyBoundsName(KeyBounds b) {
+  switch (b) {
+    case KeyBounds::kUnknown:
+      return "unknown";
+    case KeyBounds::kKey:
+      return "key";
+    case KeyBounds::kCut:
+      return "cut";
+    case KeyBounds::kAttachment:
+      return "attachment";
+  }
+  return "invalid";
+}
+
 std::string AccessToString(AccessFlags access) {
   std::vector<absl::string_view> parts;
   if (access & kLocalRead) parts.push_back("lr");

@@ -92,6 +92,22 @@ struct Pd {
 // ---------------------------------------------------------------------------------------------
 // Capabilities.
 
+// Which range the device enforces when a peer accesses memory through one of the daemon's keys
+// (docs/key_bounds.md). A key that reaches past its own range reaches only memory of the same
+// attachment of the same session: every backend enforces the backing and the PD.
+enum class KeyBounds : uint8_t {
+  kUnknown = 0,     // not established (the self-test could not tell; a peer's view is unknown)
+  kKey = 1,         // the key's own range: the device checks every access against it
+  kCut = 2,         // the key's own range, because the backend gives every key a memory region of
+                    // its own cut at the key's edges (OpenOptions::strict_key_bounds)
+  kAttachment = 3,  // only its attachment's range: the device checks a memory window against the
+                    // memory region it is bound on (Soft-RoCE), and one region spans an attachment
+};
+// "unknown", "key", "cut", "attachment"; "invalid" for anything else.
+const char* KeyBoundsName(KeyBounds b);
+// Whether a peer holding a key is confined to the key's own range.
+inline bool KeyRangeEnforced(KeyBounds b) { return b == KeyBounds::kKey || b == KeyBounds::kCut; }
+
 struct Capabilities {
   std::string backend;           // "sim", "mlx5", "verbs"
   std::string device_name;       // e.g. "sim0", "mlx5_0", "rxe0"
@@ -139,6 +155,10 @@ struct Capabilities {
   uint64_t node_guid = 0;
   uint8_t port = 0;  // the port the GID belongs to (1-based; 0: none)
   std::array<uint8_t, 16> gid{};
+  // What bounds a peer's access through a key (KeyBounds), and how the backend knows: by design
+  // (sim, ConnectX) or by the self-test it ran at open (verbs; the result, in words).
+  KeyBounds key_bounds = KeyBounds::kUnknown;
+  std::string key_bounds_detail;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -550,6 +570,11 @@ struct OpenOptions {
   // If given, receives how the device was chosen: for "auto", the backend chosen and why each
   // one tried before it was not; for a named device, "named <spec>".
   std::string* selection = nullptr;
+  // Where the device checks a key only against the memory region beneath it
+  // (KeyBounds::kAttachment), give every key a region of its own cut at its edges
+  // (KeyBounds::kCut): each miss then also registers the key's pages (ibv_reg_mr) and each
+  // invalidate deregisters them. No effect on a device that enforces a key's own range.
+  bool strict_key_bounds = false;
 };
 
 // Opens a device by spec: the backend's name and, after a colon, its comma-separated arguments

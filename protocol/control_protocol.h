@@ -141,7 +141,10 @@ struct WelcomeMsg {
   // files. The client checks both against the files' headers and sizes.
   uint32_t ring_channels = 0;
   uint32_t grant_slots = 0;
-  uint32_t reserved = 0;
+  // What confines a peer holding one of the session's keys (hca::KeyBounds: 1 key, 2 cut,
+  // 3 attachment; 0 unknown, which is also what a daemon that predates the field sends).
+  uint8_t key_bounds = 0;
+  uint8_t reserved[3] = {};
   // The session's device (service::DeviceIdentity): every key of the session belongs to it.
   uint32_t device_index = 0;
   uint8_t port = 0;

@@ -342,6 +342,7 @@ class ControlServerImpl final : public ControlServer {
     w.device_index = grant.device.index;
     w.port = grant.device.port;
     w.node_guid = grant.device.node_guid;
+    w.key_bounds = static_cast<uint8_t>(grant.device.key_bounds);
     std::memcpy(w.gid, grant.device.gid.data(), sizeof(w.gid));
     (void)protocol::SetDeviceName(grant.device.name,
                                   w.device);  // device names fit: 64 bytes in ibverbs

@@ -29,6 +29,17 @@ class MetricsServerImpl final : public MetricsServer {
 std::string Scrape(service::Daemon* daemon, const std::string& build_labels) {
   internal::PrometheusText text;
   text.AddStats(daemon->Stats());
+  for (const service::DeviceStatus& d : daemon->Status().devices) {
+    const hca::KeyBounds b = d.capabilities.key_bounds;
+    text.AddGauge(
+        "regcache_device_key_range_enforced",
+        "1 when the device confines a peer holding a key to the key's own range; the "
+        "key_bounds label says how (key, cut) or what holds instead (attachment, "
+        "unknown): docs/key_bounds.md",
+        absl::StrCat("device=\"", internal::PrometheusText::EscapeLabelValue(d.identity.name),
+                     "\",key_bounds=\"", hca::KeyBoundsName(b), "\""),
+        hca::KeyRangeEnforced(b) ? 1 : 0);
+  }
   text.AddGauge("regcache_build_info",
                 "regcached's version and CMake build type, as labels; the value is always 1",
                 build_labels, 1);

@@ -86,6 +86,10 @@ ABSL_FLAG(bool, allow_pd_export, false,
 ABSL_FLAG(bool, peer_on_any_device, false,
           "serve the peer data path (SimPeerService) on every device, through its own requester "
           "queue pair: for tests of a device backend; --device=sim always serves it");
+ABSL_FLAG(bool, strict_key_bounds, false,
+          "on a device that confines a peer only to a key's attachment, not to the key's own "
+          "range (Soft-RoCE: see regcachectl status), give every key a memory region of its own "
+          "cut at its edges; each miss then registers the key's pages (docs/key_bounds.md)");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
@@ -136,6 +140,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   config->max_endpoints = absl::GetFlag(FLAGS_max_endpoints);
   config->allow_pd_export = absl::GetFlag(FLAGS_allow_pd_export);
   config->peer_on_any_device = absl::GetFlag(FLAGS_peer_on_any_device);
+  config->strict_key_bounds = absl::GetFlag(FLAGS_strict_key_bounds);
   config->metrics_max_tenants = absl::GetFlag(FLAGS_metrics_max_tenants);
   // The simulated peer (PeerWrite / PeerRead) reaches endpoints through the sim's remote node;
   // on other devices the peer data path is refused anyway.

@@ -97,6 +97,9 @@ struct DaemonConfig {
   // of a device backend, such as the mlx5 backend on the emulated ConnectX
   // (docs/mlx5emu.md). A production daemon has no use for it. Off by default.
   bool peer_on_any_device = false;
+  // hca::OpenOptions::strict_key_bounds for every device: where a device confines a peer only to
+  // a key's attachment, cut a memory region at every key's edges (docs/key_bounds.md).
+  bool strict_key_bounds = false;
 };
 
 using SessionId = uint64_t;
@@ -118,6 +121,8 @@ struct DeviceIdentity {
   uint64_t node_guid = 0;
   uint8_t port = 0;
   std::array<uint8_t, 16> gid{};
+  // What confines a peer holding one of its keys (hca::Capabilities::key_bounds).
+  hca::KeyBounds key_bounds = hca::KeyBounds::kUnknown;
 };
 
 struct SessionGrant {

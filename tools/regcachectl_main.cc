@@ -165,6 +165,12 @@ void StatusDeviceJson(JsonWriter& w, const regcache::api::DaemonInfo::Device& d)
       .Uint(d.sessions)
       .Key("selection")
       .String(d.selection)
+      .Key("key_bounds")
+      .String(regcache::api::KeyBoundsName(d.info.key_bounds))
+      .Key("key_range_enforced")
+      .Bool(d.info.key_range_enforced())
+      .Key("key_bounds_detail")
+      .String(d.key_bounds_detail)
       .EndObject();
 }
 
@@ -193,6 +199,9 @@ int Status(Client& c, const std::vector<std::string>&) {
                 d.info.index, d.info.name.c_str(), d.backend.c_str(), d.info.node_guid, d.info.port,
                 Gid(d.info.gid).c_str(), d.sessions);
     std::printf("device[%u]_selection=%s\n", d.info.index, d.selection.c_str());
+    std::printf("device[%u]_key_bounds=%s key_range_enforced=%d (%s)\n", d.info.index,
+                regcache::api::KeyBoundsName(d.info.key_bounds),
+                d.info.key_range_enforced() ? 1 : 0, d.key_bounds_detail.c_str());
   }
   return 0;
 }

@@ -64,6 +64,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((d.index, d.name, d.port), (0, "sim0", 1))
         self.assertNotEqual(d.node_guid, 0)
         self.assertEqual(len(d.gid), 16)
+        self.assertEqual(d.key_bounds, "key")  # the sim checks a key's own range
+        self.assertTrue(d.key_range_enforced)
         with regcache.Client(self.daemon.dir, device="sim0") as named:
             self.assertEqual(named.device, d)
         e = self.assertCode(regcache.NOT_FOUND, regcache.Client, self.daemon.dir, device="sim9")

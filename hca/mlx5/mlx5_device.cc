@@ -432,6 +432,9 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   caps.node_guid = be64toh(c->attr.orig_attr.node_guid);
   caps.port = options.context.port;
   std::memcpy(caps.gid.data(), c->gid.raw, caps.gid.size());  // queried while opening
+  caps.key_bounds = KeyBounds::kKey;
+  caps.key_bounds_detail =
+      "by design: the HCA checks every access against the mkey's start_addr and len";
   // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
   const absl::Status pd_import = c->ProbePdImport();
   caps.pd_export = pd_import.ok();

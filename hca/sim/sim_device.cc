@@ -70,6 +70,8 @@ class SimDeviceImpl final : public SimDevice {
     caps_.gid = {0xfe, 0x80};
     for (int i = 0; i < 8; ++i)
       caps_.gid[8 + i] = static_cast<uint8_t>(caps_.node_guid >> (56 - 8 * i));
+    caps_.key_bounds = KeyBounds::kKey;
+    caps_.key_bounds_detail = "by design: every access is checked against the key's range";
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
           *open.stats_registry, open.stats_component.empty() ? "hca_sim" : open.stats_component,

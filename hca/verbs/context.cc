@@ -17,15 +17,6 @@
 #include "hca/verbs/wc_status.h"
 
 namespace regcache::hca::verbs {
-namespace {
-
-absl::Status Refuse(absl::string_view why) { return DeviceError(Syndrome::kMwBind, why); }
-
-bool Within(uint64_t addr, uint64_t length, uint64_t lo, uint64_t len) {
-  return addr >= lo && length <= len && addr - lo <= len - length;
-}
-
-}  // namespace
 
 Context::~Context() {
   base::MutexLock lock(&mu_);
@@ -33,6 +24,7 @@ Context::~Context() {
     if (int err = ibv_dealloc_mw(w.mw); err != 0) {
       RC_LOG(WARNING) << ErrnoStatus(err, "ibv_dealloc_mw at close");
     }
+    if (w.cut != nullptr) ReleaseCut(w.cut);
   }
   for (auto& [index, r] : mrs_) {
     if (r.imported) {
@@ -122,11 +114,22 @@ absl::Status Context::DestroyKey(Key key) {
     if (int err = ibv_dealloc_mw(it->second.mw); err != 0) {
       return ErrnoStatus(err, absl::StrFormat("ibv_dealloc_mw of key 0x%08x", key));
     }
+    if (it->second.cut != nullptr) ReleaseCut(it->second.cut);  // unbound with the window
     mws_.erase(it);
     stats_.live_windows.Sub();
     return absl::OkStatus();
   }
   if (auto it = mrs_.find(index); it != mrs_.end()) {
+    if (cut_backings_) {
+      // Windows are bound on regions cut from this one, so the device would not refuse: refuse
+      // as it would have, since their keys still reach this backing's memory.
+      for (const auto& [windex, w] : mws_) {
+        if (w.live && w.base == it->second.mr->lkey) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "ibv_dereg_mr of key 0x%08x: window 0x%08x is still bound on it", key, w.key));
+        }
+      }
+    }
     if (it->second.imported) {
       ibv_unimport_mr(it->second.mr);  // the client's region: only forgotten here
     } else if (int err = ibv_dereg_mr(it->second.mr); err != 0) {
@@ -259,128 +262,6 @@ absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
   b.log_page_size = 12;
   b.num_entries = Pages4k(region.iova, region.length);
   return b;
-}
-
-absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq) {
-  auto it = mws_.find(KeyIndex(rq.key));
-  if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
-  MwRecord& w = it->second;
-  if (!(w.pd == queue_pd)) {
-    return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key, w.pd.pdn,
-                                  queue_pd.pdn));
-  }
-  BindPlan plan;
-  plan.mw = w.mw;
-  plan.before = w;
-  plan.after = w;
-  plan.after.key = NextVariant(w.key);
-  plan.bind.send_flags = IBV_SEND_SIGNALED;
-  if (rq.invalidate) {  // a zero-length bind: no range, no rights
-    // The device ignores the region of a zero-length bind, but rdma-core's rxe provider reads
-    // it: name the window's last region, or any region of the PD.
-    if (w.mr == nullptr) {
-      for (const auto& [index, r] : mrs_) {
-        if (r.pd == queue_pd) {
-          plan.after.mr = r.mr;
-          break;
-        }
-      }
-    }
-    if (plan.after.mr == nullptr) {
-      plan.mw = nullptr;  // never bound, and nothing to bind it with: already invalid
-      plan.after.key = w.key;
-      return plan;
-    }
-    plan.bind.bind_info.mr = plan.after.mr;
-    plan.after.live = false;
-    plan.after.parent = 0;
-    plan.after.start = plan.after.length = 0;
-    plan.after.access = 0;
-    return plan;
-  }
-  if (rq.require_free && w.live) return Refuse(absl::StrFormat("window 0x%08x is live", w.key));
-  if (rq.new_variant != KeyVariant(plan.after.key)) {
-    return Refuse(absl::StrFormat(
-        "window 0x%08x can only take variant 0x%02x next (a bind advances it by one), not 0x%02x",
-        w.key, KeyVariant(plan.after.key), rq.new_variant));
-  }
-  const KlmEntry& e = rq.entry;
-  ibv_mr* mr = nullptr;
-  AccessFlags allowed = 0;
-  if (auto m = mrs_.find(KeyIndex(e.key)); m != mrs_.end()) {
-    const MrRecord& r = m->second;
-    if (r.mr->lkey != e.key || !(r.pd == queue_pd)) {
-      return Refuse(
-          absl::StrFormat("backing 0x%08x is not in this pd or has another variant", e.key));
-    }
-    if (!Within(e.addr, e.length, r.iova, r.length)) {
-      return Refuse(
-          absl::StrFormat("[0x%x, +0x%x) is outside backing 0x%08x", e.addr, e.length, e.key));
-    }
-    mr = r.mr;
-    allowed = r.access;
-  } else if (auto p = mws_.find(KeyIndex(e.key)); p != mws_.end()) {
-    const MwRecord& parent = p->second;
-    if (!parent.live || parent.key != e.key || !(parent.pd == queue_pd)) {
-      return Refuse(absl::StrFormat("parent window 0x%08x is not live in this pd", e.key));
-    }
-    if (!Within(e.addr, e.length, parent.start, parent.length)) {
-      return Refuse(absl::StrFormat("[0x%x, +0x%x) is outside parent window 0x%08x", e.addr,
-                                    e.length, e.key));
-    }
-    mr = parent.mr;
-    allowed = parent.access;
-  } else {
-    return Refuse(absl::StrFormat("entry key 0x%08x is neither a backing nor a window", e.key));
-  }
-  const AccessFlags remote = rq.access & (kRemoteRead | kRemoteWrite | kRemoteAtomic);
-  if ((remote & ~allowed) != 0) {
-    return Refuse(absl::StrFormat("rights %s exceed the %s of 0x%08x", AccessToString(remote),
-                                  AccessToString(allowed), e.key));
-  }
-  plan.bind.bind_info.mr = mr;
-  plan.bind.bind_info.addr = e.addr;
-  plan.bind.bind_info.length = e.length;
-  plan.bind.bind_info.mw_access_flags = RemoteAccessFlags(remote);
-  plan.after.live = true;
-  plan.after.mr = mr;
-  plan.after.parent = e.key;
-  plan.after.start = e.addr;
-  plan.after.length = e.length;
-  plan.after.access = remote;
-  return plan;
-}
-
-absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& rq,
-                                           uint64_t wr_id) {
-  base::MutexLock lock(&mu_);
-  absl::StatusOr<BindPlan> plan = Plan(queue_pd, rq);
-  if (!plan.ok()) {
-    stats_.bind_errors.Inc();
-    return plan.status();
-  }
-  if (plan->mw == nullptr) return plan;  // nothing to post (see Plan)
-  plan->bind.wr_id = wr_id;
-  if (int err = ibv_bind_mw(qp, plan->mw, &plan->bind); err != 0) {
-    stats_.bind_errors.Inc();
-    return ErrnoStatus(err, absl::StrFormat("ibv_bind_mw of window 0x%08x", rq.key));
-  }
-  // The provider has moved mw->rkey on already; the record follows it.
-  plan->after.key = plan->mw->rkey;
-  plan->after.seq = next_seq_++;
-  mws_[KeyIndex(rq.key)] = plan->after;
-  stats_.binds_posted.Inc();
-  return plan;
-}
-
-void Context::UndoBind(const BindPlan& plan) {
-  base::MutexLock lock(&mu_);
-  stats_.bind_errors.Inc();
-  auto it = mws_.find(KeyIndex(plan.before.key));
-  if (it == mws_.end() || it->second.seq != plan.after.seq) return;  // changed since
-  it->second = plan.before;
-  it->second.seq = next_seq_++;
-  plan.mw->rkey = plan.before.key;  // the provider advanced it at post; the bind did not happen
 }
 
 uint32_t RandomPsn() {

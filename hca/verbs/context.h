@@ -47,6 +47,10 @@ struct MwRecord {
   Key key = 0;           // the current rkey (mw->rkey)
   ibv_mr* mr = nullptr;  // live: the region it is bound on; free: the last one (or null)
   Key parent = 0;        // the backing's lkey or the parent window's rkey
+  Key base = 0;          // live: the lkey of the backing beneath (the parent's, for a window's)
+  // Live, with cut backings (Context::cut_backings): the region of its own, registered over
+  // exactly [start, start + length), that it is bound on (== mr). Owned by the record.
+  ibv_mr* cut = nullptr;
   uint64_t start = 0;
   uint64_t length = 0;
   AccessFlags access = 0;
@@ -111,25 +115,52 @@ class Context {
   // errors as hca::Device::ImportBacking.
   absl::StatusOr<Backing> ImportMr(Pd pd, const ImportedRegion& region);
 
+  // Cut backings (hca::OpenOptions::strict_key_bounds on a device that checks a window only
+  // against its memory region): every map binds its window on a region of its own registered
+  // over exactly the key's range, so that the device's region check is the key's range.
+  // Set once while opening, before any queue exists.
+  void set_cut_backings(bool on) { cut_backings_ = on; }
+  bool cut_backings() const { return cut_backings_; }
+  // With cut backings, the region a map of `request` will bind on: registered here, outside the
+  // lock (registering pins the pages: its cost grows with the length), from the daemon's
+  // mapping of the backing beneath the entry, at the key's addresses. nullptr without cut
+  // backings, for invalidates, and for entries that Plan will refuse anyway. The caller passes
+  // it to PostBind and, if PostBind fails, releases it (ReleaseCut).
+  absl::StatusOr<ibv_mr*> PrepareCut(Pd queue_pd, const BindRequest& request);
+  // Deregisters a cut region no window is bound on any more (counted; a refusal is logged).
+  void ReleaseCut(ibv_mr* cut);
+
   // Checks `request` against the tables and, if it may go, applies its effect to the window's
   // record and posts it with ibv_bind_mw on `qp` (signalled, wr_id `wr_id`), all under the lock.
-  // A refusal is DeviceError(kMwBind, why) and changes nothing; a failed post is the errno's
-  // status (the window keeps its record).
+  // `cut`: PrepareCut's region for this request (a map with cut backings). A refusal is
+  // DeviceError(kMwBind, why) and changes nothing; a failed post is the errno's status (the
+  // window keeps its record).
   absl::StatusOr<BindPlan> PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& request,
-                                    uint64_t wr_id);
+                                    uint64_t wr_id, ibv_mr* cut = nullptr);
+  // A bind completed successfully: the window has left the region it was bound on before, so a
+  // cut region of its own it had then is released.
+  void BindDone(const BindPlan& plan);
   // Undoes a bind that completed with an error or was flushed: the window's record (and
-  // mw->rkey) go back to `plan.before` unless something changed them since.
+  // mw->rkey) go back to `plan.before` unless something changed them since; a cut region the
+  // bind would have moved the window onto is released.
   void UndoBind(const BindPlan& plan);
 
  private:
-  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request)
+  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An invalidate's plan for window `w`: a zero-length bind, or nothing to post (plan->mw null).
+  void PlanInvalidate(Pd queue_pd, const MwRecord& w, BindPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The backing record beneath a map's entry (the entry's backing, or its parent window's), or
+  // null.
+  const MrRecord* BaseOf(const KlmEntry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ibv_context* const ctx_;
   const VerbsOptions options_;
   // ProbePdImport's answer (written once while opening, read-only afterwards).
   absl::Status pd_import_ = absl::UnimplementedError("PD import not probed on this device");
   VerbsStats stats_;
+  bool cut_backings_ = false;
   base::Mutex mu_;
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;

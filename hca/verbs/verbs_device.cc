@@ -16,6 +16,7 @@
 #include "hca/verbs/context.h"
 #include "hca/verbs/endpoint.h"
 #include "hca/verbs/internal/bind_queue.h"
+#include "hca/verbs/internal/bounds_probe.h"
 #include "hca/verbs/wc_status.h"
 
 namespace regcache::hca::verbs {
@@ -32,7 +33,8 @@ absl::Status ParseNumber(absl::string_view backend, const std::string& key,
 
 class VerbsDevice final : public Device {
  public:
-  VerbsDevice(std::unique_ptr<Context> c, const OpenOptions& open) : c_(std::move(c)) {
+  VerbsDevice(std::unique_ptr<Context> c, const OpenOptions& open, const BoundsProbe& bounds)
+      : c_(std::move(c)) {
     const ibv_device_attr& a = c_->attr.orig_attr;
     caps_.backend = "verbs";
     caps_.device_name = ibv_get_device_name(c_->ctx()->device);
@@ -55,6 +57,13 @@ class VerbsDevice final : public Device {
     caps_.node_guid = be64toh(a.node_guid);
     caps_.port = static_cast<uint8_t>(c_->options().port);
     std::memcpy(caps_.gid.data(), c_->gid.raw, caps_.gid.size());  // queried while opening
+    caps_.key_bounds = bounds.bounds;
+    caps_.key_bounds_detail = bounds.detail;
+    if (bounds.bounds != KeyBounds::kKey && open.strict_key_bounds) {
+      c_->set_cut_backings(true);
+      caps_.key_bounds = KeyBounds::kCut;
+      caps_.key_bounds_detail += "; strict key bounds: every key is bound on a region of its own";
+    }
     // rdma-core implements the import verbs for mlx5 only, whose provider has no type-1
     // windows; a provider with both would export here (docs/client_memory.md).
     const absl::Status pd_import = c_->ProbePdImport();
@@ -239,10 +248,21 @@ absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
 absl::StatusOr<std::unique_ptr<Device>> NewVerbsDevice(const VerbsOptions& options,
                                                        const OpenOptions& open) {
   ASSIGN_OR_RETURN(std::unique_ptr<Context> c, OpenContext(options));
+  const BoundsProbe bounds = ProbeWindowBounds(*c);
   RC_LOG(INFO) << "verbs: opened " << ibv_get_device_name(c->ctx()->device) << " port "
                << int{options.port} << " (max_mw " << c->attr.orig_attr.max_mw << ", max_qp_wr "
-               << c->attr.orig_attr.max_qp_wr << ")";
-  return std::unique_ptr<Device>(new VerbsDevice(std::move(c), open));
+               << c->attr.orig_attr.max_qp_wr << "); key bounds: " << KeyBoundsName(bounds.bounds)
+               << " (" << bounds.detail << ")";
+  if (bounds.bounds != KeyBounds::kKey) {
+    RC_LOG(WARNING) << "verbs: " << ibv_get_device_name(c->ctx()->device)
+                    << (open.strict_key_bounds
+                            ? " does not confine a peer to a key's own range: strict key bounds "
+                              "cut a region at every key's edges (each miss registers memory)"
+                            : " does not confine a peer to a key's own range: a key's holder "
+                              "can reach the rest of its attachment (--strict_key_bounds "
+                              "confines it; docs/key_bounds.md)");
+  }
+  return std::unique_ptr<Device>(new VerbsDevice(std::move(c), open, bounds));
 }
 
 void RegisterBackend() {

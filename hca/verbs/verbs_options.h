@@ -22,8 +22,12 @@ namespace regcache::hca::verbs {
   COUNTER(registered_bytes, "bytes registered by ibv_reg_mr")                     \
   COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                 \
   COUNTER(endpoints_connected, "target endpoints connected")                      \
+  COUNTER(cuts_registered, "regions cut at a key's edges (strict key bounds)")    \
+  COUNTER(cut_bytes, "bytes registered in regions cut at a key's edges")          \
+  COUNTER(cut_release_errors, "cut regions the device refused to deregister")     \
   GAUGE(live_windows, "memory windows allocated")                                 \
-  GAUGE(live_backings, "memory regions registered")
+  GAUGE(live_backings, "memory regions registered")                               \
+  GAUGE(live_cuts, "regions cut at a key's edges, registered now")
 RC_DEFINE_STATS(VerbsStats, HCA_VERBS_STATS);
 
 struct VerbsOptions {

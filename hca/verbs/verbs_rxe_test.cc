@@ -4,11 +4,14 @@
 // Skips, saying why, where no device can be opened. Run in the guest by the `vm` label.
 #include <sys/mman.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "base/stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/status.h"
@@ -20,7 +23,10 @@ namespace {
 class VerbsRxeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto d = NewVerbsDevice(VerbsOptions{});
+    OpenOptions open;
+    open.strict_key_bounds = strict_;
+    open.stats_registry = &stats_;
+    auto d = NewVerbsDevice(VerbsOptions{}, open);
     if (!d.ok()) GTEST_SKIP() << "no verbs device here: " << d.status();
     dev_ = std::move(*d);
     auto pd = dev_->AllocPd();
@@ -88,8 +94,28 @@ class VerbsRxeTest : public ::testing::Test {
     return p.ok() ? std::move(*p) : nullptr;
   }
 
+  int64_t Stat(absl::string_view name) const {
+    for (const base::stats::Sample& s : stats_.Snapshot()) {
+      if (s.component == "hca_verbs" && s.name == name) return s.value;
+    }
+    ADD_FAILURE() << "no stat hca_verbs/" << name;
+    return -1;
+  }
+  // Whether a fresh peer's 8-byte read through `key` at `va` is served (false: refused as a
+  // remote access error; anything else fails the test).
+  bool PeerReads(Key key, uint64_t va) {
+    auto peer = NewPeer();
+    if (peer == nullptr) return false;
+    std::vector<uint8_t> got(8);
+    absl::Status s = peer->Read(key, va, absl::MakeSpan(got));
+    EXPECT_TRUE(s.ok() || absl::IsPermissionDenied(s)) << s;
+    return s.ok();
+  }
+
   static constexpr uint64_t kBytes = 1 << 20;
   static constexpr uint64_t kTenantVa = 0x7f0000000000;
+  bool strict_ = false;  // OpenOptions::strict_key_bounds
+  base::stats::Registry stats_;
   std::unique_ptr<Device> dev_;
   Pd pd_;
   uint8_t* mem_ = nullptr;
@@ -242,6 +268,90 @@ TEST_F(VerbsRxeTest, AnEndpointConnectsOnlyOnceAndChecksTheAddress) {
   ASSERT_TRUE(other.ok());
   EXPECT_TRUE((*ep)->Connect((*other)->local()).ok());
   EXPECT_TRUE(absl::IsFailedPrecondition((*ep)->Connect((*other)->local())));
+}
+
+}  // namespace
+}  // namespace regcache::hca::verbs
+
+namespace regcache::hca::verbs {
+namespace {
+
+// The self-test's answer is what a peer finds: a read just outside a one-page key, inside its
+// backing, is refused exactly when the device says it enforces the key's range.
+TEST_F(VerbsRxeTest, TheReportedKeyBoundsAreWhatAPeerFinds) {
+  const Capabilities& c = dev_->capabilities();
+  ASSERT_NE(c.key_bounds, KeyBounds::kUnknown) << c.key_bounds_detail;
+  ASSERT_NE(c.key_bounds, KeyBounds::kCut);  // not asked for
+  EXPECT_TRUE(absl::StrContains(c.key_bounds_detail, "self-test")) << c.key_bounds_detail;
+  auto key = Map(keys_[0], 8192, 4096, kRemoteRead);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_TRUE(PeerReads(*key, kTenantVa + 8192));
+  const bool enforced = c.key_bounds == KeyBounds::kKey;
+  EXPECT_EQ(PeerReads(*key, kTenantVa + 8192 - 8), !enforced) << c.key_bounds_detail;
+  EXPECT_EQ(PeerReads(*key, kTenantVa + 8192 + 4096), !enforced) << c.key_bounds_detail;
+  RecordProperty("key_bounds", KeyBoundsName(c.key_bounds));
+  std::printf("key bounds of %s: %s (%s)\n", c.device_name.c_str(), KeyBoundsName(c.key_bounds),
+              c.key_bounds_detail.c_str());
+}
+
+class VerbsRxeStrictTest : public VerbsRxeTest {
+ protected:
+  VerbsRxeStrictTest() { strict_ = true; }
+};
+
+TEST_F(VerbsRxeStrictTest, APeerCannotReachPastAKeyInsideItsBacking) {
+  const Capabilities& c = dev_->capabilities();
+  ASSERT_TRUE(KeyRangeEnforced(c.key_bounds)) << KeyBoundsName(c.key_bounds);
+  auto key = Map(keys_[0], 8192, 4096, kRemoteRead | kRemoteWrite);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_TRUE(PeerReads(*key, kTenantVa + 8192));
+  EXPECT_TRUE(PeerReads(*key, kTenantVa + 8192 + 4096 - 8));
+  EXPECT_FALSE(PeerReads(*key, kTenantVa + 8192 - 8));
+  EXPECT_FALSE(PeerReads(*key, kTenantVa + 8192 + 4096));
+  // Eight bytes past the end: refused, and the next page of the backing keeps its bytes.
+  std::memset(mem_ + 8192 + 4096, 0x5a, 8);
+  auto peer = NewPeer();
+  ASSERT_NE(peer, nullptr);
+  const std::vector<uint8_t> bytes(8, 0x11);
+  EXPECT_TRUE(absl::IsPermissionDenied(peer->Write(*key, kTenantVa + 8192 + 4096, bytes)));
+  EXPECT_EQ(mem_[8192 + 4096], 0x5a);
+  EXPECT_EQ(mem_[8192 + 4096 + 7], 0x5a);
+  auto writer = NewPeer();
+  ASSERT_NE(writer, nullptr);
+  EXPECT_TRUE(writer->Write(*key, kTenantVa + 8192 + 4096 - 8, bytes).ok());
+  EXPECT_EQ(mem_[8192 + 4096 - 1], 0x11);
+}
+
+TEST_F(VerbsRxeStrictTest, EveryCutRegionGoesWithItsKey) {
+  if (dev_->capabilities().key_bounds != KeyBounds::kCut) {
+    GTEST_SKIP() << "the device enforces a key's own range: nothing is cut";
+  }
+  auto key = Map(keys_[0], 0, 65536, kRemoteRead | kRemoteWrite);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(Stat("live_cuts"), 1);
+  // A window on it gets a region of its own too, and is confined to it.
+  auto child = Map(keys_[1], 4096, 4096, kRemoteRead, *key);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(Stat("live_cuts"), 2);
+  EXPECT_TRUE(PeerReads(*child, kTenantVa + 4096));
+  EXPECT_FALSE(PeerReads(*child, kTenantVa + 8192));
+  // The backing cannot go while keys are bound on regions cut from it.
+  absl::Status busy = dev_->DestroyKey(backing_.key);
+  EXPECT_TRUE(absl::IsFailedPrecondition(busy)) << busy;
+  auto child_now = Invalidate(*child);
+  ASSERT_TRUE(child_now.ok()) << child_now.status();
+  auto key_now = Invalidate(*key);
+  ASSERT_TRUE(key_now.ok()) << key_now.status();
+  EXPECT_EQ(Stat("live_cuts"), 0);
+  EXPECT_EQ(Stat("cuts_registered"), 2);
+  EXPECT_EQ(Stat("cut_release_errors"), 0);
+  // A refused map releases the region it had cut: a window's range outside its parent.
+  auto again = Map(*key_now, 0, 4096, kRemoteRead);
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto outside = Map(*child_now, 8192, 4096, kRemoteRead, *again);
+  EXPECT_FALSE(outside.ok());
+  EXPECT_EQ(Stat("live_cuts"), 1);
+  // TearDown destroys the window still bound: its region goes with it.
 }
 
 }  // namespace

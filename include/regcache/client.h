@@ -110,7 +110,27 @@ struct ClientOptions {
   // observer's id); every call that would change or hold something (Register, memory,
   // endpoints, Drain, the peer calls) fails with kPermissionDenied. Default false.
   bool observer = false;
+  // Refuse a device that does not confine a peer to a key's own range: Connect fails with
+  // kFailedPrecondition (naming the device and its KeyBounds) unless the session's device
+  // enforces each key's range (DeviceInfo::key_range_enforced). Default false: such a device is
+  // usable, and Client::device() says what holds on it.
+  bool require_key_bounds = false;
 };
+
+// What confines a remote peer holding one of a session's rkeys (docs/key_bounds.md). Rights and
+// the session's PD hold on every device; the range depends on the device.
+enum class KeyBounds : uint8_t {
+  kUnknown = 0,     // the daemon could not tell (or predates this report)
+  kKey = 1,         // the key's own range: the device checks every access against it
+  kCut = 2,         // the key's own range: the daemon (--strict_key_bounds) gives every key a
+                    // memory region of its own, cut at the key's edges, on a device that checks
+                    // only the region (Soft-RoCE)
+  kAttachment = 3,  // only the attached memory the key lies in: a peer holding the key can read
+                    // or write (as its rights allow) the rest of that attachment (Soft-RoCE
+                    // without --strict_key_bounds)
+};
+// "unknown", "key", "cut", "attachment".
+const char* KeyBoundsName(KeyBounds b);
 
 // The NIC a session lives on (Client::device()): every key of the session belongs to it, so a
 // process pairs the keys with queue pairs it opened on the same device (same node GUID / GID).
@@ -120,6 +140,11 @@ struct DeviceInfo {
   uint64_t node_guid = 0;         // host byte order, as ibv_query_device's node_guid (be64toh)
   uint8_t port = 0;               // the port the GID belongs to (1-based)
   std::array<uint8_t, 16> gid{};  // the port's GID, raw bytes in network order
+  KeyBounds key_bounds = KeyBounds::kUnknown;
+  // Whether a peer holding one of the session's rkeys is confined to that key's own range.
+  bool key_range_enforced() const {
+    return key_bounds == KeyBounds::kKey || key_bounds == KeyBounds::kCut;
+  }
 };
 
 // Why a key this process held stopped working (Client::SetRevocationCallback).
@@ -228,6 +253,7 @@ struct DaemonInfo {
     std::string backend;
     std::string selection;
     uint64_t sessions = 0;
+    std::string key_bounds_detail;  // how the daemon knows info.key_bounds, in words
   };
   std::vector<Device> devices;
 };
@@ -443,10 +469,12 @@ class REGCACHE_CPP_API Client {
   // node's queue pair), accepting the remote operations in `access`. Returns it with the
   // daemon's address (EndpointInfo::local), which the peer connects its queue pair to; from
   // then on the peer's one-sided READ / WRITE / atomics reach this session's memory through
-  // its rkeys, with no posting here. The endpoint lives until DestroyEndpoint or the end of
-  // the session. kInvalidArgument for a malformed address or access (the message names the
-  // field); kResourceExhausted past the daemon's per-session limit (--max_endpoints);
-  // kUnimplemented on a device without endpoints (DaemonInfo::endpoints).
+  // its rkeys, with no posting here, each checked against the rkey's rights, PD and range (the
+  // key's own range, or its whole attachment's where device().key_bounds says kAttachment).
+  // The endpoint lives until DestroyEndpoint or the end of the session. kInvalidArgument for a
+  // malformed address or access (the message names the field); kResourceExhausted past the daemon's
+  // per-session limit (--max_endpoints); kUnimplemented on a device without endpoints
+  // (DaemonInfo::endpoints).
   virtual absl::StatusOr<EndpointInfo> CreateEndpoint(const RemoteQp& peer,
                                                       uint32_t access = kRemoteRead | kRemoteWrite |
                                                                         kRemoteAtomic) = 0;

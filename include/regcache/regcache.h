@@ -92,12 +92,23 @@ typedef struct regcache_options {
                                daemon); see ClientOptions::client_cache in regcache/client.h */
 } regcache_options_t;
 
+/* regcache_device_t::key_bounds (docs/key_bounds.md). With KEY and CUT a peer holding a key
+ * reaches only the key's own range; with ATTACHMENT it reaches the whole attached memory the key
+ * lies in (Soft-RoCE, unless the daemon runs with --strict_key_bounds). */
+enum {
+  REGCACHE_KEY_BOUNDS_UNKNOWN = 0,
+  REGCACHE_KEY_BOUNDS_KEY = 1, /* the device checks every access against the key's range */
+  REGCACHE_KEY_BOUNDS_CUT = 2, /* each key has a memory region of its own, cut at its edges */
+  REGCACHE_KEY_BOUNDS_ATTACHMENT = 3, /* only the attachment's range is enforced */
+};
+
 /* The NIC a session lives on (regcache_device): every key of the session belongs to it, so a
  * process pairs the keys with queue pairs it opened on the same device (same GUID / GID). */
 typedef struct regcache_device {
-  uint32_t index; /* its place in the daemon's --device list */
-  uint8_t port;   /* the port the GID belongs to (1-based) */
-  uint8_t reserved[3];
+  uint32_t index;     /* its place in the daemon's --device list */
+  uint8_t port;       /* the port the GID belongs to (1-based) */
+  uint8_t key_bounds; /* REGCACHE_KEY_BOUNDS_*: what confines a peer holding one of its keys */
+  uint8_t reserved[2];
   uint64_t node_guid; /* host byte order, as be64toh(ibv_device_attr.node_guid) */
   uint8_t gid[16];    /* the port's GID, network order */
   char name[65];      /* NUL-terminated, e.g. "mlx5_1" */
@@ -324,7 +335,9 @@ REGCACHE_API regcache_code_t regcache_prefetch(regcache_client_t* client, const 
  * node's queue pair), accepting the remote operations in `access` (a non-empty set of
  * REGCACHE_REMOTE_*). out->local is the daemon's address, for the peer to connect to; from then on
  * the peer's one-sided READ / WRITE / atomics reach this session's memory through its rkeys, with
- * no posting here, until regcache_endpoint_destroy or the end of the session.
+ * no posting here, until regcache_endpoint_destroy or the end of the session. Each access is
+ * checked against the rkey's rights, PD and range; which range, the key's own or its whole
+ * attachment's, regcache_device_t::key_bounds says (docs/key_bounds.md).
  * REGCACHE_INVALID_ARGUMENT for a malformed address or access; REGCACHE_RESOURCE_EXHAUSTED past
  * the daemon's per-session limit; REGCACHE_UNIMPLEMENTED on a device without endpoints. */
 REGCACHE_API regcache_code_t regcache_endpoint_create(regcache_client_t* client,

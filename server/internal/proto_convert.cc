@@ -44,6 +44,8 @@ void ToProto(const service::DeviceStatus& d, pb::DeviceInfo* out) {
   out->set_peer(d.capabilities.peer);
   out->set_endpoints(d.capabilities.endpoints);
   out->set_max_keys(d.capabilities.max_keys);
+  out->set_key_bounds(hca::KeyBoundsName(d.capabilities.key_bounds));
+  out->set_key_bounds_detail(d.capabilities.key_bounds_detail);
 }
 
 // One batch item's outcome, google.rpc.Status style (the codes are absl's, 1:1 with gRPC's).

@@ -21,6 +21,7 @@ DeviceIdentity DeviceSlot::Identity() const {
   id.node_guid = caps().node_guid;
   id.port = caps().port;
   id.gid = caps().gid;
+  id.key_bounds = caps().key_bounds;
   return id;
 }
 
@@ -46,6 +47,7 @@ absl::Status Build(DeviceSlot& slot, const DaemonConfig& config, base::stats::Re
   hca::OpenOptions open;
   open.stats_registry = registry;
   open.selection = &slot.selection;
+  open.strict_key_bounds = config.strict_key_bounds;
   ASSIGN_OR_RETURN(slot.device, hca::OpenDevice(slot.spec, open));
   // The fault servicer observes the cache's backings, so it comes first and goes last.
   cache::CacheOptions cache_options = config.cache;

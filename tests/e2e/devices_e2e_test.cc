@@ -97,6 +97,11 @@ TEST_F(DevicesE2e, ClientsChooseTheirDeviceAndLearnItsIdentity) {
   EXPECT_EQ(st->devices[1].info.node_guid, (*b)->device().node_guid);
   EXPECT_EQ(st->devices[1].info.gid, (*b)->device().gid);
   EXPECT_NE(st->devices[0].info.node_guid, st->devices[1].info.node_guid);
+  // The sim checks every access against the key's range (docs/key_bounds.md).
+  EXPECT_EQ((*b)->device().key_bounds, rc::KeyBounds::kKey);
+  EXPECT_TRUE((*b)->device().key_range_enforced());
+  EXPECT_EQ(st->devices[1].info.key_bounds, rc::KeyBounds::kKey);
+  EXPECT_NE(st->devices[1].key_bounds_detail.find("by design"), std::string::npos);
   EXPECT_EQ(st->devices[0].sessions, 1u);
   EXPECT_EQ(st->devices[1].sessions, 1u);
   auto sessions = (*a)->Sessions();
@@ -104,6 +109,12 @@ TEST_F(DevicesE2e, ClientsChooseTheirDeviceAndLearnItsIdentity) {
   ASSERT_EQ(sessions->size(), 2u);
   EXPECT_EQ((*sessions)[0].device, "sim0");
   EXPECT_EQ((*sessions)[1].device, "sim1");
+  // A client that requires key bounds is welcome on a device that enforces them.
+  rc::ClientOptions required;
+  required.device = "sim1";
+  required.require_key_bounds = true;
+  auto c = rc::Client::Connect(daemon_->dir(), required);
+  EXPECT_TRUE(c.ok()) << c.status();
 }
 
 TEST_F(DevicesE2e, UnknownDeviceIsRefusedNamingTheDevices) {
@@ -220,6 +231,9 @@ TEST_F(DevicesE2e, RegcachectlListsEveryDevice) {
   EXPECT_NE(status.find("device[0]=sim0 backend=sim"), std::string::npos) << status;
   EXPECT_NE(status.find("device[0]_selection=named sim\n"), std::string::npos) << status;
   EXPECT_NE(status.find("device[1]_selection=named sim:sim1"), std::string::npos) << status;
+  EXPECT_NE(status.find("device[1]_key_bounds=key key_range_enforced=1 (by design"),
+            std::string::npos)
+      << status;
   EXPECT_NE(status.find("sessions=1\ndevice[1]_selection"), std::string::npos)
       << "b's session only: regcachectl's status is an observer, not a session: " << status;
   const std::string sessions = Ctl("sessions");

@@ -614,6 +614,7 @@ TEST(E2E, MetricsOfTwoTenantsPassPromtool) {
   EXPECT_NE(body.find("\nregcache_cache_live_registrations "), std::string::npos);
   EXPECT_NE(body.find("\nregcache_daemon_sessions_opened_total 2\n"), std::string::npos) << body;
   EXPECT_NE(body.find("\nregcache_build_info{version=\""), std::string::npos);
+  EXPECT_NE(body.find("\nregcache_device_key_range_enforced{device=\""), std::string::npos) << body;
   EXPECT_NE(body.find("\nprocess_resident_memory_bytes "), std::string::npos);
   if (other_uid) {
     EXPECT_NE(body.find("\nregcache_tenant_mapped_bytes{tenant=\"0\"} 4194304\n"),

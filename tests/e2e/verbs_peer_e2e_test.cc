@@ -147,8 +147,8 @@ class VerbsPeerE2e : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
   // A daemon, a client of it and 1 MiB of the client's shared memory at base_.
-  void Start() {
-    daemon_ = std::make_unique<Regcached>();
+  void Start(std::vector<std::string> flags = {}) {
+    daemon_ = std::make_unique<Regcached>(std::move(flags));
     client_ = Connect(*daemon_);
     ASSERT_NE(client_, nullptr);
     auto mem = client_->AllocateMemory(1 << 20);
@@ -292,6 +292,74 @@ TEST_F(VerbsPeerE2e, AClientCrashTearsDownItsKeysAndEndpoints) {
   auto live = stats->Get("cache", "live_registrations");
   ASSERT_TRUE(live.ok()) << live.status();
   EXPECT_EQ(*live, 0) << "the crashed session's keys outlived it";
+}
+
+// What the session's device reports (Welcome) is what a remote node finds: a read just before a
+// one-page key, inside the client's attachment, is refused exactly when the key's range is said
+// to be enforced. A client that requires key bounds is refused where they do not hold.
+TEST_F(VerbsPeerE2e, ThePeerReachesWhatTheReportedKeyBoundsSay) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const rc::DeviceInfo& dev = client_->device();
+  ASSERT_NE(dev.key_bounds, rc::KeyBounds::kUnknown);
+  auto k = client_->Register(base_ + 8192, 4096, kRemoteAll);
+  ASSERT_TRUE(k.ok()) << k.status();
+  Peer peer;
+  Link(*client_, peer);
+  std::memcpy(base_ + 8192, "inside!!", 8);
+  EXPECT_EQ(peer.Read(k->rkey, base_ + 8192, 8), "ok " + absl::BytesToHexString("inside!!"));
+  const std::string before = peer.Read(k->rkey, base_ + 8192 - 8, 8);
+  if (dev.key_range_enforced()) {
+    EXPECT_TRUE(absl::StartsWith(before, "err PERMISSION_DENIED")) << before;
+  } else {
+    EXPECT_TRUE(absl::StartsWith(before, "ok ")) << before;
+  }
+  std::printf("key bounds of %s: %s\n", dev.name.c_str(), rc::KeyBoundsName(dev.key_bounds));
+
+  rc::ClientOptions o;
+  o.require_key_bounds = true;
+  auto strict = rc::Client::Connect(daemon_->dir(), o);
+  EXPECT_EQ(strict.ok(), dev.key_range_enforced()) << strict.status();
+  if (!strict.ok()) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(strict.status())) << strict.status();
+    EXPECT_TRUE(absl::StrContains(strict.status().message(), "key bounds: attachment"))
+        << strict.status();
+  }
+}
+
+// --strict_key_bounds: a remote node holding a one-page key reads and writes it, and nothing of
+// the attachment around it; regcachectl says the range is enforced.
+TEST_F(VerbsPeerE2e, StrictKeyBoundsKeepARemoteNodeInsideItsKey) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--strict_key_bounds"}));
+  ASSERT_TRUE(client_->device().key_range_enforced())
+      << rc::KeyBoundsName(client_->device().key_bounds);
+  rc::ClientOptions o;
+  o.require_key_bounds = true;
+  auto required = rc::Client::Connect(daemon_->dir(), o);
+  EXPECT_TRUE(required.ok()) << required.status();
+  auto k = client_->Register(base_ + 8192, 4096, kRemoteAll);
+  ASSERT_TRUE(k.ok()) << k.status();
+  Peer peer;
+  Link(*client_, peer);
+  EXPECT_EQ(peer.Write(k->rkey, base_ + 8192 + 4096 - 8, "lastword"), "ok");
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(base_) + 8192 + 4096 - 8, 8), "lastword");
+  std::memcpy(base_ + 8192 + 4096, "next pg!", 8);
+  const std::string past = peer.Write(k->rkey, base_ + 8192 + 4096, "overflow");
+  EXPECT_TRUE(absl::StartsWith(past, "err PERMISSION_DENIED")) << past;
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(base_) + 8192 + 4096, 8), "next pg!");
+  peer.Renew();
+  Link(*client_, peer);
+  const std::string before = peer.Read(k->rkey, base_ + 8192 - 8, 8);
+  EXPECT_TRUE(absl::StartsWith(before, "err PERMISSION_DENIED")) << before;
+
+  const std::string line =
+      absl::StrCat(REGCACHECTL_PATH, " --socket_dir=", daemon_->dir(), " status 2>&1");
+  FILE* f = popen(line.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t got = fread(buf, 1, sizeof(buf), f)) out.append(buf, got);
+  pclose(f);
+  EXPECT_TRUE(absl::StrContains(out, "key_range_enforced=1")) << out;
 }
 
 TEST_F(VerbsPeerE2e, RegcachectlWorksAgainstTheDaemon) {

@@ -75,7 +75,8 @@ class _Options(ctypes.Structure):
 
 class _Device(ctypes.Structure):
     _fields_ = [("index", ctypes.c_uint32), ("port", ctypes.c_uint8),
-                ("reserved", ctypes.c_uint8 * 3), ("node_guid", ctypes.c_uint64),
+                ("key_bounds", ctypes.c_uint8), ("reserved", ctypes.c_uint8 * 2),
+                ("node_guid", ctypes.c_uint64),
                 ("gid", ctypes.c_uint8 * 16), ("name", ctypes.c_char * 65)]
 
 
@@ -87,6 +88,14 @@ class Device:
     node_guid: int
     port: int
     gid: bytes
+    # What confines a peer holding one of the session's keys (docs/key_bounds.md): "key" or
+    # "cut" (the key's own range), "attachment" (the whole attached memory the key lies in),
+    # "unknown".
+    key_bounds: str = "unknown"
+
+    @property
+    def key_range_enforced(self):
+        return self.key_bounds in ("key", "cut")
 
 
 class _Memory(ctypes.Structure):
@@ -329,7 +338,8 @@ class Client:
         """The device this session lives on (a Device)."""
         d = _Device()
         _check(_lib.regcache_device(self._h(), ctypes.byref(d)))
-        return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid))
+        bounds = {1: "key", 2: "cut", 3: "attachment"}.get(d.key_bounds, "unknown")
+        return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid), bounds)
 
     # --- Memory ---
     def allocate(self, length, hugetlb=False, on_demand=False):

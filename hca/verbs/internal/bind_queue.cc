@@ -130,7 +130,10 @@ absl::Status BindQueue::Doorbell() {
     f.id = h.id;
     f.signaled = h.signaled;
     const uint64_t wr = next_wr_++;
-    absl::StatusOr<BindPlan> plan = c_->PostBind(qp_, pd_, h.request, wr);
+    absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
+    absl::StatusOr<BindPlan> plan =
+        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut) : cut.status();
+    if (!plan.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
     if (plan.ok() && plan->mw == nullptr) {
       f.refusal = absl::OkStatus();  // done without posting: completes in its turn
     } else if (plan.ok()) {
@@ -193,6 +196,7 @@ void BindQueue::Pump() {
       InFlight f = std::move(in_flight_.front());
       in_flight_.pop_front();
       if (wc.status == IBV_WC_SUCCESS) {
+        c_->BindDone(f.plan);
         if (f.signaled) Complete(f.id, absl::OkStatus());
         continue;
       }

@@ -1,0 +1,234 @@
+// Context's bind planning (docs/verbs.md, "Binds and their completions"): the checks a window
+// bind must pass against the table, its effect on the window's record, and with cut backings
+// (docs/key_bounds.md) the region of the key's own each map is bound on.
+#include <cerrno>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "hca/status.h"
+#include "hca/verbs/context.h"
+#include "hca/verbs/wc_status.h"
+
+namespace regcache::hca::verbs {
+namespace {
+
+absl::Status Refuse(absl::string_view why) { return DeviceError(Syndrome::kMwBind, why); }
+
+bool Within(uint64_t addr, uint64_t length, uint64_t lo, uint64_t len) {
+  return addr >= lo && length <= len && addr - lo <= len - length;
+}
+
+}  // namespace
+
+const MrRecord* Context::BaseOf(const KlmEntry& e) const {
+  Key base = e.key;
+  if (auto p = mws_.find(KeyIndex(e.key)); p != mws_.end()) {
+    if (!p->second.live || p->second.key != e.key) return nullptr;
+    base = p->second.base;
+  }
+  auto m = mrs_.find(KeyIndex(base));
+  return m == mrs_.end() || m->second.mr->lkey != base ? nullptr : &m->second;
+}
+
+absl::StatusOr<ibv_mr*> Context::PrepareCut(Pd queue_pd, const BindRequest& rq) {
+  if (!cut_backings_ || rq.invalidate) return nullptr;
+  const KlmEntry& e = rq.entry;
+  ibv_pd* vpd = nullptr;
+  uint64_t addr = 0;
+  int flags = IBV_ACCESS_MW_BIND;
+  {
+    base::MutexLock lock(&mu_);
+    const MrRecord* r = BaseOf(e);
+    auto pd = pds_.find(queue_pd.pdn);
+    if (r == nullptr || pd == pds_.end() || !Within(e.addr, e.length, r->iova, r->length)) {
+      return nullptr;  // Plan refuses it, saying why
+    }
+    if (r->imported) {
+      return Refuse(absl::StrFormat(
+          "strict key bounds: region 0x%08x was registered by its client, so the daemon has no "
+          "mapping to cut a region of the key's own from",
+          r->mr->lkey));
+    }
+    vpd = pd->second;
+    addr = r->addr + (e.addr - r->iova);
+    if (r->access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) flags |= IBV_ACCESS_LOCAL_WRITE;
+  }
+  ibv_mr* cut = ibv_reg_mr_iova2(vpd, reinterpret_cast<void*>(addr), e.length, e.addr,
+                                 static_cast<unsigned>(flags));
+  if (cut == nullptr) {
+    return base::Annotate(
+        ErrnoStatus(errno, "ibv_reg_mr"),
+        absl::StrFormat("region cut at key edges [0x%x, +0x%x)", e.addr, e.length));
+  }
+  stats_.cuts_registered.Inc();
+  stats_.cut_bytes.Inc(e.length);
+  stats_.live_cuts.Add();
+  return cut;
+}
+
+void Context::ReleaseCut(ibv_mr* cut) {
+  if (int err = ibv_dereg_mr(cut); err != 0) {
+    // Still bound (the device disagrees with the table): keeping it registered is safe, since
+    // the window's own rkey moved on; it goes when the device closes.
+    stats_.cut_release_errors.Inc();
+    RC_LOG(ERROR) << ErrnoStatus(err, "ibv_dereg_mr of a region cut at key edges");
+    return;
+  }
+  stats_.live_cuts.Sub();
+}
+
+void Context::PlanInvalidate(Pd queue_pd, const MwRecord& w, BindPlan* plan) {
+  // The device ignores the region of a zero-length bind, but rdma-core's rxe provider reads
+  // it: name the window's last region, or any region of the PD. A cut region goes once the
+  // bind completed: the record keeps the backing beneath instead (or none, if it went).
+  ibv_mr* bind_mr = w.mr;
+  if (w.cut != nullptr) {
+    auto m = mrs_.find(KeyIndex(w.base));
+    plan->after.mr = m == mrs_.end() ? nullptr : m->second.mr;
+    plan->after.cut = nullptr;
+  }
+  if (bind_mr == nullptr) {
+    for (const auto& [index, r] : mrs_) {
+      if (r.pd == queue_pd) {
+        bind_mr = plan->after.mr = r.mr;
+        break;
+      }
+    }
+  }
+  if (bind_mr == nullptr) {
+    plan->mw = nullptr;  // never bound, and nothing to bind it with: already invalid
+    plan->after.key = w.key;
+    return;
+  }
+  plan->bind.bind_info.mr = bind_mr;
+  plan->after.live = false;
+  plan->after.parent = plan->after.base = 0;
+  plan->after.start = plan->after.length = 0;
+  plan->after.access = 0;
+}
+
+absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_mr* cut) {
+  auto it = mws_.find(KeyIndex(rq.key));
+  if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
+  MwRecord& w = it->second;
+  if (!(w.pd == queue_pd)) {
+    return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key, w.pd.pdn,
+                                  queue_pd.pdn));
+  }
+  BindPlan plan;
+  plan.mw = w.mw;
+  plan.before = w;
+  plan.after = w;
+  plan.after.key = NextVariant(w.key);
+  plan.bind.send_flags = IBV_SEND_SIGNALED;
+  if (rq.invalidate) {  // a zero-length bind: no range, no rights
+    PlanInvalidate(queue_pd, w, &plan);
+    return plan;
+  }
+  if (rq.require_free && w.live) return Refuse(absl::StrFormat("window 0x%08x is live", w.key));
+  if (rq.new_variant != KeyVariant(plan.after.key)) {
+    return Refuse(absl::StrFormat(
+        "window 0x%08x can only take variant 0x%02x next (a bind advances it by one), not 0x%02x",
+        w.key, KeyVariant(plan.after.key), rq.new_variant));
+  }
+  const KlmEntry& e = rq.entry;
+  ibv_mr* mr = nullptr;
+  AccessFlags allowed = 0;
+  if (auto m = mrs_.find(KeyIndex(e.key)); m != mrs_.end()) {
+    const MrRecord& r = m->second;
+    if (r.mr->lkey != e.key || !(r.pd == queue_pd)) {
+      return Refuse(
+          absl::StrFormat("backing 0x%08x is not in this pd or has another variant", e.key));
+    }
+    if (!Within(e.addr, e.length, r.iova, r.length)) {
+      return Refuse(
+          absl::StrFormat("[0x%x, +0x%x) is outside backing 0x%08x", e.addr, e.length, e.key));
+    }
+    mr = r.mr;
+    allowed = r.access;
+  } else if (auto p = mws_.find(KeyIndex(e.key)); p != mws_.end()) {
+    const MwRecord& parent = p->second;
+    if (!parent.live || parent.key != e.key || !(parent.pd == queue_pd)) {
+      return Refuse(absl::StrFormat("parent window 0x%08x is not live in this pd", e.key));
+    }
+    if (!Within(e.addr, e.length, parent.start, parent.length)) {
+      return Refuse(absl::StrFormat("[0x%x, +0x%x) is outside parent window 0x%08x", e.addr,
+                                    e.length, e.key));
+    }
+    mr = parent.mr;
+    allowed = parent.access;
+  } else {
+    return Refuse(absl::StrFormat("entry key 0x%08x is neither a backing nor a window", e.key));
+  }
+  const AccessFlags remote = rq.access & (kRemoteRead | kRemoteWrite | kRemoteAtomic);
+  if ((remote & ~allowed) != 0) {
+    return Refuse(absl::StrFormat("rights %s exceed the %s of 0x%08x", AccessToString(remote),
+                                  AccessToString(allowed), e.key));
+  }
+  const MrRecord* base = BaseOf(e);
+  if (base == nullptr) return Refuse(absl::StrFormat("no backing beneath 0x%08x", e.key));
+  if (cut_backings_) {
+    if (cut == nullptr || cut->addr == nullptr || cut->length != e.length) {
+      return Refuse("strict key bounds: no region cut at the key's edges for this map");
+    }
+    mr = cut;  // the window spans it whole: the device's region check is the key's range
+  }
+  plan.bind.bind_info.mr = mr;
+  plan.bind.bind_info.addr = e.addr;
+  plan.bind.bind_info.length = e.length;
+  plan.bind.bind_info.mw_access_flags = RemoteAccessFlags(remote);
+  plan.after.live = true;
+  plan.after.mr = mr;
+  plan.after.cut = cut_backings_ ? cut : nullptr;
+  plan.after.base = base->mr->lkey;
+  plan.after.parent = e.key;
+  plan.after.start = e.addr;
+  plan.after.length = e.length;
+  plan.after.access = remote;
+  return plan;
+}
+
+absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& rq,
+                                           uint64_t wr_id, ibv_mr* cut) {
+  base::MutexLock lock(&mu_);
+  absl::StatusOr<BindPlan> plan = Plan(queue_pd, rq, cut);
+  if (!plan.ok()) {
+    stats_.bind_errors.Inc();
+    return plan.status();
+  }
+  if (plan->mw == nullptr) return plan;  // nothing to post (see Plan)
+  plan->bind.wr_id = wr_id;
+  if (int err = ibv_bind_mw(qp, plan->mw, &plan->bind); err != 0) {
+    stats_.bind_errors.Inc();
+    return ErrnoStatus(err, absl::StrFormat("ibv_bind_mw of window 0x%08x", rq.key));
+  }
+  // The provider has moved mw->rkey on already; the record follows it.
+  plan->after.key = plan->mw->rkey;
+  plan->after.seq = next_seq_++;
+  mws_[KeyIndex(rq.key)] = plan->after;
+  stats_.binds_posted.Inc();
+  return plan;
+}
+
+void Context::BindDone(const BindPlan& plan) {
+  if (plan.before.cut != nullptr && plan.before.cut != plan.after.cut) ReleaseCut(plan.before.cut);
+}
+
+void Context::UndoBind(const BindPlan& plan) {
+  ibv_mr* unbound = nullptr;
+  {
+    base::MutexLock lock(&mu_);
+    stats_.bind_errors.Inc();
+    auto it = mws_.find(KeyIndex(plan.before.key));
+    // Changed since: the window was destroyed (and its cut released with it).
+    if (it == mws_.end() || it->second.seq != plan.after.seq) return;
+    it->second = plan.before;
+    it->second.seq = next_seq_++;
+    plan.mw->rkey = plan.before.key;  // the provider advanced it at post; the bind did not happen
+    if (plan.after.cut != nullptr && plan.after.cut != plan.before.cut) unbound = plan.after.cut;
+  }
+  if (unbound != nullptr) ReleaseCut(unbound);
+}
+
+}  // namespace regcache::hca::verbs

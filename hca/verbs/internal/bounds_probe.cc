@@ -1,0 +1,177 @@
+#include "hca/verbs/internal/bounds_probe.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "hca/status.h"
+#include "hca/verbs/wc_status.h"
+
+namespace regcache::hca::verbs {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kPages = 4;  // 0 and 2: around the window; 1: the window; 3: where reads land
+constexpr uint32_t kRead = 8;
+constexpr absl::Duration kWait = absl::Seconds(5);
+
+// Everything the test creates, released in reverse order whatever happens.
+struct Scratch {
+  void* buf = MAP_FAILED;
+  ibv_pd* pd = nullptr;
+  ibv_mr* mr = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mw* mw = nullptr;
+  ~Scratch() {
+    if (mw != nullptr) (void)ibv_dealloc_mw(mw);
+    DestroyQpAndCq(qp, cq, "destroying the bounds self-test's queue pair");
+    if (mr != nullptr) (void)ibv_dereg_mr(mr);
+    if (pd != nullptr) (void)ibv_dealloc_pd(pd);
+    if (buf != MAP_FAILED) munmap(buf, kPage * kPages);
+  }
+  uint64_t at(size_t offset) const { return reinterpret_cast<uint64_t>(buf) + offset; }
+};
+
+// RESET -> INIT (remote read) -> RTR -> RTS, connected to itself. Also how the test recovers
+// the queue pair after a refused read left it in the error state.
+absl::Status Connect(const Context& c, ibv_qp* qp) {
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  if (int err = ibv_modify_qp(qp, &reset, IBV_QP_STATE); err != 0) {
+    return ErrnoStatus(err, "qp to RESET");
+  }
+  const uint32_t psn = RandomPsn();
+  RETURN_IF_ERROR(QpToInit(c, qp, IBV_ACCESS_REMOTE_READ));
+  RETURN_IF_ERROR(QpToRtr(c, qp, LocalAddress(c, qp->qp_num, psn)));
+  return QpToRts(c, qp, psn);
+}
+
+absl::StatusOr<ibv_wc> Await(ibv_cq* cq, const char* what) {
+  const absl::Time deadline = absl::Now() + kWait;
+  for (;;) {
+    ibv_wc wc{};
+    const int n = ibv_poll_cq(cq, 1, &wc);
+    if (n < 0) return absl::InternalError(absl::StrFormat("ibv_poll_cq failed (%s)", what));
+    if (n == 1) return wc;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("%s: no completion within %s", what, absl::FormatDuration(kWait)));
+    }
+    std::this_thread::yield();
+  }
+}
+
+// Reads kRead bytes at `remote` through `rkey` into page 3; the work completion's status.
+absl::StatusOr<ibv_wc_status> Read(const Scratch& s, uint32_t rkey, uint64_t remote,
+                                   const char* what) {
+  ibv_sge sge{};
+  sge.addr = s.at(3 * kPage);
+  sge.length = kRead;
+  sge.lkey = s.mr->lkey;
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = rkey;
+  if (int err = ibv_post_send(s.qp, &wr, &bad); err != 0) {
+    return ErrnoStatus(err, absl::StrFormat("ibv_post_send (%s)", what));
+  }
+  ASSIGN_OR_RETURN(ibv_wc wc, Await(s.cq, what));
+  return wc.status;
+}
+
+absl::StatusOr<BoundsProbe> Run(const Context& c) {
+  Scratch s;
+  s.buf = mmap(nullptr, kPage * kPages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (s.buf == MAP_FAILED) return ErrnoStatus(errno, "mmap of the scratch pages");
+  for (size_t p = 0; p < kPages; ++p) {
+    std::memset(static_cast<char*>(s.buf) + p * kPage, 0xa0 + static_cast<int>(p), kPage);
+  }
+  s.pd = ibv_alloc_pd(c.ctx());
+  if (s.pd == nullptr) return ErrnoStatus(errno, "ibv_alloc_pd");
+  s.mr = ibv_reg_mr(s.pd, s.buf, kPage * kPages, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  if (s.mr == nullptr) return ErrnoStatus(errno, "ibv_reg_mr of the scratch pages");
+  s.cq = ibv_create_cq(c.ctx(), 4, nullptr, nullptr, 0);
+  if (s.cq == nullptr) return ErrnoStatus(errno, "ibv_create_cq");
+  ASSIGN_OR_RETURN(s.qp, CreateRcQp(s.pd, s.cq, 4));
+  RETURN_IF_ERROR(Connect(c, s.qp));
+  s.mw = ibv_alloc_mw(s.pd, IBV_MW_TYPE_1);
+  if (s.mw == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw");
+
+  ibv_mw_bind bind{};
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info.mr = s.mr;
+  bind.bind_info.addr = s.at(kPage);
+  bind.bind_info.length = kPage;
+  bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+  if (int err = ibv_bind_mw(s.qp, s.mw, &bind); err != 0) return ErrnoStatus(err, "ibv_bind_mw");
+  ASSIGN_OR_RETURN(ibv_wc bound, Await(s.cq, "the window's bind"));
+  if (bound.status != IBV_WC_SUCCESS) {
+    return absl::InternalError(
+        absl::StrFormat("the window's bind completed with %s", ibv_wc_status_str(bound.status)));
+  }
+  const uint32_t rkey = s.mw->rkey;
+
+  ASSIGN_OR_RETURN(ibv_wc_status inside, Read(s, rkey, s.at(kPage), "a read inside the window"));
+  const auto* landed = static_cast<const unsigned char*>(s.buf) + 3 * kPage;
+  if (inside != IBV_WC_SUCCESS || landed[0] != 0xa1 || landed[kRead - 1] != 0xa1) {
+    return absl::InternalError(
+        absl::StrFormat("a read inside the window was not served (%s)", ibv_wc_status_str(inside)));
+  }
+  struct Outside {
+    const char* where;
+    uint64_t addr;
+    ibv_wc_status status = IBV_WC_SUCCESS;
+  } outside[] = {{"before", s.at(kPage - kRead)}, {"after", s.at(2 * kPage)}};
+  int served = 0;
+  for (Outside& o : outside) {
+    ASSIGN_OR_RETURN(o.status, Read(s, rkey, o.addr, "a read outside the window"));
+    if (o.status == IBV_WC_SUCCESS) {
+      ++served;
+      continue;
+    }
+    if (o.status != IBV_WC_REM_ACCESS_ERR) {
+      return absl::InternalError(absl::StrFormat("a read %s the window completed with %s", o.where,
+                                                 ibv_wc_status_str(o.status)));
+    }
+    RETURN_IF_ERROR(Connect(c, s.qp));  // the refusal left the queue pair in error
+  }
+  BoundsProbe p;
+  if (served == 0) {
+    p.bounds = KeyBounds::kKey;
+    p.detail =
+        "self-test at open: reads just before and just after a one-page window, inside its "
+        "memory region, were refused (remote access error)";
+  } else {
+    p.bounds = KeyBounds::kAttachment;
+    p.detail = absl::StrFormat(
+        "self-test at open: a read just before a one-page window was %s and one just after it "
+        "was %s: the device checks a window against its memory region only",
+        outside[0].status == IBV_WC_SUCCESS ? "served" : "refused",
+        outside[1].status == IBV_WC_SUCCESS ? "served" : "refused");
+  }
+  return p;
+}
+
+}  // namespace
+
+BoundsProbe ProbeWindowBounds(const Context& c) {
+  absl::StatusOr<BoundsProbe> p = Run(c);
+  if (p.ok()) return *p;
+  BoundsProbe unknown;
+  unknown.detail = absl::StrCat("self-test at open could not tell: ", p.status().message());
+  return unknown;
+}
+
+}  // namespace regcache::hca::verbs
