@@ -8,9 +8,11 @@ cd "$(dirname "$0")/../.."
 floor=${1:-90}
 build=build/coverage
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="--coverage" \
-  -DCMAKE_EXE_LINKER_FLAGS="--coverage" -DREGCACHE_BENCHMARKS=OFF \
+  -DCMAKE_EXE_LINKER_FLAGS="--coverage" -DCMAKE_SHARED_LINKER_FLAGS="--coverage" \
+  -DREGCACHE_BENCHMARKS=OFF \
   -DREGCACHE_HEADER_CHECK=OFF >/dev/null
-ninja -C "$build" -j "${JOBS:-$(nproc)}" mlx5_emu_test emu_backend_test mlx5emu_test >/dev/null
+ninja -C "$build" -j "${JOBS:-$(nproc)}" mlx5_hw_test regcache_mlx5_probe regcache_emu_ibverbs \
+  regcache_emu_mlx5 emu_backend_test mlx5emu_test >/dev/null
 find "$build" -name '*.gcda' -delete
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

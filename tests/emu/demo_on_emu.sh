@@ -4,9 +4,12 @@
 # a peer write that must land in the client's memory through the daemon's requester queue pair,
 # invalidate, the same write refused), regcachectl status, then SIGTERM: the daemon must drain
 # and exit 0.
-#   demo_on_emu.sh <regcached_emu> <regcache_demo> <regcachectl> <device spec>
+# The programs are the ones `make run` uses; the emu tier puts the emulator in front of
+# rdma-core for all of them (LD_LIBRARY_PATH, tests/emu/CMakeLists.txt).
+#   demo_on_emu.sh <regcached> <regcache_demo> <regcachectl> [device spec]
+# The spec defaults to REGCACHE_HW_DEVICE (the emu tier sets it per capability image).
 set -euo pipefail
-daemon_bin=$1 demo=$2 ctl=$3 spec=$4
+daemon_bin=$1 demo=$2 ctl=$3 spec=${4:-${REGCACHE_HW_DEVICE:-mlx5}}
 dir=$(mktemp -d /tmp/regcache-emu-demo-XXXXXX)
 log="$dir/regcached.log"
 "$daemon_bin" --device="$spec" --peer_on_any_device --socket_dir="$dir" >"$log" 2>&1 &
