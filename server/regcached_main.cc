@@ -90,6 +90,10 @@ ABSL_FLAG(bool, strict_key_bounds, false,
           "on a device that confines a peer only to a key's attachment, not to the key's own "
           "range (Soft-RoCE: see regcachectl status), give every key a memory region of its own "
           "cut at its edges; each miss then registers the key's pages (docs/key_bounds.md)");
+ABSL_FLAG(uint32_t, held_reclaim_after_ms, 100,
+          "how long a session under its fair share of the device's keys waits before the daemon "
+          "revokes keys that sessions over their share hold (1..900; they wait 1 s at most): "
+          "docs/architecture.md, Device budget");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
@@ -153,6 +157,14 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
     std::fprintf(stderr, "regcached: --device_reserve_divisor must be in 1..65536\n");
     return false;
   }
+  const uint32_t reclaim_ms = absl::GetFlag(FLAGS_held_reclaim_after_ms);
+  if (reclaim_ms == 0 || reclaim_ms > 900) {
+    std::fprintf(stderr,
+                 "regcached: --held_reclaim_after_ms must be in 1..900 (a session under its share "
+                 "waits 1 s at most)\n");
+    return false;
+  }
+  config->cache.held_reclaim_after = absl::Milliseconds(reclaim_ms);
   config->ring_channels = absl::GetFlag(FLAGS_ring_channels);
   config->grant_slots = absl::GetFlag(FLAGS_grant_slots);
   if (config->ring_channels == 0 || config->ring_channels > 64) {

@@ -629,6 +629,14 @@ TEST(E2E, MetricsOfTwoTenantsPassPromtool) {
   EXPECT_EQ(out, "") << "promtool has something to say about:\n" << body;
 }
 
+// --held_reclaim_after_ms stays under the 1 s a session under its share waits at most.
+TEST(E2E, HeldReclaimAfterIsChecked) {
+  for (const char* flag : {"--held_reclaim_after_ms=0", "--held_reclaim_after_ms=901"}) {
+    Process p({REGCACHED_PATH, "--device=sim", "--socket_dir=/nonexistent", flag});
+    EXPECT_EQ(p.Wait(absl::Seconds(10)), 2) << flag;
+  }
+}
+
 // Only --metrics_address or --metrics_port, and only HOST:PORT.
 TEST(E2E, MetricsAddressFlagIsChecked) {
   for (std::vector<std::string> flags :
