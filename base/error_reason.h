@@ -45,6 +45,7 @@ inline constexpr absl::string_view kDraining = "DRAINING";
 inline constexpr absl::string_view kDeadlineTooShort = "DEADLINE_TOO_SHORT";
 inline constexpr absl::string_view kCallAbandoned = "CALL_ABANDONED";
 inline constexpr absl::string_view kInvalidPageToken = "INVALID_PAGE_TOKEN";
+inline constexpr absl::string_view kDeviceFailed = "DEVICE_FAILED";
 }  // namespace reason
 
 struct ErrorReason {

@@ -175,6 +175,7 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
                           : d.key_bounds() == "attachment" ? KeyBounds::kAttachment
                                                            : KeyBounds::kUnknown;
     out.key_bounds_detail = d.key_bounds_detail();
+    out.health = d.health().empty() ? "ok" : d.health();
     out.sessions = d.sessions();
     info.devices.push_back(std::move(out));
   }

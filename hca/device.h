@@ -465,6 +465,10 @@ class Device {
   virtual ~Device() = default;
 
   virtual const Capabilities& capabilities() const = 0;
+  // OK while the device works; kUnavailable, saying why and since when, once it has failed for
+  // good (a NIC's IBV_EVENT_DEVICE_FATAL: every later call on it fails). Cheap (one load and,
+  // once failed, a copy): callers may ask on every request. The sim never fails.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 
   // Protection domains. DeallocPd: kFailedPrecondition while keys or queues of the PD exist.
   virtual absl::StatusOr<Pd> AllocPd() = 0;

@@ -33,6 +33,7 @@ inline constexpr absl::string_view kNumberedReasons[] = {
     base::reason::kCallAbandoned,
     base::reason::kInvalidPageToken,
     base::reason::kObserverReadOnly,
+    base::reason::kDeviceFailed,
 };
 
 // The number of `reason` (1...), 0 for a reason not in kNumberedReasons.

@@ -51,25 +51,25 @@ using internal::PrefetchFromProto;
 using internal::ToProto;
 
 // Health of the services (grpc.health.v1): SERVING for "" and each service's full name from
-// the start, NOT_SERVING for all of them once a drain starts (and for good).
+// the start, NOT_SERVING for all of them once a drain starts or a device failed (for good).
 class ServingHealth {
  public:
   void Attach(grpc::HealthCheckServiceInterface* health, const std::vector<std::string>& services) {
     base::MutexLock l(&mu_);
     health_ = health;
-    for (const std::string& name : services) health_->SetServingStatus(name, !draining_);
-    health_->SetServingStatus("", !draining_);
+    for (const std::string& name : services) health_->SetServingStatus(name, !down_);
+    health_->SetServingStatus("", !down_);
   }
-  void Draining() {
+  void Down() {
     base::MutexLock l(&mu_);
-    draining_ = true;
+    down_ = true;
     if (health_ != nullptr) health_->SetServingStatus(false);  // every service, "" included
   }
 
  private:
   base::Mutex mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class RegCacheServiceImpl final : public pb::RegCacheService::Service {
@@ -343,7 +343,7 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
       // Run checked the deadline (with its margin) first: a Drain that starts is answered OK
       // however long it takes, never DEADLINE_EXCEEDED for an action that was carried out.
       // Health turns NOT_SERVING first, so probes see the drain from its start.
-      health_->Draining();
+      health_->Down();
       absl::Status drained = daemon_->Drain();
       if (on_drain_) on_drain_();
       return drained;
@@ -472,10 +472,11 @@ class GrpcServerImpl final : public GrpcServer {
         unix_target_(std::move(unix_target)) {}
   ~GrpcServerImpl() override { Shutdown(absl::ZeroDuration()); }
 
-  void Draining() override { services_->health.Draining(); }
+  void Draining() override { services_->health.Down(); }
+  void DeviceFailed() override { services_->health.Down(); }
   void Shutdown(absl::Duration grace) override {
     std::call_once(shutdown_once_, [&] {
-      services_->health.Draining();
+      services_->health.Down();
       server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
       server_->Wait();
     });

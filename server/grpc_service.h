@@ -89,6 +89,10 @@ class GrpcServer {
   // for every service's name, so probes and load balancers stop sending work while the daemon
   // finishes what it has. Idempotent; an admin Drain call does the same by itself.
   virtual void Draining() = 0;
+  // A device failed for good (hca::Device::Health): health answers NOT_SERVING from now on, as
+  // for a drain, so probes take the node out; calls are still served (those that would make a
+  // key on the failed device fail with DEVICE_FAILED). Idempotent.
+  virtual void DeviceFailed() = 0;
   // Stops accepting calls, lets calls in flight finish until `grace` passes, cancels the rest.
   // Health turns NOT_SERVING first. Idempotent.
   virtual void Shutdown(absl::Duration grace) = 0;

@@ -110,6 +110,17 @@ TEST_F(GrpcServiceTest, HealthPerServiceTurnsNotServingWhenADrainStarts) {
   EXPECT_TRUE(stub->Ping(&ctx, pb::PingRequest(), &pong).ok());
 }
 
+TEST_F(GrpcServiceTest, AFailedDeviceTurnsHealthNotServingAndCallsStillWork) {
+  EXPECT_EQ(Health(""), kServing);
+  server_->DeviceFailed();
+  EXPECT_EQ(Health(""), kNotServing);
+  EXPECT_EQ(Health("regcache.v1.RegCacheService"), kNotServing);
+  auto stub = pb::RegCacheService::NewStub(channel_);
+  grpc::ClientContext ctx;
+  pb::PingResponse pong;
+  EXPECT_TRUE(stub->Ping(&ctx, pb::PingRequest(), &pong).ok());
+}
+
 TEST_F(GrpcServiceTest, AnAdminDrainCallTurnsHealthNotServing) {
   service::PeerCredentials me{getpid(), getuid(), getgid()};
   auto session = daemon_->OpenSession(me, "");

@@ -39,6 +39,12 @@ std::string Scrape(service::Daemon* daemon, const std::string& build_labels) {
         absl::StrCat("device=\"", internal::PrometheusText::EscapeLabelValue(d.identity.name),
                      "\",key_bounds=\"", hca::KeyBoundsName(b), "\""),
         hca::KeyRangeEnforced(b) ? 1 : 0);
+    text.AddGauge("regcache_device_up",
+                  "1 while the device works, 0 once it reported a fatal error "
+                  "(IBV_EVENT_DEVICE_FATAL): no key can be made on it until regcached restarts",
+                  absl::StrCat("device=\"",
+                               internal::PrometheusText::EscapeLabelValue(d.identity.name), "\""),
+                  d.health.ok() ? 1 : 0);
   }
   text.AddGauge("regcache_build_info",
                 "regcached's version and CMake build type, as labels; the value is always 1",

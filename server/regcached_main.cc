@@ -10,11 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,6 +25,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/build_info.h"
 #include "base/errno_status.h"
 #include "base/log.h"
@@ -200,6 +204,37 @@ bool MetricsAddressFromFlags(std::string* address) {
   return true;
 }
 
+// A device that fails for good (IBV_EVENT_DEVICE_FATAL) turns health NOT_SERVING, so that
+// probes take the node out; the daemon goes on serving its other devices and its sessions'
+// clean-up until it is stopped. Watches from construction to destruction.
+class DeviceWatch {
+ public:
+  DeviceWatch(regcache::service::Daemon* daemon, regcache::server::GrpcServer* grpc)
+      : thread_([this, daemon, grpc] { Run(daemon, grpc); }) {}
+  ~DeviceWatch() {
+    stopping_.store(true, std::memory_order_release);
+    thread_.join();
+  }
+
+ private:
+  void Run(regcache::service::Daemon* daemon, regcache::server::GrpcServer* grpc) {
+    while (!stopping_.load(std::memory_order_acquire)) {
+      for (const regcache::service::DeviceStatus& d : daemon->Status().devices) {
+        if (d.health.ok()) continue;
+        RC_LOG(ERROR) << "regcached: device " << d.identity.name << " failed: health NOT_SERVING";
+        grpc->DeviceFailed();
+        regcache::server::internal::NotifyServiceManager(
+            absl::StrCat("STATUS=device ", d.identity.name, " failed: ", d.health.message()));
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+  }
+
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
 // Runs the daemon and its servers until SIGTERM or SIGINT (in `signals`, blocked in every
 // thread), then drains. The process's exit code.
 int Serve(const regcache::service::DaemonConfig& config, const std::string& socket_dir,
@@ -249,7 +284,10 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
       absl::StrCat("READY=1\nSTATUS=serving on ", status.device));
 
   int sig = 0;
-  while (sigwait(&signals, &sig) != 0) {
+  {
+    DeviceWatch watch(daemon->get(), grpc->get());
+    while (sigwait(&signals, &sig) != 0) {
+    }
   }
   RC_LOG(INFO) << "regcached: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", draining";
   regcache::server::internal::NotifyServiceManager("STOPPING=1\nSTATUS=draining");

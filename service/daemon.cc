@@ -271,6 +271,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
       (*slot)->sessions.load() >= config_.max_sessions_per_device) {
     slot = internal::SessionLimitReached(config_.max_sessions_per_device, (*slot)->name());
   }
+  if (slot.ok() && !(*slot)->device->Health().ok()) slot = (*slot)->Failed();
   if (!slot.ok()) return RefuseSession(peer, slot.status());
   auto s = std::make_shared<Session>();
   s->device = *slot;
@@ -531,7 +532,8 @@ DaemonStatus DaemonImpl::Status() {
   DaemonStatus st;
   for (size_t i = 0; i < devices_->size(); ++i) {
     const internal::DeviceSlot& d = devices_->at(i);
-    st.devices.push_back({d.Identity(), d.spec, d.selection, d.caps(), d.sessions.load()});
+    st.devices.push_back(
+        {d.Identity(), d.spec, d.selection, d.caps(), d.sessions.load(), d.device->Health()});
   }
   st.capabilities = devices_->first().caps();
   st.device = absl::StrFormat("%s:%s", st.capabilities.backend, st.capabilities.device_name);

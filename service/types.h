@@ -199,6 +199,7 @@ struct DeviceStatus {
   std::string selection;  // how it was chosen (hca::OpenOptions::selection)
   hca::Capabilities capabilities;
   uint64_t sessions = 0;  // open on it now
+  absl::Status health;    // hca::Device::Health: OK, or why it failed (IBV_EVENT_DEVICE_FATAL)
 };
 
 struct DaemonStatus {

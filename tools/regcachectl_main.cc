@@ -171,6 +171,8 @@ void StatusDeviceJson(JsonWriter& w, const regcache::api::DaemonInfo::Device& d)
       .Bool(d.info.key_range_enforced())
       .Key("key_bounds_detail")
       .String(d.key_bounds_detail)
+      .Key("health")
+      .String(d.health)
       .EndObject();
 }
 
@@ -199,6 +201,7 @@ int Status(Client& c, const std::vector<std::string>&) {
                 d.info.index, d.info.name.c_str(), d.backend.c_str(), d.info.node_guid, d.info.port,
                 Gid(d.info.gid).c_str(), d.sessions);
     std::printf("device[%u]_selection=%s\n", d.info.index, d.selection.c_str());
+    std::printf("device[%u]_health=%s\n", d.info.index, d.health.c_str());
     std::printf("device[%u]_key_bounds=%s key_range_enforced=%d (%s)\n", d.info.index,
                 regcache::api::KeyBoundsName(d.info.key_bounds),
                 d.info.key_range_enforced() ? 1 : 0, d.key_bounds_detail.c_str());

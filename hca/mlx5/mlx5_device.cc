@@ -81,6 +81,7 @@ class Mlx5Device final : public Device {
   }
 
   const Capabilities& capabilities() const override { return caps_; }
+  absl::Status Health() const override { return c_->health(); }
 
   absl::StatusOr<Pd> AllocPd() override {
     ibv_pd* vpd = ibv_alloc_pd(c_->ctx());
@@ -418,6 +419,9 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   opener.require_memory_windows = false;
   ASSIGN_OR_RETURN(std::unique_ptr<verbs::Context> c, verbs::OpenContext(options.context, opener));
   const std::string name = ibv_get_device_name(c->ctx()->device);
+  if (absl::Status s = c->StartEventWatch(); !s.ok()) {
+    RC_LOG(WARNING) << "mlx5: no async event watch (a fatal device error goes unnoticed): " << s;
+  }
   ASSIGN_OR_RETURN(const umr::HcaCaps hca, QueryGeneralCaps(c->ctx()));
   VerbsLimits limits;
   limits.max_qp_wr = static_cast<uint32_t>(c->attr.orig_attr.max_qp_wr);

@@ -26,6 +26,8 @@
 //   umr_indirect_mkey_disabled=1
 //   devx=0                   no context gets DevX (a kernel without it, or DevX not permitted)
 //   umr_modify_atomic_disabled=1, umr_modify_entity_size_disabled=1
+//   fatal_signal=N           signal N (12: SIGUSR2) kills every device, as KillDevice: how a
+//                            test fails the device under a program that cannot call KillDevice
 // The first three are the hardware behaviours docs/mlx5.md says no source states.
 //
 // Thread safety: every function here may be called from any thread.
@@ -62,8 +64,9 @@ void DelayUmrCompletions(absl::Duration delay);
 void LoseUmrCompletions(uint32_t count);
 // The next ibv_reg_mr (or ibv_reg_mr_iova2) fails with `err`.
 void FailNextRegMr(int err);
-// Device `name` suffers a fatal error (IBV_EVENT_DEVICE_FATAL): every queue pair moves to the
-// error state and flushes, and every later verb on its contexts fails with EIO.
+// Device `name` suffers a fatal error: every queue pair moves to the error state and flushes,
+// every later verb on its contexts fails with EIO, and each open context gets
+// IBV_EVENT_DEVICE_FATAL from ibv_get_async_event (its async_fd turns readable).
 void KillDevice(absl::string_view name);
 
 // What the device refused without a CQE or errno to say it (a doorbell rung in RESET, a CQ

@@ -4,8 +4,10 @@
 #include "hca/mlx5emu/mlx5emu.h"
 
 #include <endian.h>
+#include <fcntl.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 
 #include <cerrno>
 #include <cstring>
@@ -344,6 +346,29 @@ TEST_F(EmuTest, MailboxesAreCheckedAsFirmwareAndTheKernelCheckThem) {
   EXPECT_EQ(mlx5dv_devx_obj_create(ctx_, long_list.data(), long_list.size(), out.data(), 16),
             nullptr);
   EXPECT_EQ(umr::DecodeCmdStatusOut(out).value().status, umr::kCmdStatusLimit);
+}
+
+// A device's fatal error reaches every open context through its async event file, as the
+// kernel's does: nothing before it (EAGAIN on a non-blocking fd), then IBV_EVENT_DEVICE_FATAL,
+// once; every later verb fails with EIO.
+TEST_F(EmuTest, AFatalErrorIsAnAsyncEventOfEveryOpenContext) {
+  Open("", 1);
+  const int flags = fcntl(ctx_->async_fd, F_GETFL);
+  ASSERT_EQ(fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK), 0);
+  ibv_async_event event{};
+  errno = 0;
+  EXPECT_EQ(ibv_get_async_event(ctx_, &event), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  KillDevice("mlx5_1");
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  ASSERT_EQ(ibv_get_async_event(ctx_, &event), 0);
+  EXPECT_EQ(event.event_type, IBV_EVENT_DEVICE_FATAL);
+  ibv_ack_async_event(&event);
+  EXPECT_EQ(ibv_get_async_event(ctx_, &event), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(ibv_alloc_pd(ctx_), nullptr);
+  EXPECT_EQ(errno, EIO);
 }
 
 TEST_F(EmuTest, DevxNeedsAContextOpenedForIt) {

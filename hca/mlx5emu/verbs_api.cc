@@ -2,6 +2,8 @@
 // emulated devices. Each validates what libibverbs and the kernel's uverbs/mlx5 driver
 // validate, reports failure as they do (NULL and errno, or the errno returned), and keeps the
 // object behind the handle it returns (internal/emu.h).
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -193,6 +195,28 @@ int ibv_modify_qp(ibv_qp* vqp, ibv_qp_attr* attr, int attr_mask) {
 }
 
 const char* ibv_wc_status_str(ibv_wc_status status) { return WcStatusName(status); }
+
+// The next asynchronous event of the context, as from the kernel's async event file: blocks
+// until one is queued, unless the caller made async_fd non-blocking (then -1, EAGAIN).
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  Context* c = CtxOf(context);
+  for (;;) {
+    {
+      regcache::base::MutexLock lock(&c->dev->mu);
+      if (!c->events.empty()) {
+        *event = ibv_async_event{};
+        event->event_type = c->events.front();
+        c->events.pop_front();
+        return 0;
+      }
+    }
+    uint64_t count = 0;
+    if (read(c->async_fd.get(), &count, sizeof(count)) == sizeof(count)) continue;
+    if (errno != EINTR) return -1;  // EAGAIN on a non-blocking fd, as the kernel's file
+  }
+}
+
+void ibv_ack_async_event(ibv_async_event*) {}
 
 // Importing needs a kernel context shared between processes, which the emulator does not
 // have: the mlx5 provider's answer where the kernel cannot (EOPNOTSUPP).

@@ -19,6 +19,7 @@
 namespace regcache::hca::verbs {
 
 Context::~Context() {
+  StopEventWatch();
   base::MutexLock lock(&mu_);
   for (auto& [index, w] : mws_) {
     if (int err = ibv_dealloc_mw(w.mw); err != 0) {

@@ -11,16 +11,19 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "base/unique_fd.h"
 #include "hca/device.h"
 #include "hca/verbs/verbs_options.h"
 
@@ -90,6 +93,14 @@ class Context {
   ibv_port_attr port_attr{};
   ibv_gid gid{};
 
+  // Watches the device's asynchronous events (ibv_get_async_event on a non-blocking async_fd)
+  // on a thread of its own until the context closes: each event is logged and acknowledged;
+  // IBV_EVENT_DEVICE_FATAL marks the device failed for good (health()). The backend starts it
+  // once, after opening.
+  absl::Status StartEventWatch();
+  // OK, or kUnavailable saying that and when the device reported a fatal error.
+  absl::Status health() const;
+
   // The verbs PD of `pd`, or kFailedPrecondition naming it.
   absl::StatusOr<ibv_pd*> FindPd(Pd pd);
   absl::StatusOr<Pd> AddPd(ibv_pd* pd);
@@ -148,6 +159,9 @@ class Context {
  private:
   absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WatchEvents();     // the event thread's loop
+  void StopEventWatch();  // at close, before the device goes
+  void OnEvent(const ibv_async_event& event);
   // An invalidate's plan for window `w`: a zero-length bind, or nothing to post (plan->mw null).
   void PlanInvalidate(Pd queue_pd, const MwRecord& w, BindPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -161,6 +175,12 @@ class Context {
   absl::Status pd_import_ = absl::UnimplementedError("PD import not probed on this device");
   VerbsStats stats_;
   bool cut_backings_ = false;
+  // The event watch: its thread, the eventfd that stops it, and what it found.
+  std::thread events_;
+  base::UniqueFd stop_events_;
+  std::atomic<bool> failed_{false};
+  mutable base::Mutex health_mu_;
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
   base::Mutex mu_;
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;

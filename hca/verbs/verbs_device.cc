@@ -78,6 +78,7 @@ class VerbsDevice final : public Device {
   ~VerbsDevice() override { registration_ = {}; }
 
   const Capabilities& capabilities() const override { return caps_; }
+  absl::Status Health() const override { return c_->health(); }
 
   absl::StatusOr<Pd> AllocPd() override {
     ibv_pd* pd = ibv_alloc_pd(c_->ctx());
@@ -248,6 +249,9 @@ absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
 absl::StatusOr<std::unique_ptr<Device>> NewVerbsDevice(const VerbsOptions& options,
                                                        const OpenOptions& open) {
   ASSIGN_OR_RETURN(std::unique_ptr<Context> c, OpenContext(options));
+  if (absl::Status s = c->StartEventWatch(); !s.ok()) {
+    RC_LOG(WARNING) << "verbs: no async event watch (a fatal device error goes unnoticed): " << s;
+  }
   const BoundsProbe bounds = ProbeWindowBounds(*c);
   RC_LOG(INFO) << "verbs: opened " << ibv_get_device_name(c->ctx()->device) << " port "
                << int{options.port} << " (max_mw " << c->attr.orig_attr.max_mw << ", max_qp_wr "

@@ -254,6 +254,9 @@ struct DaemonInfo {
     std::string selection;
     uint64_t sessions = 0;
     std::string key_bounds_detail;  // how the daemon knows info.key_bounds, in words
+    // "ok", or why the device failed (a NIC's fatal error): no key can be made on it, and calls
+    // that would make one fail with UNAVAILABLE, reason DEVICE_FAILED.
+    std::string health;
   };
   std::vector<Device> devices;
 };

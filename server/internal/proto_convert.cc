@@ -46,6 +46,7 @@ void ToProto(const service::DeviceStatus& d, pb::DeviceInfo* out) {
   out->set_max_keys(d.capabilities.max_keys);
   out->set_key_bounds(hca::KeyBoundsName(d.capabilities.key_bounds));
   out->set_key_bounds_detail(d.capabilities.key_bounds_detail);
+  out->set_health(d.health.ok() ? "ok" : std::string(d.health.message()));
 }
 
 // One batch item's outcome, google.rpc.Status style (the codes are absl's, 1:1 with gRPC's).

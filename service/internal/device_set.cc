@@ -8,10 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
 namespace regcache::service::internal {
+
+absl::Status DeviceSlot::Failed() const {
+  return base::WithReason(device->Health(), base::reason::kDeviceFailed);
+}
 
 DeviceIdentity DeviceSlot::Identity() const {
   DeviceIdentity id;

@@ -50,6 +50,9 @@ struct DeviceSlot {
   }
   const std::string& name() const { return device->capabilities().device_name; }
   DeviceIdentity Identity() const;
+  // The device's failure (hca::Device::Health) with the reason DEVICE_FAILED: a session cannot
+  // open on it. REQUIRES: the device has failed.
+  absl::Status Failed() const;
 };
 
 // The items of a device list: split on ';', surrounding spaces trimmed. kInvalidArgument for an

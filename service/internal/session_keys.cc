@@ -32,6 +32,14 @@ absl::Status SessionKeys::Open() const {
   return absl::OkStatus();
 }
 
+absl::Status SessionKeys::Usable() const {
+  RETURN_IF_ERROR(Open());
+  if (absl::Status h = device_->Health(); !h.ok()) {
+    return base::WithReason(std::move(h), base::reason::kDeviceFailed);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SessionKeys::NoOdp() const {
   return absl::UnimplementedError(
       absl::StrFormat("device %s has no on-demand paging: prefetch has nothing to do",
@@ -61,7 +69,7 @@ absl::StatusOr<SlottedGrant> SessionKeys::Record(Session& s, absl::StatusOr<cach
 absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint64_t length,
                                                    hca::AccessFlags access,
                                                    std::optional<odp::PrefetchMode> prefetch) {
-  RETURN_IF_ERROR(Open());
+  RETURN_IF_ERROR(Usable());
   for (int attempt = 0;; ++attempt) {
     ASSIGN_OR_RETURN(SlottedGrant out,
                      Record(s, RegisterIn(s, va, length, access, prefetch), /*parent=*/0));
@@ -80,7 +88,7 @@ absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint
 // invalidated, and a new window on it would be refused anyway.
 absl::StatusOr<SlottedGrant> SessionKeys::Window(Session& s, cache::Handle parent, uint64_t offset,
                                                  uint64_t length, hca::AccessFlags access) {
-  RETURN_IF_ERROR(Open());
+  RETURN_IF_ERROR(Usable());
   return Record(s, cache_->CreateWindow(s.tenant, parent, offset, length, access), parent);
 }
 
@@ -89,7 +97,7 @@ absl::StatusOr<SlottedGrant> SessionKeys::Window(Session& s, cache::Handle paren
 // word first (the cache then invalidates the key).
 absl::StatusOr<SlottedGrant> SessionKeys::Reregister(Session& s, cache::Handle handle, uint64_t va,
                                                      uint64_t length, hca::AccessFlags access) {
-  RETURN_IF_ERROR(Open());
+  RETURN_IF_ERROR(Usable());
   // The cache decides whether the old key is revoked, and says so before it is: the state word
   // then reads revoked before any access through the key fails.
   cache::Handle revoked = 0;

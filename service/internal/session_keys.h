@@ -50,6 +50,8 @@ class SessionKeys final : public KeyCalls {
 
  private:
   absl::Status Open() const;  // kUnavailable while draining
+  // Open(), and kUnavailable (DEVICE_FAILED) once the device has failed: no key can be made.
+  absl::Status Usable() const;
   absl::Status NoOdp() const;
   // Records `g` in the session's grant table (Granted, asking the cache whether it revoked the
   // key meanwhile).

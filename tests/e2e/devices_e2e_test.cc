@@ -102,6 +102,7 @@ TEST_F(DevicesE2e, ClientsChooseTheirDeviceAndLearnItsIdentity) {
   EXPECT_TRUE((*b)->device().key_range_enforced());
   EXPECT_EQ(st->devices[1].info.key_bounds, rc::KeyBounds::kKey);
   EXPECT_NE(st->devices[1].key_bounds_detail.find("by design"), std::string::npos);
+  EXPECT_EQ(st->devices[1].health, "ok");
   EXPECT_EQ(st->devices[0].sessions, 1u);
   EXPECT_EQ(st->devices[1].sessions, 1u);
   auto sessions = (*a)->Sessions();

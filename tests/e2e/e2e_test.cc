@@ -615,6 +615,9 @@ TEST(E2E, MetricsOfTwoTenantsPassPromtool) {
   EXPECT_NE(body.find("\nregcache_daemon_sessions_opened_total 2\n"), std::string::npos) << body;
   EXPECT_NE(body.find("\nregcache_build_info{version=\""), std::string::npos);
   EXPECT_NE(body.find("\nregcache_device_key_range_enforced{device=\""), std::string::npos) << body;
+  const size_t up = body.find("\nregcache_device_up{device=\"");
+  ASSERT_NE(up, std::string::npos) << body;
+  EXPECT_EQ(body.substr(body.find('\n', up + 1) - 2, 2), " 1") << "the device works: " << body;
   EXPECT_NE(body.find("\nprocess_resident_memory_bytes "), std::string::npos);
   if (other_uid) {
     EXPECT_NE(body.find("\nregcache_tenant_mapped_bytes{tenant=\"0\"} 4194304\n"),

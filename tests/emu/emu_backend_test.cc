@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hca/device.h"
 #include "hca/mlx5/mlx5_device.h"
@@ -21,6 +24,8 @@
 
 namespace regcache::hca {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr uint64_t kBytes = 1 << 20;
 constexpr uint64_t kKeyBase = 0x7000'0000'0000;
@@ -235,7 +240,14 @@ TEST_F(EmuBackendTest, ADeviceThatDiesFailsEverythingAfterAndReleasesCleanly) {
   Open("");
   const Key k = NewKey();
   ASSERT_TRUE(Map(k, 1).ok());
+  EXPECT_TRUE(dev_->Health().ok()) << dev_->Health();
   mlx5emu::KillDevice("mlx5_0");
+  // The backend learns it from the device's async event file (IBV_EVENT_DEVICE_FATAL), with no
+  // call of its own failing first.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (dev_->Health().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(absl::IsUnavailable(dev_->Health())) << dev_->Health();
+  EXPECT_THAT(std::string(dev_->Health().message()), HasSubstr("IBV_EVENT_DEVICE_FATAL"));
   // Work in flight or posted after completes flushed; nothing new can be made.
   const absl::Status inv = [&] {
     if (absl::Status s = queue_->PostInvalidate(9, k, {}); !s.ok()) return s;

@@ -1,4 +1,8 @@
 // The emulated devices, their device thread, configuration, faults and violations.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -60,6 +64,8 @@ absl::StatusOr<Options> ParseOptions(absl::string_view text) {
       o.umr_modify_atomic_disabled = v != 0;
     } else if (k == "umr_modify_entity_size_disabled") {
       o.umr_modify_entity_size_disabled = v != 0;
+    } else if (k == "fatal_signal" && v >= 1 && v < NSIG) {
+      o.fatal_signal = v;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("mlx5emu: unknown option '", item, "'"));
     }
@@ -83,6 +89,19 @@ Image Adjusted(Image image, const Options& o) {
   return image;
 }
 
+std::atomic<bool> g_fatal_signalled{false};
+
+void OnFatalSignal(int) { g_fatal_signalled.store(true, std::memory_order_relaxed); }
+
+// Installs the handler of Options::fatal_signal (once per process).
+void WatchFatalSignal(int signo) {
+  struct sigaction sa {};
+  sa.sa_handler = OnFatalSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(signo, &sa, nullptr);
+}
+
 std::vector<Device*>* MakeDevices() {
   Options o;
   absl::Status env_status;
@@ -103,6 +122,7 @@ std::vector<Device*>* MakeDevices() {
     // the defaults.
     Violation(absl::StrCat("REGCACHE_MLX5EMU: ", env_status.message()));
   }
+  if (o.fatal_signal != 0) WatchFatalSignal(o.fatal_signal);
   auto* devices = new std::vector<Device*>;
   devices->push_back(new Device("mlx5_0", ConnectX6Dx, o));
   devices->push_back(new Device("mlx5_1", ConnectX7, o));
@@ -110,6 +130,8 @@ std::vector<Device*>* MakeDevices() {
 }
 
 }  // namespace
+
+bool FatalSignalled() { return g_fatal_signalled.load(std::memory_order_relaxed); }
 
 void Aligned::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{4096}); }
 
@@ -160,9 +182,17 @@ Device::~Device() {
 }
 
 void Device::Kill() {
-  fatal_.store(true, std::memory_order_release);
+  if (fatal_.exchange(true, std::memory_order_acq_rel)) return;  // once
   base::MutexLock lock(&mu);
   for (auto& [qpn, qp] : qps) ToError(qp);
+  // Every open context learns it asynchronously, as from the kernel's async event file.
+  for (Context* c : contexts) {
+    c->events.push_back(IBV_EVENT_DEVICE_FATAL);
+    const uint64_t one = 1;
+    if (write(c->async_fd.get(), &one, sizeof(one)) != sizeof(one)) {
+      Violation(absl::StrCat(name_, ": could not signal a context's async event file"));
+    }
+  }
 }
 
 void Device::Kick() { kicks_.fetch_add(1, std::memory_order_release); }
@@ -173,6 +203,7 @@ void Device::Loop() {
   absl::Duration nap = absl::ZeroDuration();
   uint32_t kicks = 0;
   while (!stop_.load(std::memory_order_acquire)) {
+    if (options_.fatal_signal != 0 && FatalSignalled() && !fatal()) Kill();
     bool busy;
     {
       base::MutexLock lock(&mu);

@@ -59,6 +59,10 @@ struct Options {
   int log_max_klm_list_size = -1;  // -1: the model's
   bool umr_indirect_mkey_disabled = false;
   bool devx = true;  // false: no context gets DevX (a kernel without it)
+  // Nonzero: this signal (e.g. 12, SIGUSR2) sent to the process kills every device, as
+  // KillDevice does: how a test fails the device under a program it did not link (the hw
+  // tier's binaries through the shims).
+  int fatal_signal = 0;
 };
 
 class Device;
@@ -68,7 +72,10 @@ struct Context {
   Device* dev = nullptr;
   bool devx = false;  // opened by mlx5dv_open_device with MLX5DV_CONTEXT_FLAGS_DEVX
   base::UniqueFd cmd_fd;
+  // An eventfd, blocking unless the caller sets O_NONBLOCK (as the kernel's async file): it
+  // counts the events queued for ibv_get_async_event.
   base::UniqueFd async_fd;
+  std::deque<ibv_event_type> events;  // guarded by dev->mu
 };
 
 struct Pd {
@@ -181,6 +188,7 @@ class Device {
   std::set<uint32_t> dv_mkeys ABSL_GUARDED_BY(mu);    // indices made by mlx5dv_create_mkey
   std::set<uint32_t> devx_mkeys ABSL_GUARDED_BY(mu);  // indices made by DevX CREATE_MKEY
   std::map<uint32_t, Mr*> mrs ABSL_GUARDED_BY(mu);    // by key index
+  std::set<Context*> contexts ABSL_GUARDED_BY(mu);    // open ones: Kill queues their events
   uint32_t next_qpn ABSL_GUARDED_BY(mu) = 0x100;
   uint32_t next_cqn ABSL_GUARDED_BY(mu) = 0x40;
 
@@ -206,6 +214,8 @@ class Device {
   std::thread thread_;
 };
 
+// Whether Options::fatal_signal arrived (the device thread then kills its device).
+bool FatalSignalled();
 // The process's emulated devices (created on first use, from REGCACHE_MLX5EMU or Configure).
 std::vector<Device*>& Devices();
 Device* DeviceOf(ibv_device* d);  // null for a device the emulator did not give out

@@ -97,7 +97,7 @@ ibv_context* OpenContext(ibv_device* device, bool devx) {
   c->dev = dev;
   c->devx = devx && dev->options().devx;
   c->cmd_fd = base::UniqueFd(open("/dev/null", O_RDWR | O_CLOEXEC));
-  c->async_fd = base::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  c->async_fd = base::UniqueFd(eventfd(0, EFD_CLOEXEC));
   verbs_context& v = c->vctx;
   v.sz = sizeof(verbs_context);
   v.query_device_ex = OpQueryDeviceEx;
@@ -117,11 +117,19 @@ ibv_context* OpenContext(ibv_device* device, bool devx) {
   ctx.ops.bind_mw = OpBindMw;
   ctx.ops.dealloc_mw = OpDeallocMw;  // alloc_mw stays null: no memory windows (EOPNOTSUPP)
   dev->open_contexts.fetch_add(1);
+  {
+    base::MutexLock lock(&dev->mu);
+    dev->contexts.insert(c);
+  }
   return &ctx;
 }
 
 int CloseContext(ibv_context* context) {
   Context* c = CtxOf(context);
+  {
+    base::MutexLock lock(&c->dev->mu);
+    c->dev->contexts.erase(c);
+  }
   c->dev->open_contexts.fetch_sub(1);
   pthread_mutex_destroy(&context->mutex);
   delete c;
