@@ -58,7 +58,9 @@ class EmuBackendTest : public ::testing::Test {
     EXPECT_TRUE(dev_->DeallocPd(pd_).ok()) << "something of the PD was left behind";
     dev_.reset();
     munmap(mem_, kBytes);
-    if (expect_clean_) EXPECT_TRUE(mlx5emu::Violations().empty());
+    if (expect_clean_) {
+      EXPECT_TRUE(mlx5emu::Violations().empty());
+    }
   }
 
   uint64_t Addr(uint64_t offset) const { return reinterpret_cast<uint64_t>(mem_) + offset; }
