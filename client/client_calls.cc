@@ -170,10 +170,9 @@ absl::StatusOr<DaemonInfo> ClientImpl::Status() {
     std::memcpy(out.info.gid.data(), d.gid().data(), std::min(d.gid().size(), out.info.gid.size()));
     out.backend = d.backend();
     out.selection = d.selection();
-    out.info.key_bounds = d.key_bounds() == "key"          ? KeyBounds::kKey
-                          : d.key_bounds() == "cut"        ? KeyBounds::kCut
-                          : d.key_bounds() == "attachment" ? KeyBounds::kAttachment
-                                                           : KeyBounds::kUnknown;
+    for (KeyBounds b : {KeyBounds::kKey, KeyBounds::kCut, KeyBounds::kAttachment}) {
+      if (d.key_bounds() == KeyBoundsName(b)) out.info.key_bounds = b;  // else unknown
+    }
     out.key_bounds_detail = d.key_bounds_detail();
     out.health = d.health().empty() ? "ok" : d.health();
     out.sessions = d.sessions();

@@ -344,6 +344,17 @@ absl::Status QpToRts(const Context& c, ibv_qp* qp, uint32_t psn) {
   return absl::OkStatus();
 }
 
+absl::Status ConnectToSelf(const Context& c, ibv_qp* qp, unsigned access, uint32_t psn) {
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  if (int err = ibv_modify_qp(qp, &reset, IBV_QP_STATE); err != 0) {
+    return ErrnoStatus(err, "qp to RESET");
+  }
+  RETURN_IF_ERROR(QpToInit(c, qp, access));
+  RETURN_IF_ERROR(QpToRtr(c, qp, LocalAddress(c, qp->qp_num, psn)));
+  return QpToRts(c, qp, psn);
+}
+
 EndpointAddress LocalAddress(const Context& c, uint32_t qpn, uint32_t psn) {
   EndpointAddress a;
   a.qpn = qpn;

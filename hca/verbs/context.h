@@ -215,6 +215,9 @@ void DestroyQpAndCq(ibv_qp* qp, ibv_cq* cq, const char* what);
 absl::Status QpToInit(const Context& c, ibv_qp* qp, unsigned access);
 absl::Status QpToRtr(const Context& c, ibv_qp* qp, const EndpointAddress& remote);
 absl::Status QpToRts(const Context& c, ibv_qp* qp, uint32_t psn);
+// RESET -> INIT (`access`) -> RTR -> RTS, connected to itself, sending from `psn`: a queue pair
+// that loops back (the bind queues; the self-test at open). Also how one recovers after an error.
+absl::Status ConnectToSelf(const Context& c, ibv_qp* qp, unsigned access, uint32_t psn);
 
 // 4 KiB pages [addr, addr + length) touches (the only page size the backend registers).
 inline uint32_t Pages4k(uint64_t addr, uint64_t length) {

@@ -169,7 +169,7 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
   const MrRecord* base = BaseOf(e);
   if (base == nullptr) return Refuse(absl::StrFormat("no backing beneath 0x%08x", e.key));
   if (cut_backings_) {
-    if (cut == nullptr || cut->addr == nullptr || cut->length != e.length) {
+    if (cut == nullptr || cut->length != e.length) {
       return Refuse("strict key bounds: no region cut at the key's edges for this map");
     }
     mr = cut;  // the window spans it whole: the device's region check is the key's range

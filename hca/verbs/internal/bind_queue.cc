@@ -29,14 +29,7 @@ absl::StatusOr<std::unique_ptr<BindQueue>> BindQueue::Create(Context* c, Pd pd, 
 BindQueue::~BindQueue() { DestroyQpAndCq(qp_, cq_, "destroying a bind queue"); }
 
 absl::Status BindQueue::Connect() {
-  ibv_qp_attr reset{};
-  reset.qp_state = IBV_QPS_RESET;
-  if (int err = ibv_modify_qp(qp_, &reset, IBV_QP_STATE); err != 0) {
-    return ErrnoStatus(err, "bind queue pair to RESET");
-  }
-  RETURN_IF_ERROR(QpToInit(*c_, qp_, 0));
-  RETURN_IF_ERROR(QpToRtr(*c_, qp_, LocalAddress(*c_, qp_->qp_num, psn_)));
-  return QpToRts(*c_, qp_, psn_);
+  return base::Annotate(ConnectToSelf(*c_, qp_, 0, psn_), "bind queue pair");
 }
 
 uint32_t BindQueue::FreeSlots() const {

@@ -40,20 +40,6 @@ struct Scratch {
   uint64_t at(size_t offset) const { return reinterpret_cast<uint64_t>(buf) + offset; }
 };
 
-// RESET -> INIT (remote read) -> RTR -> RTS, connected to itself. Also how the test recovers
-// the queue pair after a refused read left it in the error state.
-absl::Status Connect(const Context& c, ibv_qp* qp) {
-  ibv_qp_attr reset{};
-  reset.qp_state = IBV_QPS_RESET;
-  if (int err = ibv_modify_qp(qp, &reset, IBV_QP_STATE); err != 0) {
-    return ErrnoStatus(err, "qp to RESET");
-  }
-  const uint32_t psn = RandomPsn();
-  RETURN_IF_ERROR(QpToInit(c, qp, IBV_ACCESS_REMOTE_READ));
-  RETURN_IF_ERROR(QpToRtr(c, qp, LocalAddress(c, qp->qp_num, psn)));
-  return QpToRts(c, qp, psn);
-}
-
 absl::StatusOr<ibv_wc> Await(ibv_cq* cq, const char* what) {
   const absl::Time deadline = absl::Now() + kWait;
   for (;;) {
@@ -105,7 +91,7 @@ absl::StatusOr<BoundsProbe> Run(const Context& c) {
   s.cq = ibv_create_cq(c.ctx(), 4, nullptr, nullptr, 0);
   if (s.cq == nullptr) return ErrnoStatus(errno, "ibv_create_cq");
   ASSIGN_OR_RETURN(s.qp, CreateRcQp(s.pd, s.cq, 4));
-  RETURN_IF_ERROR(Connect(c, s.qp));
+  RETURN_IF_ERROR(ConnectToSelf(c, s.qp, IBV_ACCESS_REMOTE_READ, RandomPsn()));
   s.mw = ibv_alloc_mw(s.pd, IBV_MW_TYPE_1);
   if (s.mw == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw");
 
@@ -145,7 +131,8 @@ absl::StatusOr<BoundsProbe> Run(const Context& c) {
       return absl::InternalError(absl::StrFormat("a read %s the window completed with %s", o.where,
                                                  ibv_wc_status_str(o.status)));
     }
-    RETURN_IF_ERROR(Connect(c, s.qp));  // the refusal left the queue pair in error
+    // The refusal left the queue pair in error.
+    RETURN_IF_ERROR(ConnectToSelf(c, s.qp, IBV_ACCESS_REMOTE_READ, RandomPsn()));
   }
   BoundsProbe p;
   if (served == 0) {
