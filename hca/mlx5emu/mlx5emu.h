@@ -10,9 +10,11 @@
 // into tests and test programs: production binaries link libibverbs.
 //
 // Devices: mlx5_0 answers QUERY_HCA_CAP as a ConnectX-6 Dx, mlx5_1 as a ConnectX-7
-// (internal/images.cc), both with one active RoCE port. The environment variable
-// REGCACHE_MLX5EMU, read when the device list is first built, adjusts them for a test run of an
-// unchanged binary: a comma-separated list of
+// (internal/images.cc), both with one active RoCE port. Each process is a host of its own: a
+// port's GID carries the process id, and verbs queue pairs connected to another device's GID,
+// in this process or another, reach it over the emulator's fabric (internal/fabric.cc). The
+// environment variable REGCACHE_MLX5EMU, read when the device list is first built, adjusts them for
+// a test run of an unchanged binary: a comma-separated list of
 //   umr_on_devx_mkey=0       a user QP may not UMR a DevX-made mkey (error CQE, LOCAL_QP_OP)
 //   pointer_mr_lkey=0        pointer-mode UMRs may not read their list through an MR's lkey
 //                            (error CQE, LOCAL_PROT)

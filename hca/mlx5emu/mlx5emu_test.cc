@@ -127,6 +127,9 @@ class EmuTest : public ::testing::Test {
     } else if (state == IBV_QPS_RTR) {
       a.dest_qp_num = qp_->qp_num;
       a.path_mtu = IBV_MTU_1024;
+      a.ah_attr.is_global = 1;  // RoCE: a GRH, to this device's own GID
+      a.ah_attr.port_num = 1;
+      ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &a.ah_attr.grh.dgid), 0);
       mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     } else if (state == IBV_QPS_RTS) {

@@ -111,7 +111,11 @@ int Main(int argc, char** argv) {
   if (argc > 2 && absl::SimpleAtoi(argv[2], &seconds) && seconds > 0) {
     g_timeout = absl::Seconds(seconds);
   }
-  auto c = OpenContext(o);
+  // A remote node only reads, writes and does atomics: it needs no memory windows.
+  ContextOpener opener;
+  opener.backend = "regcache_rdma_peer";
+  opener.require_memory_windows = false;
+  auto c = OpenContext(o, opener);
   if (!c.ok()) {
     std::cout << Error(c.status()) << std::endl;
     return 1;

@@ -124,8 +124,8 @@ std::vector<Device*>* MakeDevices() {
   }
   if (o.fatal_signal != 0) WatchFatalSignal(o.fatal_signal);
   auto* devices = new std::vector<Device*>;
-  devices->push_back(new Device("mlx5_0", ConnectX6Dx, o));
-  devices->push_back(new Device("mlx5_1", ConnectX7, o));
+  devices->push_back(new Device("mlx5_0", 0, ConnectX6Dx, o));
+  devices->push_back(new Device("mlx5_1", 1, ConnectX7, o));
   return devices;
 }
 
@@ -139,8 +139,8 @@ DeviceMemory AllocDeviceMemory(size_t bytes) {
   return DeviceMemory(new (std::align_val_t{4096}) uint8_t[bytes]());
 }
 
-Device::Device(std::string name, Image (*model)(), const Options& options)
-    : name_(std::move(name)), model_(model) {
+Device::Device(std::string name, uint32_t ordinal, Image (*model)(), const Options& options)
+    : name_(std::move(name)), ordinal_(ordinal), model_(model) {
   ibv_.node_type = IBV_NODE_CA;
   ibv_.transport_type = IBV_TRANSPORT_IB;
   std::strncpy(ibv_.name, name_.c_str(), sizeof(ibv_.name) - 1);

@@ -9,8 +9,13 @@
 // and writes them only through the accessors in queues.cc, which copy a WQE out before
 // decoding it and publish a CQE's ownership byte last.
 //
+// The fabric (fabric.cc): a verbs queue pair connected to a GID other than its own device's
+// reaches its responder through a unix socket in the abstract namespace named by that GID, so
+// queue pairs on two devices, or in two processes, reach each other as two hosts' would.
+//
 // Thread safety: a Device's tables are guarded by its mutex; the device thread holds it while
-// it executes, so destroying a queue pair waits for the WQE in flight.
+// it executes, so destroying a queue pair waits for the WQE in flight. The fabric's threads
+// take it only between socket operations, never across one.
 #ifndef REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_
 #define REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_
 
@@ -31,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/mutex.h"
 #include "base/unique_fd.h"
 #include "hca/mlx5emu/internal/images.h"
@@ -66,6 +72,7 @@ struct Options {
 };
 
 class Device;
+class Port;
 
 struct Context {
   verbs_context vctx{};  // ibv_context = &vctx.context
@@ -146,8 +153,15 @@ struct Qp {
   Cq* send_cq = nullptr;
   bool dv = false;  // made by mlx5dv_create_qp: the caller writes raw WQEs into the SQ buffer
   uint32_t max_send_wr = 0;
-  unsigned access = 0;    // qp_access_flags (INIT)
-  uint32_t dest_qpn = 0;  // RTR
+  unsigned access = 0;       // qp_access_flags (INIT)
+  uint32_t dest_qpn = 0;     // RTR
+  ibv_gid dgid{};            // RTR: the address vector's destination GID
+  uint32_t path_mtu = 1024;  // RTR, bytes
+  uint32_t rq_psn = 0;       // the responder's next expected PSN (24 bits)
+  uint32_t sq_psn = 0;       // the requester's next PSN (24 bits)
+  // The oldest work request is with the fabric (one at a time: the responder is elsewhere).
+  bool on_fabric = false;
+  uint32_t epoch = 0;  // counts moves to RESET: a fabric answer from before one is dropped
   // Raw-WQE queues (dv): the SQ ring, doorbell record and BlueFlame page.
   uint32_t wqe_cnt = 0;
   DeviceMemory sq;
@@ -167,11 +181,13 @@ struct Qp {
 class Device {
  public:
   // `model` gives the unadjusted image.
-  Device(std::string name, Image (*model)(), const Options& options);
+  // `ordinal`: the device's place in the list (its GID tells the devices apart).
+  Device(std::string name, uint32_t ordinal, Image (*model)(), const Options& options);
   ~Device();
 
   ibv_device* ibv() { return &ibv_; }
   const std::string& name() const { return name_; }
+  uint32_t ordinal() const { return ordinal_; }
   // Fixed while a context is open (Reconfigure refuses then).
   const Image& image() const { return image_; }
   const Options& options() const { return options_; }
@@ -191,6 +207,7 @@ class Device {
   std::set<Context*> contexts ABSL_GUARDED_BY(mu);    // open ones: Kill queues their events
   uint32_t next_qpn ABSL_GUARDED_BY(mu) = 0x100;
   uint32_t next_cqn ABSL_GUARDED_BY(mu) = 0x40;
+  Port* port ABSL_GUARDED_BY(mu) = nullptr;  // on the fabric once a queue pair is (never freed)
 
   // Wakes the device thread (a doorbell it cannot see is a store; this only shortens its nap).
   void Kick();
@@ -204,6 +221,7 @@ class Device {
 
   ibv_device ibv_{};  // first: ibv_get_device_list hands out its address
   const std::string name_;
+  const uint32_t ordinal_;
   Image (*const model_)();
   Image image_;
   Options options_;
@@ -252,6 +270,46 @@ int PollCq(Device* dev, Cq* cq, int n, ibv_wc* wc);
 int PostSend(Device* dev, Qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 
 inline constexpr uint32_t kBfSize = 256;
+
+// --- fabric.cc ---
+// One RDMA READ, WRITE or atomic as it travels from a requester queue pair to its responder
+// (fixed layout: it crosses the fabric as is, between copies of the same emulator).
+struct RdmaRequest {
+  uint8_t gid[16] = {};  // the requester's port GID
+  uint32_t src_qpn = 0;
+  uint32_t dest_qpn = 0;
+  uint32_t psn = 0;
+  uint32_t rkey = 0;
+  uint32_t opcode = 0;  // ibv_wr_opcode
+  uint32_t reserved = 0;
+  uint64_t remote_addr = 0;
+  uint64_t length = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+};
+// The PSNs an operation occupies on a path of `mtu` bytes (one per packet).
+uint32_t PsnSpan(const RdmaRequest& r, uint32_t mtu);
+// The responder's half of `req` on this device. nullopt where nothing answers: no queue pair
+// by that number, one not connected to the sender, or a PSN out of sequence (the requester
+// retries until it gives up). Otherwise 0 or the syndrome the requester completes with; `in`
+// holds a WRITE's bytes, `out` receives a READ's or an atomic's.
+std::optional<uint8_t> Respond(Device* dev, const RdmaRequest& req, absl::Span<const uint8_t> in,
+                               std::vector<uint8_t>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// The requester's half around it: the request for `w` and a WRITE's bytes gathered from its
+// local buffer (0 or a local syndrome; the PSN advances), and a READ's or atomic's answer
+// scattered into it (0 or a local syndrome).
+uint8_t PrepareWr(Device* dev, Qp* qp, const SendWr& w, RdmaRequest* req,
+                  std::vector<uint8_t>* data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+uint8_t FinishWr(Device* dev, Qp* qp, const SendWr& w, absl::Span<const uint8_t> data)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// Completes `w` with `syndrome` (a CQE if signalled or failed; a failure moves `qp` to error).
+void CompleteWr(Qp* qp, const SendWr& w, uint8_t syndrome);
+// Whether `qp` is connected to a queue pair of this device (else its peer is on the fabric).
+bool ConnectedHere(Device* dev, const Qp* qp);
+// Puts the device on the fabric (once): from then on it answers other devices' requests.
+void AttachToFabric(Device* dev) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// Hands queue pair `qpn`'s oldest work request to the fabric (its peer is on another device).
+void SendOnFabric(Device* dev, uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
 
 }  // namespace regcache::hca::mlx5emu
 #endif  // REGCACHE_HCA_MLX5EMU_INTERNAL_EMU_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hca/mlx5emu/internal/emu.h"
+#include "hca/mlx5emu/internal/verbs_ops.h"
 #include "hca/status.h"
 #include "umr/cqe.h"
 #include "umr/prm.h"
@@ -243,80 +244,32 @@ uint8_t SyndromeOf(const absl::Status& s, Syndrome fallback) {
   return static_cast<uint8_t>(e ? e->syndrome : fallback);
 }
 
-// One RDMA READ / WRITE / atomic of a verbs requester, against the queue pair it is connected
-// to on this device: 0 or the requester's syndrome.
-uint8_t ExecuteWr(Device* dev, Qp* qp, const SendWr& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
-  auto it = dev->qps.find(qp->dest_qpn);
-  if (it == dev->qps.end() || it->second->dv ||
-      (it->second->qp.state != IBV_QPS_RTR && it->second->qp.state != IBV_QPS_RTS)) {
-    return kSynRetryExceeded;  // nobody answers: the requester retries, then gives up
-  }
-  Qp* target = it->second;
-  const bool atomic =
-      w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  const unsigned need = atomic                         ? IBV_ACCESS_REMOTE_ATOMIC
-                        : w.opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ
-                                                       : IBV_ACCESS_REMOTE_WRITE;
-  auto remote_error = [&](uint8_t syndrome) {
-    ToError(target);  // the responder's QP fails too
-    return syndrome;
-  };
-  if ((target->access & need) == 0) return remote_error(umr::kCqeSyndRemoteInvalReq);
-  const uint64_t len = w.has_sge ? w.sge.length : 0;
-  if (atomic && (len != 8 || w.remote_addr % 8 != 0)) {
-    return remote_error(umr::kCqeSyndRemoteInvalReq);
-  }
-  const sim::AccessKind remote_kind = atomic ? sim::AccessKind::kRemoteAtomic
-                                      : w.opcode == IBV_WR_RDMA_READ
-                                          ? sim::AccessKind::kRemoteRead
-                                          : sim::AccessKind::kRemoteWrite;
-  sim::HcaCore& core = dev->core();
-  sim::Segments remote, local;
-  if (absl::Status s = core.Translate(target->pd->pdn, target->qp.qp_num, w.rkey, w.remote_addr,
-                                      len, remote_kind, sim::FaultPolicy::kResolve, &remote);
-      !s.ok()) {
-    return remote_error(SyndromeOf(s, Syndrome::kRemoteAccess));
-  }
-  const bool local_write = w.opcode != IBV_WR_RDMA_WRITE;
-  if (absl::Status s =
-          core.Translate(qp->pd->pdn, qp->qp.qp_num, w.sge.lkey, w.sge.addr, len,
-                         local_write ? sim::AccessKind::kLocalWrite : sim::AccessKind::kLocalRead,
-                         sim::FaultPolicy::kResolve, &local);
-      !s.ok()) {
-    return SyndromeOf(s, Syndrome::kLocalProt);
-  }
-  std::vector<uint8_t> data(len);
-  if (atomic) {
-    const absl::StatusOr<uint64_t> old =
-        sim::AtomicAt(remote, w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP, w.compare_add, w.swap);
-    if (!old.ok()) return remote_error(SyndromeOf(old.status(), Syndrome::kRemoteInvalReq));
-    std::memcpy(data.data(), &*old, 8);
-    sim::CopyIn(local, data);
-  } else if (w.opcode == IBV_WR_RDMA_READ) {
-    sim::CopyOut(remote, absl::MakeSpan(data));
-    sim::CopyIn(local, data);
-  } else {
-    sim::CopyOut(local, absl::MakeSpan(data));
-    sim::CopyIn(remote, data);
-  }
-  return 0;
+// One RDMA READ / WRITE / atomic of a verbs requester whose responder is on this device.
+uint8_t ExecuteHere(Device* dev, Qp* qp, const SendWr& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
+  RdmaRequest req;
+  std::vector<uint8_t> data;
+  if (const uint8_t s = PrepareWr(dev, qp, w, &req, &data); s != 0) return s;
+  std::vector<uint8_t> back;
+  const std::optional<uint8_t> answer = Respond(dev, req, data, &back);
+  if (!answer.has_value()) return kSynRetryExceeded;  // nobody answers: retries, then gives up
+  if (*answer != 0 || w.opcode == IBV_WR_RDMA_WRITE) return *answer;
+  return FinishWr(dev, qp, w, back);
 }
 
 bool StepVerbs(Device* dev, Qp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
-  if (qp->pending.empty() || qp->qp.state == IBV_QPS_RESET || qp->qp.state == IBV_QPS_INIT ||
-      qp->qp.state == IBV_QPS_RTR) {
+  if (qp->pending.empty() || qp->on_fabric || qp->qp.state == IBV_QPS_RESET ||
+      qp->qp.state == IBV_QPS_INIT || qp->qp.state == IBV_QPS_RTR) {
     return false;
+  }
+  if (qp->qp.state != IBV_QPS_ERR && !ConnectedHere(dev, qp)) {
+    qp->on_fabric = true;
+    SendOnFabric(dev, qp->qp.qp_num);
+    return true;
   }
   while (!qp->pending.empty()) {
     const SendWr w = qp->pending.front();
     qp->pending.pop_front();
-    const uint8_t syndrome = qp->qp.state == IBV_QPS_ERR ? kSynFlush : ExecuteWr(dev, qp, w);
-    if (syndrome != 0) ToError(qp);
-    if (w.signaled || syndrome != 0) {
-      WriteCqe(qp->send_cq, RequesterCqe(qp->qp.qp_num, w.index, PrmOpcode(w.opcode), syndrome, 0));
-    } else {
-      qp->wr_ids.erase(w.index);
-    }
+    CompleteWr(qp, w, qp->qp.state == IBV_QPS_ERR ? kSynFlush : ExecuteHere(dev, qp, w));
   }
   return true;
 }
@@ -408,8 +361,19 @@ int ModifyQp(Device* dev, Qp* qp, const ibv_qp_attr& attr, int mask) {
   if ((mask & required) != required) return EINVAL;
   if ((mask & IBV_QP_PORT) != 0 && attr.port_num != 1) return EINVAL;
   if (dev->fatal() && next != IBV_QPS_RESET && next != IBV_QPS_ERR) return EIO;
+  // RoCE: the address vector must carry a GRH (the kernel's rdma_check_ah_attr).
+  if ((mask & IBV_QP_AV) != 0 && attr.ah_attr.is_global == 0) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) != 0 &&
+      (attr.path_mtu < IBV_MTU_256 || attr.path_mtu > IBV_MTU_4096)) {
+    return EINVAL;
+  }
   if ((mask & IBV_QP_ACCESS_FLAGS) != 0) qp->access = attr.qp_access_flags;
   if ((mask & IBV_QP_DEST_QPN) != 0) qp->dest_qpn = attr.dest_qp_num;
+  if ((mask & IBV_QP_AV) != 0) qp->dgid = attr.ah_attr.grh.dgid;
+  if ((mask & IBV_QP_PATH_MTU) != 0) qp->path_mtu = 128u << static_cast<int>(attr.path_mtu);
+  if ((mask & IBV_QP_RQ_PSN) != 0) qp->rq_psn = attr.rq_psn & 0xffffff;
+  if ((mask & IBV_QP_SQ_PSN) != 0) qp->sq_psn = attr.sq_psn & 0xffffff;
+  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT && !qp->dv) AttachToFabric(dev);
   if (next == IBV_QPS_RESET) {
     // The provider re-initializes its indices and clears the doorbell record.
     qp->executed = 0;
@@ -417,6 +381,7 @@ int ModifyQp(Device* dev, Qp* qp, const ibv_qp_attr& attr, int mask) {
     qp->pending.clear();
     qp->wr_ids.clear();
     qp->next_index = 0;
+    ++qp->epoch;
     if (qp->dbrec) {
       StoreBe32(qp->dbrec.get(), 0);
       StoreBe32(qp->dbrec.get() + 4, 0);
@@ -427,6 +392,62 @@ int ModifyQp(Device* dev, Qp* qp, const ibv_qp_attr& attr, int mask) {
 }
 
 void ToError(Qp* qp) { qp->qp.state = IBV_QPS_ERR; }
+
+uint8_t PrepareWr(Device* dev, Qp* qp, const SendWr& w, RdmaRequest* req,
+                  std::vector<uint8_t>* data) {
+  const ibv_gid gid = GidOf(dev);
+  std::memcpy(req->gid, gid.raw, sizeof(req->gid));
+  req->src_qpn = qp->qp.qp_num;
+  req->dest_qpn = qp->dest_qpn;
+  req->rkey = w.rkey;
+  req->opcode = w.opcode;
+  req->remote_addr = w.remote_addr;
+  req->length = w.has_sge ? w.sge.length : 0;
+  req->compare_add = w.compare_add;
+  req->swap = w.swap;
+  if (w.opcode == IBV_WR_RDMA_WRITE) {  // gathered before anything is sent
+    sim::Segments local;
+    if (absl::Status s =
+            dev->core().Translate(qp->pd->pdn, qp->qp.qp_num, w.sge.lkey, w.sge.addr, req->length,
+                                  sim::AccessKind::kLocalRead, sim::FaultPolicy::kResolve, &local);
+        !s.ok()) {
+      return SyndromeOf(s, Syndrome::kLocalProt);
+    }
+    data->resize(req->length);
+    sim::CopyOut(local, absl::MakeSpan(*data));
+  }
+  req->psn = qp->sq_psn;
+  qp->sq_psn = (qp->sq_psn + PsnSpan(*req, qp->path_mtu)) & 0xffffff;
+  return 0;
+}
+
+uint8_t FinishWr(Device* dev, Qp* qp, const SendWr& w, absl::Span<const uint8_t> data) {
+  const uint64_t len = w.has_sge ? w.sge.length : 0;
+  if (data.size() != len) return static_cast<uint8_t>(Syndrome::kLocalLength);
+  sim::Segments local;
+  if (absl::Status s =
+          dev->core().Translate(qp->pd->pdn, qp->qp.qp_num, w.sge.lkey, w.sge.addr, len,
+                                sim::AccessKind::kLocalWrite, sim::FaultPolicy::kResolve, &local);
+      !s.ok()) {
+    return SyndromeOf(s, Syndrome::kLocalProt);
+  }
+  sim::CopyIn(local, data);
+  return 0;
+}
+
+void CompleteWr(Qp* qp, const SendWr& w, uint8_t syndrome) {
+  if (syndrome != 0) ToError(qp);
+  if (w.signaled || syndrome != 0) {
+    WriteCqe(qp->send_cq, RequesterCqe(qp->qp.qp_num, w.index, PrmOpcode(w.opcode), syndrome, 0));
+  } else {
+    qp->wr_ids.erase(w.index);
+  }
+}
+
+bool ConnectedHere(Device* dev, const Qp* qp) {
+  const ibv_gid gid = GidOf(dev);
+  return std::memcmp(gid.raw, qp->dgid.raw, sizeof(gid.raw)) == 0;
+}
 
 bool StepQp(Device* dev, Qp* qp) { return qp->dv ? StepRaw(dev, qp) : StepVerbs(dev, qp); }
 

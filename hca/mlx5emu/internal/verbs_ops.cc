@@ -3,6 +3,7 @@
 #include <endian.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -143,11 +144,16 @@ uint64_t NodeGuidOf(Device* dev) {
 }
 
 ibv_gid GidOf(Device* dev) {
+  // A RoCE v2 GID of an IPv4 address, ::ffff:127.a.b.c, with the process id and the device's
+  // ordinal in a.b.c: each process is a host of its own on the fabric (fabric.cc).
   ibv_gid g{};
-  g.raw[0] = 0xfe;
-  g.raw[1] = 0x80;
-  const uint64_t guid = NodeGuidOf(dev) ^ (uint64_t{0x02} << 56);  // EUI-64, U/L bit flipped
-  for (int i = 0; i < 8; ++i) g.raw[8 + i] = static_cast<uint8_t>(guid >> (56 - 8 * i));
+  g.raw[10] = 0xff;
+  g.raw[11] = 0xff;
+  const uint32_t host = ((static_cast<uint32_t>(getpid()) << 1) | (dev->ordinal() & 1)) & 0xffffff;
+  g.raw[12] = 127;
+  g.raw[13] = static_cast<uint8_t>(host >> 16);
+  g.raw[14] = static_cast<uint8_t>(host >> 8);
+  g.raw[15] = static_cast<uint8_t>(host);
   return g;
 }
 
