@@ -75,6 +75,10 @@ struct BackingSpec {
   // within [region->iova, +region->length) (the region's addresses are the tenant's). Nothing in
   // the cache reads or writes it; removing it only forgets it. REQUIRES: not on_demand.
   std::optional<hca::ImportedRegion> region;
+  // A dma-buf (hca::Device::RegisterDmabufBacking): [dmabuf->offset, +length) of it, the
+  // tenant's addresses [va, +length). Not mapped here (local_addr unused); the descriptor is
+  // borrowed for the call. REQUIRES: not on_demand, not with `region`.
+  std::optional<hca::DmabufRange> dmabuf;
 };
 
 // Validates a register request's rights: known bits only, local read implied, remote write or

@@ -305,6 +305,15 @@ regcache_code_t regcache_attach_fd(regcache_client_t* client, int fd, uint64_t o
                [&](rc::Client& c) { return c.AttachFd(fd, offset, length, on_demand != 0); });
 }
 
+regcache_code_t regcache_attach_dmabuf(regcache_client_t* client, int fd, uint64_t offset,
+                                       uint64_t length, const void* va, regcache_memory_t* out) {
+  if (client != nullptr && out != nullptr && fd < 0) {
+    return SetError(REGCACHE_INVALID_ARGUMENT, "fd is negative");
+  }
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.AttachDmabuf(fd, offset, length, va); });
+}
+
 regcache_code_t regcache_detach(regcache_client_t* client, const regcache_memory_t* memory) {
   if (client != nullptr && memory == nullptr) return Invalid("memory");
   return Do(client, [&](rc::Client& c) {

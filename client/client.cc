@@ -3,9 +3,11 @@
 #include "regcache/client.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -159,6 +161,41 @@ absl::StatusOr<Memory> ClientImpl::AttachFd(int fd, uint64_t offset, uint64_t le
   int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup_fd < 0) return base::ErrnoToStatus(errno, "dup");
   return MapAndAttach(id, dup_fd, offset, length, on_demand);
+}
+
+absl::StatusOr<Memory> ClientImpl::AttachDmabuf(int fd, uint64_t offset, uint64_t length,
+                                                const void* va) {
+  if (va == nullptr) {
+    return absl::InvalidArgumentError("a dma-buf needs the address its keys speak (va nullptr)");
+  }
+  struct statfs fs;
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != DMA_BUF_MAGIC) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fd ", fd, " is not a dma-buf (AttachFd takes memfds)"));
+  }
+  protocol::ImportFdMsg m =
+      protocol::MakeControlMessage<protocol::ImportFdMsg>(protocol::ControlType::kImportFd);
+  m.nonce = next_nonce_.fetch_add(1);
+  m.offset = offset;
+  m.length = length;
+  {
+    base::MutexLock l(&send_mu_);
+    RETURN_IF_ERROR(protocol::SendControlMessage(control_fd_, &m, sizeof(m), fd));
+  }
+  ASSIGN_OR_RETURN(uint64_t id, TakeImported(m.nonce));
+  pb::AttachMemoryRequest req;
+  req.set_memory_id(id);
+  req.set_client_va(reinterpret_cast<uint64_t>(va));
+  pb::AttachMemoryResponse resp;
+  if (absl::Status attached = Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);
+      !attached.ok()) {
+    pb::DetachMemoryRequest dreq;
+    dreq.set_memory_id(id);
+    pb::DetachMemoryResponse dresp;
+    (void)Call(&pb::RegCacheService::Stub::DetachMemory, dreq, &dresp);
+    return attached;
+  }
+  return Memory{id, const_cast<void*>(va), length};  // nothing mapped here: not in maps_
 }
 
 absl::Status ClientImpl::DetachMemory(const Memory& memory) {

@@ -1,5 +1,6 @@
 #include "hca/device.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace regcache::hca {
@@ -27,6 +28,31 @@ std::string AccessToString(AccessFlags access) {
   if (access & kRemoteAtomic) parts.push_back("a");
   if (parts.empty()) return "none";
   return absl::StrJoin(parts, "|");
+}
+
+absl::StatusOr<PdExport> Device::ExportPd(Pd pd) {
+  (void)pd;
+  return absl::UnimplementedError(
+      absl::StrCat(capabilities().backend, ": the device cannot export its PDs to clients"));
+}
+
+absl::StatusOr<Backing> Device::ImportBacking(Pd pd, const ImportedRegion& region) {
+  (void)pd;
+  (void)region;
+  return absl::UnimplementedError(
+      absl::StrCat(capabilities().backend, ": the device cannot import memory regions of clients"));
+}
+
+absl::StatusOr<Backing> Device::RegisterDmabufBacking(Pd pd, const DmabufRange& buf,
+                                                      uint64_t length, uint64_t iova,
+                                                      AccessFlags access) {
+  (void)pd;
+  (void)buf;
+  (void)length;
+  (void)iova;
+  (void)access;
+  return absl::UnimplementedError(
+      absl::StrCat(capabilities().backend, ": the device cannot register dma-bufs"));
 }
 
 }  // namespace regcache::hca

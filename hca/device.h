@@ -44,11 +44,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/stats.h"
+#include "hca/dmabuf.h"
 #include "hca/status.h"
 #include "umr/mkey.h"
 
@@ -147,6 +147,7 @@ struct Capabilities {
   // provider implements ibv_import_device / ibv_import_pd / ibv_import_mr) and register its own
   // memory in it (docs/client_memory.md).
   bool pd_export = false;
+  bool dmabuf = false;  // RegisterDmabufBacking is implemented (the provider answers at use)
   // Which NIC this is, for clients that must pair keys with their own queue pairs on the same
   // device (a daemon may serve several): the node GUID (host byte order; ibv_query_device's
   // node_guid) and the port's GID at the index the backend uses (network order, as
@@ -528,6 +529,17 @@ class Device {
   // or the range is outside it.
   virtual absl::Status Prefetch(Key backing, uint64_t addr, uint64_t length, bool write) = 0;
 
+  // Registers [buf.offset, +length) of a dma-buf (hca/dmabuf.h) as a direct key whose
+  // addresses start at `iova` (ibv_reg_dmabuf_mr): the daemon never maps it. Backing::addr is
+  // the key's address of the first byte (`iova`; on the sim, which maps the buffer to play the
+  // device, the mapping's). Pinned; DestroyKey deregisters it. kUnimplemented where the
+  // backend, provider or kernel driver cannot (the message names which; the default);
+  // kInvalidArgument for a length of 0, a wrapping range, an fd that is not a dma-buf or a
+  // range outside it; errno-based errors of the registration.
+  virtual absl::StatusOr<Backing> RegisterDmabufBacking(Pd pd, const DmabufRange& buf,
+                                                        uint64_t length, uint64_t iova,
+                                                        AccessFlags access);
+
   // --- Clients' own PDs and memory (Capabilities::pd_export; docs/client_memory.md) ---
   // The defaults answer kUnimplemented: backends without pd_export need not override them.
 
@@ -535,11 +547,7 @@ class Device {
   // caller owns it) and the PD's handle. Whoever holds the fd reaches every verbs object of the
   // device context by handle, not only this PD: hand it to trusted processes only.
   // kFailedPrecondition for an unknown PD; kUnimplemented without pd_export; errno-based errors.
-  virtual absl::StatusOr<PdExport> ExportPd(Pd pd) {
-    (void)pd;
-    return absl::UnimplementedError(
-        absl::StrCat(capabilities().backend, ": the device cannot export its PDs to clients"));
-  }
+  virtual absl::StatusOr<PdExport> ExportPd(Pd pd);
 
   // Makes a region another process registered in `pd` (through ExportPd) a backing of this
   // device, without registering anything: Backing{key = the region's lkey, addr = region.iova,
@@ -553,12 +561,7 @@ class Device {
   // own, or imported before); kFailedPrecondition for an unknown PD; kUnimplemented without
   // pd_export. A region of another PD of the context cannot always be told at import: then
   // the first map over it fails (the device refuses to bind across PDs).
-  virtual absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region) {
-    (void)pd;
-    (void)region;
-    return absl::UnimplementedError(absl::StrCat(
-        capabilities().backend, ": the device cannot import memory regions of clients"));
-  }
+  virtual absl::StatusOr<Backing> ImportBacking(Pd pd, const ImportedRegion& region);
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -422,7 +422,8 @@ absl::StatusOr<MemoryId> DaemonImpl::ImportMemory(SessionId session, int fd, uin
   Session& s = **pin;
   base::MutexLock lock(&s.mu);
   ASSIGN_OR_RETURN(internal::MemoryCharge charge, AdmitMemory(s, length));
-  auto mem = SharedMemory::Import(owned.release(), offset, length);  // owns the fd now
+  auto mem = SharedMemory::ImportClientFile(owned.release(), offset, length,  // owns the fd now
+                                            s.device->device->capabilities());
   if (!mem.ok()) {
     stats_.memory_refused.Inc();
     return mem.status();

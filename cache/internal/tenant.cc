@@ -89,6 +89,16 @@ absl::StatusOr<hca::Backing> DeviceBacking(Tenant& t, const BackingSpec& spec,
     rec->device_addr = spec.va;
     return b;
   }
+  if (spec.dmabuf.has_value()) {
+    if (spec.on_demand) {
+      return absl::InvalidArgumentError(
+          "a dma-buf cannot be attached on demand: its exporter pins it while registered");
+    }
+    ASSIGN_OR_RETURN(hca::Backing b, t.device()->RegisterDmabufBacking(
+                                         t.pd, *spec.dmabuf, spec.length, spec.va, access));
+    rec->device_addr = b.addr;  // the tenant's address, or where the sim mapped it
+    return b;
+  }
   hca::BackingOptions bo;
   bo.on_demand = spec.on_demand;
   bo.log_page_size = spec.log_page_size;
@@ -110,7 +120,7 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "memory [0x%x, +0x%x) wraps around the address space", spec.va, spec.length));
   }
-  if (spec.local_addr == nullptr && !spec.region.has_value()) {
+  if (spec.local_addr == nullptr && !spec.region.has_value() && !spec.dmabuf.has_value()) {
     return absl::InvalidArgumentError("memory not mapped here");
   }
   ASSIGN_OR_RETURN(hca::AccessFlags access, NormalizeAccess(spec.access));

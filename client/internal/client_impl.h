@@ -82,6 +82,8 @@ class ClientImpl final : public Client {
   absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb, bool on_demand) override;
   absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
                                   bool on_demand) override;
+  absl::StatusOr<Memory> AttachDmabuf(int fd, uint64_t offset, uint64_t length,
+                                      const void* va) override;
   absl::Status DetachMemory(const Memory& memory) override;
   void Close() override;
 

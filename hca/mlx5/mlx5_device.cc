@@ -153,6 +153,15 @@ class Mlx5Device final : public Device {
     return b;
   }
 
+  absl::StatusOr<Backing> RegisterDmabufBacking(Pd pd, const DmabufRange& buf, uint64_t length,
+                                                uint64_t iova, AccessFlags access) override {
+    const unsigned flags = VerbsAccess(access, caps_.atomics);
+    ASSIGN_OR_RETURN(Backing b, c_->RegisterDmabuf("mlx5", pd, buf, length, iova, access, flags));
+    stats_.backings_registered.Inc();
+    stats_.registered_bytes.Inc(length);
+    return b;
+  }
+
   absl::StatusOr<std::vector<Key>> CreateIndirectKeys(Pd pd, uint32_t capacity, uint32_t count,
                                                       const IndirectKeyOptions& o) override {
     ASSIGN_OR_RETURN(const PdRecord rec, FindPd(pd));
@@ -442,6 +451,7 @@ absl::StatusOr<std::unique_ptr<Device>> NewMlx5Device(const Mlx5Options& options
   // The mlx5 provider imports PDs unless the kernel context has legacy static UAR registers.
   const absl::Status pd_import = c->ProbePdImport();
   caps.pd_export = pd_import.ok();
+  caps.dmabuf = true;  // ibv_reg_dmabuf_mr: the provider answers at the first dma-buf
   if (!pd_import.ok()) RC_LOG(INFO) << "mlx5: no PD export: " << pd_import.message();
   RC_LOG(INFO) << "mlx5: opened " << name << " port " << int{options.context.port}
                << " (max_klm_entries " << caps.max_klm_entries << ", inline " << caps.max_inline_klm

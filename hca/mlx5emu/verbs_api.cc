@@ -42,7 +42,8 @@ ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned ac
                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                               IBV_ACCESS_ON_DEMAND | IBV_ACCESS_RELAXED_ORDERING;
   // ib_check_mr_access: remote write or atomic needs local write.
-  if ((access & ~kKnown) != 0 || length == 0 || iova != reinterpret_cast<uint64_t>(addr) ||
+  if ((access & ~kKnown) != 0 || length == 0 ||
+      ((iova ^ reinterpret_cast<uint64_t>(addr)) & 4095) != 0 ||
       ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
        (access & IBV_ACCESS_LOCAL_WRITE) == 0)) {
     return Fail<ibv_mr>(EINVAL);
@@ -52,8 +53,8 @@ ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned ac
     return Fail<ibv_mr>(EOPNOTSUPP);
   }
   const uint64_t a = reinterpret_cast<uint64_t>(addr);
-  absl::StatusOr<std::vector<uint8_t>> mailbox =
-      regcache::hca::sim::HcaCore::MttKeyMailbox(pd->pdn, a, length, AccessOf(access), 12, odp);
+  absl::StatusOr<std::vector<uint8_t>> mailbox = regcache::hca::sim::HcaCore::MttKeyMailboxAt(
+      pd->pdn, a, iova, length, AccessOf(access), 12, odp);
   if (!mailbox.ok()) return Fail<ibv_mr>(EINVAL);
   absl::StatusOr<uint32_t> index = dev->core().CreateMkey(*mailbox, odp);
   if (!index.ok()) return Fail<ibv_mr>(absl::IsResourceExhausted(index.status()) ? ENOMEM : EINVAL);
@@ -142,6 +143,28 @@ ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {
   return RegMr(pd, addr, length, iova, access);
+}
+
+// The kernel's ib_umem_dmabuf_get: the fd must be a dma-buf and the range within it. The device
+// then reaches the exporter's pages; the emulator maps the buffer to play that DMA (udmabuf's
+// can be mapped), so the key translates [iova, +length) into the mapping.
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* vpd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                          int access) {
+  Device* dev = DevOf(vpd->context);
+  if (dev->fatal()) return Fail<ibv_mr>(EIO);
+  if ((static_cast<unsigned>(access) & IBV_ACCESS_ON_DEMAND) != 0) return Fail<ibv_mr>(EINVAL);
+  if (!regcache::hca::IsDmabuf(fd)) return Fail<ibv_mr>(fd < 0 ? EBADF : EINVAL);
+  if (((offset ^ iova) & 4095) != 0) return Fail<ibv_mr>(EINVAL);
+  absl::StatusOr<std::unique_ptr<regcache::hca::DmabufMapping>> m =
+      regcache::hca::DmabufMapping::Map(fd, offset & ~uint64_t{4095}, length + (offset & 4095));
+  if (!m.ok()) return Fail<ibv_mr>(EINVAL);
+  ibv_mr* vmr =
+      RegMr(vpd, (*m)->data() + (offset & 4095), length, iova, static_cast<unsigned>(access));
+  if (vmr != nullptr) {
+    reinterpret_cast<Mr*>(vmr)->dmabuf = std::move(*m);
+    vmr->addr = reinterpret_cast<void*>(offset);  // as libibverbs reports a dma-buf's
+  }
+  return vmr;
 }
 
 int ibv_dereg_mr(ibv_mr* vmr) {

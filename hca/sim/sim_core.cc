@@ -141,13 +141,26 @@ absl::StatusOr<std::vector<uint8_t>> HcaCore::MttKeyMailbox(uint32_t pdn, uint64
                                                             uint64_t length, AccessFlags access,
                                                             unsigned log_page_size,
                                                             bool on_demand) {
+  return MttKeyMailboxAt(pdn, addr, addr, length, access, log_page_size, on_demand);
+}
+
+absl::StatusOr<std::vector<uint8_t>> HcaCore::MttKeyMailboxAt(uint32_t pdn, uint64_t addr,
+                                                              uint64_t iova, uint64_t length,
+                                                              AccessFlags access,
+                                                              unsigned log_page_size,
+                                                              bool on_demand) {
   if (length == 0) return absl::InvalidArgumentError("a key of length 0");
   if (log_page_size < umr::kMinLogEntitySize || log_page_size > umr::kMaxLogEntitySize) {
     return absl::InvalidArgumentError(
         absl::StrCat("page size 2^", log_page_size, " unsupported (12..31)"));
   }
-  if (addr + length < addr) return absl::InvalidArgumentError("the range wraps 2^64");
+  if (addr + length < addr || iova + length < iova) {
+    return absl::InvalidArgumentError("the range wraps 2^64");
+  }
   const uint64_t page = uint64_t{1} << log_page_size;
+  if (((addr ^ iova) & (page - 1)) != 0) {
+    return absl::InvalidArgumentError("iova and address at different offsets within a page");
+  }
   const uint64_t pages = ((addr & (page - 1)) + length + page - 1) / page;
   // Capacity in whole 64-byte blocks of entries, as a UMR rewrites them.
   constexpr uint64_t kBlock = umr::EntriesPer64B(umr::AccessMode::kMtt);
@@ -159,7 +172,7 @@ absl::StatusOr<std::vector<uint8_t>> HcaCore::MttKeyMailbox(uint32_t pdn, uint64
   st.access_mode = umr::kAccessModeMtt;
   st.access = access | kLocalRead;
   st.pd = pdn;
-  st.start_addr = addr;
+  st.start_addr = iova;
   st.len = length;
   st.translations_octword_size =
       static_cast<uint32_t>(cap / umr::EntriesPerOctoword(umr::AccessMode::kMtt));

@@ -112,6 +112,14 @@ class HcaCore {
   static absl::StatusOr<std::vector<uint8_t>> MttKeyMailbox(uint32_t pdn, uint64_t addr,
                                                             uint64_t length, AccessFlags access,
                                                             unsigned log_page_size, bool on_demand);
+  // The same with the key's addresses starting at `iova` rather than `addr` (ibv_reg_mr_iova2,
+  // ibv_reg_dmabuf_mr): start_addr = iova, the translation still `addr`'s pages.
+  // kInvalidArgument unless iova and addr lie at the same offset within a page.
+  static absl::StatusOr<std::vector<uint8_t>> MttKeyMailboxAt(uint32_t pdn, uint64_t addr,
+                                                              uint64_t iova, uint64_t length,
+                                                              AccessFlags access,
+                                                              unsigned log_page_size,
+                                                              bool on_demand);
 
   // --- accesses ---
   // Translates [va, va+len) of `key` for an access of `kind` arriving on queue pair `qpn` in PD

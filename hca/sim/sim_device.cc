@@ -2,12 +2,15 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "hca/dmabuf.h"
 #include "hca/prm_convert.h"
 #include "hca/sim/internal/endpoints.h"
 #include "hca/sim/internal/sim_queue.h"
@@ -57,6 +60,7 @@ class SimDeviceImpl final : public SimDevice {
     caps_.max_queue_depth = o.max_queue_depth;
     caps_.max_keys = o.max_keys;
     caps_.umr = caps_.ksm = caps_.odp = caps_.atomics = caps_.remote_invalidate = true;
+    caps_.dmabuf = true;  // mapped to play the device (RegisterDmabufBacking)
     caps_.translation_offset = caps_.peer = caps_.endpoints = true;
     caps_.umr_pointer_translation = true;
     caps_.umr_modify_atomic = !o.umr_modify_atomic_disabled;
@@ -135,9 +139,26 @@ class SimDeviceImpl final : public SimDevice {
     return CreateMany(p, count);
   }
 
+  // The sim's device reaches memory through this process's mappings, so it maps the dma-buf
+  // (which an exporter that cannot be mapped refuses) and registers that mapping: its key's
+  // addresses are the mapping's (the sim has no iova), which Backing::addr reports.
+  absl::StatusOr<Backing> RegisterDmabufBacking(Pd pd, const DmabufRange& buf, uint64_t length,
+                                                uint64_t iova, AccessFlags access) override {
+    (void)iova;
+    ASSIGN_OR_RETURN(std::unique_ptr<DmabufMapping> m,
+                     DmabufMapping::Map(buf.fd, buf.offset, length));
+    ASSIGN_OR_RETURN(Backing b, RegisterBacking(pd, reinterpret_cast<uint64_t>(m->data()), length,
+                                                access, BackingOptions{}));
+    base::MutexLock lock(&mu_);
+    dmabufs_[KeyIndex(b.key)] = std::move(m);
+    return b;
+  }
+
   absl::Status DestroyKey(Key key) override {
     absl::Status s = core_->DestroyMkey(KeyIndex(key));
     if (!s.ok()) return absl::NotFoundError(s.message());
+    base::MutexLock lock(&mu_);
+    dmabufs_.erase(KeyIndex(key));  // unmapped once the key cannot reach it
     return s;
   }
 
@@ -309,6 +330,8 @@ class SimDeviceImpl final : public SimDevice {
 
   base::Mutex mu_;
   uint32_t next_sqn_ ABSL_GUARDED_BY(mu_) = 1;
+  // The dma-bufs backings were registered over, by key index.
+  std::map<uint32_t, std::unique_ptr<DmabufMapping>> dmabufs_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint8_t> fail_next_umr_{0};
   std::atomic<int64_t> completion_delay_ns_{absl::ToInt64Nanoseconds(options_.completion_delay)};

@@ -211,6 +211,47 @@ absl::StatusOr<PdExport> Context::ExportPd(Pd pd) {
   return PdExport{fd, vpd->handle};
 }
 
+absl::StatusOr<Backing> Context::RegisterDmabuf(absl::string_view backend, Pd pd,
+                                                const DmabufRange& buf, uint64_t length,
+                                                uint64_t iova, AccessFlags access, unsigned flags) {
+  if (length == 0) return absl::InvalidArgumentError("dma-buf range of length 0");
+  if (buf.offset + length < buf.offset || iova + length < iova) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dma-buf range +0x%x/0x%x at iova 0x%x wraps around 2^64", buf.offset, length, iova));
+  }
+  ASSIGN_OR_RETURN(ibv_pd * vpd, FindPd(pd));
+  ibv_mr* mr = ibv_reg_dmabuf_mr(vpd, buf.offset, length, iova, buf.fd, static_cast<int>(flags));
+  if (mr == nullptr) {
+    const int err = errno;
+    if (err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == ENOSYS) {
+      return absl::UnimplementedError(
+          absl::StrFormat("%s:%s cannot register dma-bufs: its provider or kernel driver refuses "
+                          "(ibv_reg_dmabuf_mr: %s)",
+                          backend, ibv_get_device_name(ctx_->device), std::strerror(err)));
+    }
+    if (err == EBADF || err == EINVAL) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dma-buf range +0x%x/0x%x refused (ibv_reg_dmabuf_mr: %s): not a dma-buf, or the "
+          "range lies outside it",
+          buf.offset, length, std::strerror(err)));
+    }
+    return ErrnoStatus(err, absl::StrFormat("ibv_reg_dmabuf_mr of +0x%x/0x%x", buf.offset, length));
+  }
+  MrRecord r{mr, pd, iova, iova, length, access | kLocalRead, false, true};
+  if (absl::Status s = AddMr(r); !s.ok()) {
+    (void)ibv_dereg_mr(mr);
+    return s;
+  }
+  Backing b;
+  b.key = mr->lkey;
+  b.pd = pd;
+  b.addr = iova;
+  b.length = length;
+  b.log_page_size = 12;
+  b.num_entries = Pages4k(iova, length);
+  return b;
+}
+
 absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
   RETURN_IF_ERROR(pd_import_);
   if (region.length == 0) return absl::InvalidArgumentError("imported region of length 0");

@@ -39,6 +39,8 @@ struct MrRecord {
   // A client's region (ImportMr): destroying the key unimports it (ibv_unimport_mr), never
   // deregisters it; its owner does that.
   bool imported = false;
+  // A dma-buf's (RegisterDmabuf): the daemon has no mapping of it (addr is the iova).
+  bool dmabuf = false;
 };
 
 // A type-1 window and what it is bound to. `seq` changes with every change of state, so that
@@ -125,6 +127,13 @@ class Context {
   // ibv_import_mr of a client's region in `pd`, checked and added as an imported MrRecord;
   // errors as hca::Device::ImportBacking.
   absl::StatusOr<Backing> ImportMr(Pd pd, const ImportedRegion& region);
+
+  // ibv_reg_dmabuf_mr of [buf.offset, +length) of a dma-buf at `iova` in `pd` with `flags`
+  // (IBV_ACCESS_*), added as a dma-buf MrRecord granting `access`; errors as
+  // hca::Device::RegisterDmabufBacking, naming `backend`.
+  absl::StatusOr<Backing> RegisterDmabuf(absl::string_view backend, Pd pd, const DmabufRange& buf,
+                                         uint64_t length, uint64_t iova, AccessFlags access,
+                                         unsigned flags);
 
   // Cut backings (hca::OpenOptions::strict_key_bounds on a device that checks a window only
   // against its memory region): every map binds its window on a region of its own registered

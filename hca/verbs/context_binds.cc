@@ -44,11 +44,11 @@ absl::StatusOr<ibv_mr*> Context::PrepareCut(Pd queue_pd, const BindRequest& rq) 
     if (r == nullptr || pd == pds_.end() || !Within(e.addr, e.length, r->iova, r->length)) {
       return nullptr;  // Plan refuses it, saying why
     }
-    if (r->imported) {
+    if (r->imported || r->dmabuf) {
       return Refuse(absl::StrFormat(
-          "strict key bounds: region 0x%08x was registered by its client, so the daemon has no "
-          "mapping to cut a region of the key's own from",
-          r->mr->lkey));
+          "strict key bounds: region 0x%08x %s, so the daemon has no mapping to cut a region "
+          "of the key's own from",
+          r->mr->lkey, r->imported ? "was registered by its client" : "is a dma-buf's"));
     }
     vpd = pd->second;
     addr = r->addr + (e.addr - r->iova);

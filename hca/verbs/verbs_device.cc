@@ -68,6 +68,7 @@ class VerbsDevice final : public Device {
     // windows; a provider with both would export here (docs/client_memory.md).
     const absl::Status pd_import = c_->ProbePdImport();
     caps_.pd_export = pd_import.ok();
+    caps_.dmabuf = true;  // ibv_reg_dmabuf_mr: the provider answers at the first dma-buf
     if (!pd_import.ok()) RC_LOG(INFO) << "verbs: no PD export: " << pd_import.message();
     if (open.stats_registry != nullptr) {
       registration_ = base::stats::Registration(
@@ -125,6 +126,17 @@ class VerbsDevice final : public Device {
     b.length = length;
     b.log_page_size = 12;
     b.num_entries = Pages4k(addr, length);
+    return b;
+  }
+
+  absl::StatusOr<Backing> RegisterDmabufBacking(Pd pd, const DmabufRange& buf, uint64_t length,
+                                                uint64_t iova, AccessFlags access) override {
+    // As RegisterBacking: no remote rights of its own, only windows bound on it reach it.
+    unsigned flags = IBV_ACCESS_MW_BIND;
+    if (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) flags |= IBV_ACCESS_LOCAL_WRITE;
+    ASSIGN_OR_RETURN(Backing b, c_->RegisterDmabuf("verbs", pd, buf, length, iova, access, flags));
+    c_->stats().backings_registered.Inc();
+    c_->stats().registered_bytes.Inc(length);
     return b;
   }
 

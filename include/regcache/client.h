@@ -370,6 +370,17 @@ class REGCACHE_CPP_API Client {
   // cannot add; kResourceExhausted past the memory quotas, as AllocateMemory.
   virtual absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
                                           bool on_demand = false) = 0;
+  // Sends dma-buf `fd` (memory another driver exported: a GPU buffer through its driver's
+  // dma-buf export, or udmabuf's over a memfd; not closed, the daemon keeps its own reference)
+  // and attaches [offset, +length) of it with keys speaking the addresses [va, +length) (for a
+  // GPU buffer typically its device pointer). Nothing is mapped here or in the daemon: the
+  // device registers it by descriptor (ibv_reg_dmabuf_mr; docs/client_memory.md), so a remote
+  // peer's RDMA reaches the exporter's memory directly. Memory::data is `va`.
+  // kInvalidArgument for an fd that is not a dma-buf, a range outside it, or va nullptr;
+  // kUnimplemented where the daemon's device cannot register dma-bufs (the message says which
+  // layer refused: backend, provider or kernel driver); kResourceExhausted past the quotas.
+  virtual absl::StatusOr<Memory> AttachDmabuf(int fd, uint64_t offset, uint64_t length,
+                                              const void* va) = 0;
   // Detaches (every key over it is invalidated) and unmaps it here (memory of AttachRegion:
   // only detaches; the region stays registered, the caller's to deregister). kNotFound for
   // memory this session has not attached.

@@ -243,6 +243,15 @@ REGCACHE_API regcache_code_t regcache_attach_fd(regcache_client_t* client, int f
                                                 uint64_t length, int on_demand,
                                                 regcache_memory_t* out);
 
+/* Attaches [offset, offset + length) of dma-buf `fd` (memory another driver exported, e.g. a GPU
+ * buffer; not closed: the daemon keeps its own reference) with keys speaking the addresses
+ * [va, va + length). Nothing is mapped: the device registers it by descriptor, and out->data
+ * is `va`. REGCACHE_INVALID_ARGUMENT for an fd that is not a dma-buf, a range outside it or va
+ * NULL; REGCACHE_UNIMPLEMENTED where the daemon's device cannot register dma-bufs. */
+REGCACHE_API regcache_code_t regcache_attach_dmabuf(regcache_client_t* client, int fd,
+                                                    uint64_t offset, uint64_t length,
+                                                    const void* va, regcache_memory_t* out);
+
 /* Detaches the memory (every key over it is invalidated) and unmaps it here. */
 REGCACHE_API regcache_code_t regcache_detach(regcache_client_t* client,
                                              const regcache_memory_t* memory);

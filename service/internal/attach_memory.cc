@@ -26,8 +26,15 @@ absl::Status AttachSessionMemory(const DaemonConfig& config, Session& s, MemoryI
     spec.local_addr = m.mem->data();
     spec.length = m.mem->length();
     spec.on_demand = on_demand;
-    spec.log_page_size = BackingLogPageSize(*m.mem, s.device->device->capabilities(), on_demand,
-                                            config.max_backing_page_log);
+    if (m.mem->dmabuf()) {
+      // Registered by descriptor at the client's addresses; the fd stays open in `m` (not
+      // erased while attaching) for the call.
+      spec.dmabuf = hca::DmabufRange{m.mem->fd(), m.mem->offset()};
+      spec.log_page_size = 12;
+    } else {
+      spec.log_page_size = BackingLogPageSize(*m.mem, s.device->device->capabilities(), on_demand,
+                                              config.max_backing_page_log);
+    }
   }
   absl::StatusOr<cache::BackingId> backing = s.device->cache->AddBacking(s.tenant, spec);
   base::MutexLock lock(&s.mu);

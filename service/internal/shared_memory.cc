@@ -16,6 +16,7 @@
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "hca/dmabuf.h"
 
 namespace regcache::service {
 namespace {
@@ -135,8 +136,33 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
       new SharedMemory(std::move(closer), p, length, hugetlb, hint));
 }
 
+absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::ImportDmabuf(int fd, uint64_t offset,
+                                                                         uint64_t length) {
+  base::UniqueFd owned(fd);
+  RETURN_IF_ERROR(hca::CheckDmabufRange(fd, offset, length));
+  auto m = std::unique_ptr<SharedMemory>(
+      new SharedMemory(std::move(owned), nullptr, length, false, Log2(PageSize())));
+  m->dmabuf_ = true;
+  m->offset_ = offset;
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::ImportClientFile(
+    int fd, uint64_t offset, uint64_t length, const hca::Capabilities& device) {
+  if (!hca::IsDmabuf(fd)) return Import(fd, offset, length);
+  if (!device.dmabuf) {
+    ::close(fd);
+    return absl::UnimplementedError(
+        absl::StrFormat("the descriptor is a dma-buf, and %s:%s cannot register dma-bufs",
+                        device.backend, device.device_name));
+  }
+  return ImportDmabuf(fd, offset, length);
+}
+
 SharedMemory::~SharedMemory() {
-  if (::munmap(data_, length_) != 0) RC_LOG(ERROR) << "munmap: " << base::ErrnoName(errno);
+  if (data_ != nullptr && ::munmap(data_, length_) != 0) {
+    RC_LOG(ERROR) << "munmap: " << base::ErrnoName(errno);
+  }
 }
 
 absl::StatusOr<int> SharedMemory::DupFd() const {

@@ -13,6 +13,9 @@
 // their huge page), so that shmem may back it with transparent huge pages and the device may
 // translate it in pages that large (log_page_hint, service/internal/backing_page.h).
 //
+// dma-bufs (memory another driver exported, e.g. a GPU's) are kept by descriptor and never mapped:
+// the device registers them itself, so no seal is needed (the exporter pins what is registered).
+//
 // Thread safety: immutable after creation; safe to read from any thread.
 #ifndef REGCACHE_SERVICE_SHARED_MEMORY_H_
 #define REGCACHE_SERVICE_SHARED_MEMORY_H_
@@ -24,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/unique_fd.h"
+#include "hca/device.h"
 
 namespace regcache::service {
 
@@ -42,11 +46,26 @@ class SharedMemory {
   static absl::StatusOr<std::unique_ptr<SharedMemory>> Import(int fd, uint64_t offset,
                                                               uint64_t length);
 
+  // Keeps [offset, offset+length) of a client's dma-buf (hca/dmabuf.h), unmapped: the device
+  // registers it by descriptor (hca::Device::RegisterDmabufBacking), the daemon never maps it
+  // here. Takes ownership of `fd`. kInvalidArgument: not a dma-buf, or the range empty,
+  // wrapping or outside it.
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> ImportDmabuf(int fd, uint64_t offset,
+                                                                    uint64_t length);
+
+  // Import or ImportDmabuf, whichever kind of file `fd` is; a dma-buf only where the device
+  // registers them (kUnimplemented naming it otherwise).
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> ImportClientFile(
+      int fd, uint64_t offset, uint64_t length, const hca::Capabilities& device);
+
   ~SharedMemory();
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
 
-  uint8_t* data() const { return data_; }
+  uint8_t* data() const { return data_; }  // null for a dma-buf
+  bool dmabuf() const { return dmabuf_; }
+  int fd() const { return fd_.get(); }
+  uint64_t offset() const { return offset_; }  // into the file
   uint64_t length() const { return length_; }
   bool hugetlb() const { return hugetlb_; }
   // The largest page (2^n bytes) the mapping's layout allows a device translation to use: a
@@ -70,6 +89,8 @@ class SharedMemory {
   uint64_t length_;
   bool hugetlb_;
   uint32_t log_page_hint_;
+  bool dmabuf_ = false;
+  uint64_t offset_ = 0;
 };
 
 }  // namespace regcache::service

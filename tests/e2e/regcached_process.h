@@ -65,6 +65,7 @@ class Regcached {
     std::filesystem::remove_all(dir_);
   }
   const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
 
  private:
   std::string dir_;

@@ -227,6 +227,7 @@ def _declare(lib):
         "regcache_session_id": (u64, [c_client]),
         "regcache_allocate": (cint, [c_client, u64, cint, cint, P(_Memory)]),
         "regcache_attach_fd": (cint, [c_client, cint, u64, u64, cint, P(_Memory)]),
+        "regcache_attach_dmabuf": (cint, [c_client, cint, u64, u64, ctypes.c_void_p, P(_Memory)]),
         "regcache_detach": (cint, [c_client, P(_Memory)]),
         "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
         "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
@@ -354,6 +355,15 @@ class Client:
         m = _Memory()
         _check(_lib.regcache_attach_fd(self._h(), fd, offset, length, int(on_demand),
                                        ctypes.byref(m)))
+        return Memory(m.id, m.data, m.length)
+
+    def attach_dmabuf(self, fd, offset, length, va):
+        """Attaches [offset, offset+length) of a dma-buf (e.g. a GPU buffer its driver exported)
+        with keys speaking the addresses [va, va+length); nothing is mapped. The fd stays the
+        caller's."""
+        m = _Memory()
+        _check(_lib.regcache_attach_dmabuf(self._h(), fd, offset, length, ctypes.c_void_p(va),
+                                           ctypes.byref(m)))
         return Memory(m.id, m.data, m.length)
 
     def detach(self, memory):

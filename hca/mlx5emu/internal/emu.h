@@ -39,6 +39,7 @@
 #include "absl/types/span.h"
 #include "base/mutex.h"
 #include "base/unique_fd.h"
+#include "hca/dmabuf.h"
 #include "hca/mlx5emu/internal/images.h"
 #include "hca/sim/sim_core.h"
 #include "umr/cqe.h"
@@ -95,6 +96,8 @@ struct Mr {
   ibv_mr mr{};
   uint32_t index = 0;
   bool on_demand = false;
+  // ibv_reg_dmabuf_mr: the exporter's memory, mapped to play the device's DMA into it.
+  std::unique_ptr<DmabufMapping> dmabuf;
 };
 
 struct DvMkey {
