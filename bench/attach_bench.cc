@@ -9,8 +9,12 @@
 // Daemon memory is measured in this process around each attach: peak RSS growth (VmHWM after
 // clear_refs), RSS kept while attached, and heap growth (mallinfo2).
 //
+// BM_BringMemory puts memory a client brings by descriptor (its own memfd) next to memory the
+// daemon allocates, same sizes, same run.
+//
 //   attach_bench [--benchmark_filter=...]
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -114,6 +118,68 @@ BENCHMARK(BM_Attach)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// Memory the client brings by descriptor next to memory the daemon allocates, same sizes, largest
+// page: ImportMemory of the client's sealable memfd (the daemon seals and maps it) plus its
+// AttachMemory, against AllocateMemory plus AttachMemory. Args: GiB, 1 = by descriptor (0: the
+// daemon allocates: the anchor).
+void BM_BringMemory(benchmark::State& state) {
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0)) << 30;
+  const bool by_fd = state.range(1) != 0;
+  regcache::hca::sim::RegisterBackend();
+  DaemonConfig config;
+  config.cache.background_maintenance = false;
+  auto daemon = Daemon::Create(config, nullptr);
+  if (!daemon.ok()) return state.SkipWithError(daemon.status().ToString().c_str());
+  auto grant = (*daemon)->OpenSession(PeerCredentials{::getpid(), ::getuid(), ::getgid()});
+  if (!grant.ok()) return state.SkipWithError(grant.status().ToString().c_str());
+  ::close(grant->channel_fd);
+  ::close(grant->state_fd);
+  double peak = 0, heap = 0;
+  constexpr uint64_t kClientVa = uint64_t{1} << 44;
+  for (auto _ : state) {
+    int client_fd = -1;
+    if (by_fd) {  // the client's own memfd, made before the clock starts, as a client would
+      client_fd = ::memfd_create("attach_bench", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+      if (client_fd < 0 || ::ftruncate(client_fd, static_cast<off_t>(bytes)) != 0) {
+        return state.SkipWithError("memfd_create / ftruncate");
+      }
+    }
+    ::malloc_trim(0);
+    ResetPeakRss();
+    const uint64_t rss0 = RssBytes(), heap0 = HeapBytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t id = 0;
+    if (by_fd) {
+      auto m = (*daemon)->ImportMemory(grant->id, client_fd, 0, bytes);  // takes the fd
+      if (!m.ok()) return state.SkipWithError(m.status().ToString().c_str());
+      id = *m;
+    } else {
+      auto m = (*daemon)->AllocateMemory(grant->id, bytes, false);
+      if (!m.ok()) return state.SkipWithError(m.status().ToString().c_str());
+      ::close(m->fd);  // the client's copy, which it would map
+      id = m->id;
+    }
+    absl::Status attached = (*daemon)->AttachMemory(grant->id, id, kClientVa, false);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!attached.ok()) return state.SkipWithError(attached.ToString().c_str());
+    peak += static_cast<double>(PeakRssBytes() - rss0);
+    heap += static_cast<double>(HeapBytes()) - static_cast<double>(heap0);
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    if (absl::Status d = (*daemon)->DetachMemory(grant->id, id); !d.ok()) {
+      return state.SkipWithError(d.ToString().c_str());
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["peak_rss_MiB"] = peak / n / kMiB;
+  state.counters["heap_MiB"] = heap / n / kMiB;
+}
+BENCHMARK(BM_BringMemory)
+    ->ArgNames({"GiB", "by_fd"})
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
+    ->Iterations(3)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 class Collector : public benchmark::ConsoleReporter {
  public:
   struct Result {
@@ -164,6 +230,18 @@ int main(int argc, char** argv) {
     std::printf(
         "%2d GiB ratio anchor/largest: time %.1fx, peak RSS %.1fx\n", gib, before->ms / after->ms,
         before->counters.at("peak_rss_MiB") / std::max(after->counters.at("peak_rss_MiB"), 0.001));
+  }
+  std::printf("\n== memory brought by descriptor vs allocated by the daemon (largest page) ==\n");
+  for (int gib : {1, 16, 64}) {
+    const std::string base = "BM_BringMemory/GiB:" + std::to_string(gib) + "/by_fd:";
+    const auto* alloc = c.Find(base + "0/");
+    const auto* by_fd = c.Find(base + "1/");
+    if (alloc == nullptr || by_fd == nullptr || alloc->ms <= 0) continue;
+    std::printf(
+        "%2d GiB  AllocateMemory+Attach %8.3f ms peak RSS +%7.2f MiB | ImportMemory(fd)+Attach "
+        "%8.3f ms peak RSS +%7.2f MiB | ratio fd/allocate: time %.2fx\n",
+        gib, alloc->ms, alloc->counters.at("peak_rss_MiB"), by_fd->ms,
+        by_fd->counters.at("peak_rss_MiB"), by_fd->ms / alloc->ms);
   }
   return 0;
 }

@@ -49,7 +49,9 @@
 //   daemon -> MemoryFd  {memory id, length, hugetlb} + one fd (SCM_RIGHTS): the memfd of a
 //                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
 //   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (a sealable
-//                       memfd; hugetlbfs files cannot be sealed and are refused).
+//                       memfd, which the daemon maps; or a dma-buf, which it keeps unmapped and
+//                       the device registers by descriptor; hugetlbfs files cannot be sealed and
+//                       are refused).
 //                       daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
 //   client -> ExportPd  {nonce}: the session's PD for this process to import
 //                       (docs/client_memory.md). daemon -> PdExport{nonce, pd handle} + one fd

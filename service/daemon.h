@@ -31,7 +31,9 @@
 //     later device access into SIGBUS; then maps it; AttachMemory follows. So the fd must be a
 //     memfd created with MFD_ALLOW_SEALING (or already sealed); a file that cannot be sealed is
 //     refused with kFailedPrecondition, and that includes a file opened on a hugetlbfs mount.
-//     Huge pages come from AllocateMemory(hugetlb) instead.
+//     Huge pages come from AllocateMemory(hugetlb) instead. A dma-buf (memory another driver
+//     exported) is kept by descriptor and never mapped: AttachMemory has the device register it
+//     (hca::Device::RegisterDmabufBacking) at the client's addresses.
 //   AttachMemory registers the daemon's mapping with the device once (one backing) at the
 //   client's address; DetachMemory invalidates every key over it, deregisters and unmaps.
 //

@@ -199,6 +199,55 @@ class ClientTest(unittest.TestCase):
         self.client.detach(m)
         self.assertEqual(self.client.usage().backings, 1)
 
+    def test_attach_fd_takes_a_file_object(self):
+        fd = os.memfd_create("regcache_test_file", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, 1 << 16)
+        with os.fdopen(fd, "r+b", buffering=0) as f:
+            m = self.client.attach_fd(f, 0, 1 << 16)
+        self.assertEqual(m.length, 1 << 16)
+        self.client.detach(m)
+
+    def test_a_buffer_in_attached_memory_is_registered_without_copying(self):
+        m = self.client.allocate(1 << 16)
+        view = m.buffer()[4096:8192]
+        addr, length = regcache.buffer_address(view)
+        self.assertEqual((addr, length), (m.data + 4096, 4096))
+        k = self.client.register_buffer(view, RW)
+        self.assertLessEqual(k.va, m.data + 4096)
+        self.assertGreaterEqual(k.va + k.length, m.data + 8192)
+        self.client.release(k)
+        # A ctypes array over the same memory, and refusals.
+        arr = (ctypes.c_uint8 * 4096).from_address(m.data + 8192)
+        self.client.release(self.client.register_buffer(arr, RW))
+        with self.assertRaises(ValueError):
+            regcache.buffer_address(b"read-only bytes")
+        with self.assertRaises(ValueError):
+            regcache.buffer_address(memoryview(bytearray(64))[::2])  # not contiguous
+        with self.assertRaises(regcache.RegcacheError) as e:
+            self.client.register_buffer(bytearray(4096), RW)  # not attached memory
+        self.assertEqual(e.exception.code, regcache.OUT_OF_RANGE)
+
+    def test_endpoints(self):
+        peer = regcache.QpAddress(0x1234, 0x4242, bytes([0xFE, 0x80] + [0] * 13 + [7]), 0, 1024)
+        ep = self.client.create_endpoint(peer)
+        self.assertNotEqual(ep.id, 0)
+        self.assertNotEqual(ep.local.qpn, 0)
+        self.assertEqual(len(ep.local.gid), 16)
+        self.client.destroy_endpoint(ep)
+        with self.assertRaises(regcache.RegcacheError) as e:
+            self.client.destroy_endpoint(ep)
+        self.assertEqual(e.exception.code, regcache.NOT_FOUND)
+        with self.assertRaises(ValueError):
+            self.client.create_endpoint(regcache.QpAddress(1, 0, b"short"))
+
+    def test_pd_import_on_the_sim_says_why_not(self):
+        with self.assertRaises(regcache.RegcacheError) as e:
+            self.client.import_pd()
+        self.assertEqual(e.exception.code, regcache.UNIMPLEMENTED)
+        with self.assertRaises(regcache.RegcacheError) as e:
+            self.client.attach_dmabuf(0, 0, 4096, 0x10000)  # fd 0 is no dma-buf
+        self.assertEqual(e.exception.code, regcache.INVALID_ARGUMENT)
+
     def test_on_demand_prefetch(self):
         m = self.client.allocate(1 << 20, on_demand=True)
         self.client.prefetch(m.data, 65536, write=True)

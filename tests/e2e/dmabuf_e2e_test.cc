@@ -10,6 +10,7 @@
 // this kernel cannot make a dma-buf (no /dev/udmabuf: Debian 12's 6.1 kernel has none; the 6.12 one
 // builds it in).
 #include <fcntl.h>
+#include <linux/dma-heap.h>
 #include <linux/udmabuf.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -209,6 +210,49 @@ TEST_F(DmabufE2e, EveryRefusalSaysWhyAndChangesNothing) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->Get("daemon", "memory_mapped_bytes").value_or(-1), static_cast<int64_t>(kBytes));
+}
+
+// A dma-buf of more than 4 GiB from the dma-heap's system heap (as a GPU-less exporter makes
+// one): a key across the 4 GiB offset maps and translates it, and a peer's write there lands
+// in the buffer (the sum of lengths and the offsets past 2^32 are where a peer implementation
+// overflowed). Needs /dev/dma_heap/system and the memory: the vm tier gives its guest 6 GiB.
+TEST_F(DmabufE2e, ADmabufOfMoreThanFourGibTranslatesPastTheFourGibOffset) {
+  const int heap = open("/dev/dma_heap/system", O_RDONLY | O_CLOEXEC);
+  if (heap < 0) GTEST_SKIP() << "no /dev/dma_heap/system: no heap to export a 4 GiB dma-buf";
+  constexpr uint64_t kBig = (uint64_t{4} << 30) + (uint64_t{2} << 20);
+  dma_heap_allocation_data a{};
+  a.len = kBig;
+  a.fd_flags = O_RDWR | O_CLOEXEC;
+  const int rc = ioctl(heap, DMA_HEAP_IOCTL_ALLOC, &a);
+  const int err = errno;
+  close(heap);
+  if (rc != 0) GTEST_SKIP() << "the system heap has no " << kBig << " bytes: " << strerror(err);
+  const int big = static_cast<int>(a.fd);
+  auto m = client_->AttachDmabuf(big, 0, kBig, reinterpret_cast<void*>(kVa));
+  if (!m.ok() && !sim_ && absl::IsUnimplemented(m.status())) {
+    close(big);
+    return;  // the device refuses dma-bufs (checked above)
+  }
+  ASSERT_TRUE(m.ok()) << m.status();
+  const uint64_t at = kVa + (uint64_t{4} << 30);
+  auto k = client_->Register(reinterpret_cast<void*>(at - 4096), 8192, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  const std::string across = "past four GiB!!!";
+  if (sim_) {
+    ASSERT_TRUE(rc::SimPeerWrite(*client_, k->rkey, at - 8, across).ok());
+  } else {
+    regcache::testing::RdmaPeer peer;
+    auto ep = client_->CreateEndpoint(peer.address());
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    ASSERT_EQ(peer.Connect(ep->local), "ok");
+    ASSERT_EQ(peer.Write(k->rkey, reinterpret_cast<void*>(at - 8), across), "ok");
+  }
+  void* view = mmap(nullptr, 8192, PROT_READ, MAP_SHARED, big, (uint64_t{4} << 30) - 4096);
+  ASSERT_NE(view, MAP_FAILED) << strerror(errno);
+  EXPECT_EQ(std::string(static_cast<char*>(view) + 4096 - 8, 16), across);
+  munmap(view, 8192);
+  ASSERT_TRUE(client_->DetachMemory(*m).ok());
+  close(big);
 }
 
 // The session's end revokes its keys and lets go of the buffer: nothing is left registered.

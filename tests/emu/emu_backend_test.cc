@@ -6,6 +6,7 @@
 // docs/mlx5.md says, and leave nothing behind (TearDown deallocates the PD, which the emulator
 // refuses while anything of it remains).
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -236,6 +238,23 @@ TEST_F(EmuBackendTest, AFailedRegistrationIsReportedAndLeavesNothing) {
   auto again = dev_->RegisterBacking(pd_, Addr(0), 4096, kLocalWrite, {});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(dev_->DestroyKey(again->key).ok());
+}
+
+// ibv_reg_dmabuf_mr of a descriptor that is not a dma-buf is refused as the kernel refuses it
+// (dma_buf_get), with the call named, and leaves nothing in the PD (TearDown deallocates it). A
+// real dma-buf's whole path runs in the vm tier (vm_dmabuf), where the kernel can export one.
+TEST_F(EmuBackendTest, ADescriptorThatIsNotADmabufIsRefused) {
+  Open("");
+  ASSERT_TRUE(dev_->capabilities().dmabuf);
+  const int memfd = memfd_create("emu-not-a-dmabuf", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(ftruncate(memfd, 4096), 0);
+  auto b = dev_->RegisterDmabufBacking(pd_, DmabufRange{memfd, 0}, 4096, 0x7000000000, kAllAccess);
+  EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << b.status();
+  EXPECT_TRUE(absl::StrContains(b.status().message(), "ibv_reg_dmabuf_mr")) << b.status();
+  auto empty = dev_->RegisterDmabufBacking(pd_, DmabufRange{memfd, 0}, 0, 0x7000000000, kAllAccess);
+  EXPECT_TRUE(absl::IsInvalidArgument(empty.status())) << empty.status();
+  close(memfd);
 }
 
 TEST_F(EmuBackendTest, ADeviceThatDiesFailsEverythingAfterAndReleasesCleanly) {

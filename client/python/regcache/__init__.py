@@ -129,6 +129,16 @@ class _Usage(ctypes.Structure):
         "pool_outstanding", "pool_total")]
 
 
+class _QpAddress(ctypes.Structure):
+    _fields_ = [("qpn", ctypes.c_uint32), ("psn", ctypes.c_uint32), ("gid", ctypes.c_uint8 * 16),
+                ("lid", ctypes.c_uint16), ("reserved", ctypes.c_uint16), ("mtu", ctypes.c_uint32)]
+
+
+class _Endpoint(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("local", _QpAddress), ("access", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
 # --- What the Python side hands out. ---
 
 @dataclass(frozen=True)
@@ -141,6 +151,30 @@ class Memory:
     def buffer(self):
         """A writable memoryview of the whole mapping (valid until detach or close)."""
         return memoryview((ctypes.c_char * self.length).from_address(self.data)).cast("B")
+
+
+@dataclass(frozen=True)
+class QpAddress:
+    """One side of an RC connection (docs/endpoints.md): what the other side connects to."""
+    qpn: int
+    psn: int
+    gid: bytes  # 16 raw bytes, network order
+    lid: int = 0
+    mtu: int = 0  # 0 in a request: the daemon port's active MTU
+
+    def _c(self):
+        if len(self.gid) != 16:
+            raise ValueError("a GID is 16 bytes")
+        return _QpAddress(self.qpn, self.psn, (ctypes.c_uint8 * 16)(*self.gid), self.lid, 0,
+                          self.mtu)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A target endpoint: the daemon's queue pair in the session's PD, connected to a peer."""
+    id: int
+    local: QpAddress  # hand it to the peer
+    access: int
 
 
 @dataclass(frozen=True)
@@ -229,6 +263,11 @@ def _declare(lib):
         "regcache_attach_fd": (cint, [c_client, cint, u64, u64, cint, P(_Memory)]),
         "regcache_attach_dmabuf": (cint, [c_client, cint, u64, u64, ctypes.c_void_p, P(_Memory)]),
         "regcache_detach": (cint, [c_client, P(_Memory)]),
+        "regcache_import_pd": (cint, [c_client, P(ctypes.c_void_p), P(ctypes.c_void_p)]),
+        "regcache_attach_region": (cint, [c_client, ctypes.c_void_p, ctypes.c_void_p, u64, u32,
+                                          P(_Memory)]),
+        "regcache_endpoint_create": (cint, [c_client, P(_QpAddress), u32, P(_Endpoint)]),
+        "regcache_endpoint_destroy": (cint, [c_client, u64]),
         "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
         "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
         "regcache_release": (cint, [c_client, u64]),
@@ -278,6 +317,28 @@ def _address(addr):
     if isinstance(addr, int):
         return addr
     return ctypes.addressof(addr)
+
+
+def _fd(f):
+    """A descriptor from an int or from a file object (anything with fileno())."""
+    return f.fileno() if hasattr(f, "fileno") else int(f)
+
+
+def buffer_address(obj):
+    """The address and length of a buffer-protocol object's memory (a memoryview, bytearray,
+    mmap, ctypes array, or a NumPy array through __array_interface__), without copying it.
+    The memory must be C-contiguous; a read-only buffer needs __array_interface__."""
+    iface = getattr(obj, "__array_interface__", None)
+    view = memoryview(obj)
+    if not view.c_contiguous:
+        raise ValueError("the buffer is not contiguous: register a contiguous one")
+    if iface is not None:
+        return int(iface["data"][0]), view.nbytes
+    if view.readonly:
+        raise ValueError("a read-only buffer without __array_interface__ has no address here")
+    if view.nbytes == 0:
+        raise ValueError("an empty buffer")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B"))), view.nbytes
 
 
 def _handle(key):
@@ -350,10 +411,10 @@ class Client:
         return Memory(m.id, m.data, m.length)
 
     def attach_fd(self, fd, offset, length, on_demand=False):
-        """Attaches [offset, offset+length) of a memfd (made with MFD_ALLOW_SEALING); the fd
-        stays the caller's."""
+        """Attaches [offset, offset+length) of a memfd (made with MFD_ALLOW_SEALING), an int or
+        a file object; the descriptor stays the caller's."""
         m = _Memory()
-        _check(_lib.regcache_attach_fd(self._h(), fd, offset, length, int(on_demand),
+        _check(_lib.regcache_attach_fd(self._h(), _fd(fd), offset, length, int(on_demand),
                                        ctypes.byref(m)))
         return Memory(m.id, m.data, m.length)
 
@@ -362,8 +423,25 @@ class Client:
         with keys speaking the addresses [va, va+length); nothing is mapped. The fd stays the
         caller's."""
         m = _Memory()
-        _check(_lib.regcache_attach_dmabuf(self._h(), fd, offset, length, ctypes.c_void_p(va),
-                                           ctypes.byref(m)))
+        _check(_lib.regcache_attach_dmabuf(self._h(), _fd(fd), offset, length,
+                                           ctypes.c_void_p(va), ctypes.byref(m)))
+        return Memory(m.id, m.data, m.length)
+
+    def import_pd(self):
+        """Imports the session's PD here (docs/client_memory.md): (ibv_context*, ibv_pd*) as
+        ints, for a verbs binding such as pyverbs. Valid until close."""
+        ctx, pd = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(_lib.regcache_import_pd(self._h(), ctypes.byref(ctx), ctypes.byref(pd)))
+        return ctx.value, pd.value
+
+    def attach_region(self, mr, addr=None, length=0, access=None):
+        """Attaches [addr, addr+length) of a region this process registered in the imported PD
+        (`mr`: the ibv_mr* as an int; addr None: all of it)."""
+        if access is None:
+            access = LOCAL_READ | LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE | REMOTE_ATOMIC
+        m = _Memory()
+        _check(_lib.regcache_attach_region(self._h(), ctypes.c_void_p(mr), _address(addr),
+                                           length, access, ctypes.byref(m)))
         return Memory(m.id, m.data, m.length)
 
     def detach(self, memory):
@@ -376,6 +454,29 @@ class Client:
         _check(_lib.regcache_register(self._h(), _address(addr), length, access, prefetch,
                                       ctypes.byref(k)))
         return _key(k)
+
+    def register_buffer(self, obj, access, prefetch=PREFETCH_NONE):
+        """A key over a buffer-protocol object's memory (buffer_address), which must lie in
+        memory attached to this session (e.g. a slice of Memory.buffer(), or a NumPy array
+        built over it): nothing is copied."""
+        addr, length = buffer_address(obj)
+        return self.register(addr, length, access, prefetch)
+
+    # --- Target endpoints (docs/endpoints.md) ---
+    def create_endpoint(self, peer, access=None):
+        """An RC queue pair of the daemon's in this session's PD, connected to `peer` (a
+        QpAddress); hand the returned Endpoint.local to the peer."""
+        if access is None:
+            access = REMOTE_READ | REMOTE_WRITE | REMOTE_ATOMIC
+        e = _Endpoint()
+        _check(_lib.regcache_endpoint_create(self._h(), ctypes.byref(peer._c()), access,
+                                             ctypes.byref(e)))
+        local = QpAddress(e.local.qpn, e.local.psn, bytes(e.local.gid), e.local.lid, e.local.mtu)
+        return Endpoint(e.id, local, e.access)
+
+    def destroy_endpoint(self, endpoint):
+        _check(_lib.regcache_endpoint_destroy(
+            self._h(), endpoint.id if isinstance(endpoint, Endpoint) else int(endpoint)))
 
     def reregister(self, key, addr, length, access):
         """The kernel's rereg_mr: trades this hold on `key` for one on the new range and rights;
