@@ -146,8 +146,7 @@ absl::StatusOr<Memory> ClientImpl::AllocateMemory(uint64_t length, bool hugetlb,
   return MapAndAttach(resp.memory_id(), fd, 0, resp.length(), on_demand);
 }
 
-absl::StatusOr<Memory> ClientImpl::AttachFd(int fd, uint64_t offset, uint64_t length,
-                                            bool on_demand) {
+absl::StatusOr<uint64_t> ClientImpl::ImportFd(int fd, uint64_t offset, uint64_t length) {
   protocol::ImportFdMsg m =
       protocol::MakeControlMessage<protocol::ImportFdMsg>(protocol::ControlType::kImportFd);
   m.nonce = next_nonce_.fetch_add(1);
@@ -157,7 +156,12 @@ absl::StatusOr<Memory> ClientImpl::AttachFd(int fd, uint64_t offset, uint64_t le
     base::MutexLock l(&send_mu_);
     RETURN_IF_ERROR(protocol::SendControlMessage(control_fd_, &m, sizeof(m), fd));
   }
-  ASSIGN_OR_RETURN(uint64_t id, TakeImported(m.nonce));
+  return TakeImported(m.nonce);
+}
+
+absl::StatusOr<Memory> ClientImpl::AttachFd(int fd, uint64_t offset, uint64_t length,
+                                            bool on_demand) {
+  ASSIGN_OR_RETURN(uint64_t id, ImportFd(fd, offset, length));
   int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup_fd < 0) return base::ErrnoToStatus(errno, "dup");
   return MapAndAttach(id, dup_fd, offset, length, on_demand);
@@ -173,16 +177,7 @@ absl::StatusOr<Memory> ClientImpl::AttachDmabuf(int fd, uint64_t offset, uint64_
     return absl::InvalidArgumentError(
         absl::StrCat("fd ", fd, " is not a dma-buf (AttachFd takes memfds)"));
   }
-  protocol::ImportFdMsg m =
-      protocol::MakeControlMessage<protocol::ImportFdMsg>(protocol::ControlType::kImportFd);
-  m.nonce = next_nonce_.fetch_add(1);
-  m.offset = offset;
-  m.length = length;
-  {
-    base::MutexLock l(&send_mu_);
-    RETURN_IF_ERROR(protocol::SendControlMessage(control_fd_, &m, sizeof(m), fd));
-  }
-  ASSIGN_OR_RETURN(uint64_t id, TakeImported(m.nonce));
+  ASSIGN_OR_RETURN(uint64_t id, ImportFd(fd, offset, length));
   pb::AttachMemoryRequest req;
   req.set_memory_id(id);
   req.set_client_va(reinterpret_cast<uint64_t>(va));

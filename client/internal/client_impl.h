@@ -207,6 +207,8 @@ class ClientImpl final : public Client {
   // Unimports the PD and closes the imported context (Close).
   void ReleasePd() ABSL_LOCKS_EXCLUDED(pd_mu_);
   // Maps `fd` here (then closes it) and attaches the memory at that address.
+  // Sends `fd` in an ImportFd and waits for the memory id the daemon gives it.
+  absl::StatusOr<uint64_t> ImportFd(int fd, uint64_t offset, uint64_t length);
   absl::StatusOr<Memory> MapAndAttach(uint64_t id, int fd, uint64_t offset, uint64_t length,
                                       bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_);
 
