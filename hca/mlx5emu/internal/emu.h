@@ -42,6 +42,7 @@
 #include "hca/dmabuf.h"
 #include "hca/mlx5emu/internal/images.h"
 #include "hca/sim/sim_core.h"
+#include "hca/status.h"
 #include "umr/cqe.h"
 
 // The opaque DevX object of mlx5dv.h: the emulator's is one mkey.
@@ -305,6 +306,13 @@ uint8_t PrepareWr(Device* dev, Qp* qp, const SendWr& w, RdmaRequest* req,
                   std::vector<uint8_t>* data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
 uint8_t FinishWr(Device* dev, Qp* qp, const SendWr& w, absl::Span<const uint8_t> data)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// The requester's end of `answer` (Respond's): the retries running out where none came, the
+// responder's syndrome, or 0 once a READ's or atomic's bytes are scattered (FinishWr).
+uint8_t Conclude(Device* dev, Qp* qp, const SendWr& w, std::optional<uint8_t> answer,
+                 absl::Span<const uint8_t> back) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu);
+// The syndrome of a failed access (DeviceError), or `fallback`.
+uint8_t SyndromeOf(const absl::Status& s, Syndrome fallback);
+inline constexpr uint8_t kSynRetryExceeded = 0x15;  // MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR
 // Completes `w` with `syndrome` (a CQE if signalled or failed; a failure moves `qp` to error).
 void CompleteWr(Qp* qp, const SendWr& w, uint8_t syndrome);
 // Whether `qp` is connected to a queue pair of this device (else its peer is on the fabric).

@@ -40,7 +40,6 @@ namespace {
 
 constexpr uint32_t kRequestMagic = 0x52434631;  // "RCF1"
 constexpr uint32_t kReplyMagic = 0x52434672;
-constexpr uint8_t kSynRetryExceeded = 0x15;          // MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR
 constexpr uint64_t kMaxMessage = uint64_t{1} << 30;  // the port's max_msg_sz
 // How long a requester waits for its responder's process before it gives up (the retries of
 // a real transport, with timeout 14 and retry_cnt 7, last about 0.5 s).
@@ -62,11 +61,6 @@ struct WireReply {
 
 bool IsAtomic(uint32_t op) {
   return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-uint8_t SyndromeOf(const absl::Status& s, Syndrome fallback) {
-  const std::optional<ErrorInfo> e = ErrorOf(s);
-  return static_cast<uint8_t>(e ? e->syndrome : fallback);
 }
 
 // The abstract socket address of the device whose port GID is `gid`.
@@ -212,8 +206,7 @@ class Port {
     if (qp == nullptr) return;  // destroyed meanwhile
     qp->on_fabric = false;
     if (qp->epoch != epoch) return;  // reset meanwhile: its work requests are gone
-    uint8_t s = answer.value_or(kSynRetryExceeded);
-    if (s == 0 && w.opcode != IBV_WR_RDMA_WRITE) s = FinishWr(dev_, qp, w, back);
+    uint8_t s = Conclude(dev_, qp, w, answer, back);
     if (qp->qp.state == IBV_QPS_ERR && s == 0) s = umr::kCqeSyndWrFlush;
     CompleteWr(qp, w, s);
   }

@@ -21,7 +21,6 @@ namespace regcache::hca::mlx5emu {
 namespace {
 
 constexpr uint8_t kSynFlush = umr::kCqeSyndWrFlush;
-constexpr uint8_t kSynRetryExceeded = 0x15;  // MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR
 
 // --- device memory: what the caller writes with plain stores, read back as a DMA would ---
 uint32_t LoadBe32(const void* p) { return be32toh(*static_cast<const volatile uint32_t*>(p)); }
@@ -238,12 +237,6 @@ uint8_t PrmOpcode(ibv_wr_opcode op) {
   }
 }
 
-// The syndrome of a failed access (DeviceError), or `fallback`.
-uint8_t SyndromeOf(const absl::Status& s, Syndrome fallback) {
-  const std::optional<ErrorInfo> e = ErrorOf(s);
-  return static_cast<uint8_t>(e ? e->syndrome : fallback);
-}
-
 // One RDMA READ / WRITE / atomic of a verbs requester whose responder is on this device.
 uint8_t ExecuteHere(Device* dev, Qp* qp, const SendWr& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
   RdmaRequest req;
@@ -251,9 +244,7 @@ uint8_t ExecuteHere(Device* dev, Qp* qp, const SendWr& w) ABSL_EXCLUSIVE_LOCKS_R
   if (const uint8_t s = PrepareWr(dev, qp, w, &req, &data); s != 0) return s;
   std::vector<uint8_t> back;
   const std::optional<uint8_t> answer = Respond(dev, req, data, &back);
-  if (!answer.has_value()) return kSynRetryExceeded;  // nobody answers: retries, then gives up
-  if (*answer != 0 || w.opcode == IBV_WR_RDMA_WRITE) return *answer;
-  return FinishWr(dev, qp, w, back);
+  return Conclude(dev, qp, w, answer, back);
 }
 
 bool StepVerbs(Device* dev, Qp* qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(dev->mu) {
@@ -433,6 +424,18 @@ uint8_t FinishWr(Device* dev, Qp* qp, const SendWr& w, absl::Span<const uint8_t>
   }
   sim::CopyIn(local, data);
   return 0;
+}
+
+uint8_t SyndromeOf(const absl::Status& s, Syndrome fallback) {
+  const std::optional<ErrorInfo> e = ErrorOf(s);
+  return static_cast<uint8_t>(e ? e->syndrome : fallback);
+}
+
+uint8_t Conclude(Device* dev, Qp* qp, const SendWr& w, std::optional<uint8_t> answer,
+                 absl::Span<const uint8_t> back) {
+  if (!answer.has_value()) return kSynRetryExceeded;  // nobody answers: retries, then gives up
+  if (*answer != 0 || w.opcode == IBV_WR_RDMA_WRITE) return *answer;
+  return FinishWr(dev, qp, w, back);
 }
 
 void CompleteWr(Qp* qp, const SendWr& w, uint8_t syndrome) {
