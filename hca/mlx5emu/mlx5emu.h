@@ -79,5 +79,20 @@ void ClearViolations();
 // The device core's counters of device `name` (WQEs executed, UMRs failed, translations, ...).
 sim::SimStats* StatsOf(absl::string_view name);
 
+// What device `name` holds now, over all its uverbs files (all zero for an unknown name): for
+// tests of who cleans up. A file goes, with whatever is left in it, when the last context on
+// it (opened, or imported from its command fd) closes.
+struct Census {
+  int contexts = 0;  // open
+  int files = 0;     // with a context open
+  int pds = 0;
+  int mrs = 0;
+  int cqs = 0;
+  int qps = 0;
+
+  bool operator==(const Census&) const = default;
+};
+Census CensusOf(absl::string_view name);
+
 }  // namespace regcache::hca::mlx5emu
 #endif  // REGCACHE_HCA_MLX5EMU_MLX5EMU_H_

@@ -8,6 +8,7 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -404,6 +405,84 @@ TEST_F(EmuTest, VerbsRefuseWhatTheKernelRefuses) {
   EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1),
             ENOENT);  // not an on-demand region
   EXPECT_EQ(ibv_dereg_mr(plain), 0);
+}
+
+// ibv_import_device / ibv_import_pd / ibv_import_mr: a duplicate of a context's command fd
+// imports that context's uverbs file, whose handles and nothing else it then reaches; what is
+// left in the file goes when its last context closes, whichever closes last.
+TEST_F(EmuTest, ImportReachesOnlyTheFileOfTheCommandFdAndTheLastCloseTakesWhatIsLeft) {
+  Open();
+  ibv_context* other = ibv_open_device(ctx_->device);
+  ASSERT_NE(other, nullptr);
+  ibv_pd* other_pd = ibv_alloc_pd(other);
+  ASSERT_NE(other_pd, nullptr);
+  const Census before = CensusOf("mlx5_0");
+  EXPECT_EQ(before.files, 2);
+
+  ibv_context* imported = ibv_import_device(fcntl(ctx_->cmd_fd, F_DUPFD_CLOEXEC, 0));
+  ASSERT_NE(imported, nullptr) << "errno " << errno;
+  EXPECT_EQ(CensusOf("mlx5_0").files, 2);  // the same file, one more context
+  errno = 0;
+  EXPECT_EQ(ibv_import_pd(imported, other_pd->handle), nullptr);  // another file's PD
+  EXPECT_EQ(errno, EINVAL);
+  ibv_pd* pd = ibv_import_pd(imported, pd_->handle);
+  ASSERT_NE(pd, nullptr);
+  EXPECT_EQ(PdnOf(pd), pdn_);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EINVAL);  // an import's handle is unimported, not destroyed
+  // A region registered through the import is the file's: the first context imports it.
+  std::vector<uint8_t> buf(2 * 4096);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_mr* seen = ibv_import_mr(pd_, mr->handle);
+  ASSERT_NE(seen, nullptr);
+  EXPECT_EQ(seen->lkey, mr->lkey);
+  EXPECT_EQ(seen->length, mr->length);
+  EXPECT_EQ(ibv_dereg_mr(seen), EINVAL);
+  ibv_unimport_mr(seen);
+  ibv_pd* other_import = ibv_import_pd(other, pd_->handle);
+  EXPECT_EQ(other_import, nullptr);  // not through another file's context
+  errno = 0;
+  EXPECT_EQ(ibv_import_mr(other_pd, mr->handle), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // An object of one file cannot be used through another's context.
+  ibv_cq* cq = ibv_create_cq(other, 4, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = 4;
+  qa.cap.max_send_sge = 1;
+  EXPECT_EQ(ibv_create_qp(pd, &qa), nullptr);
+  ASSERT_EQ(ibv_destroy_cq(cq), 0);
+  // The import leaves a queue pair and the region behind, and closes.
+  ibv_cq* own_cq = ibv_create_cq(imported, 4, nullptr, nullptr, 0);
+  ASSERT_NE(own_cq, nullptr);
+  qa.send_cq = qa.recv_cq = own_cq;
+  ASSERT_NE(ibv_create_qp(pd, &qa), nullptr);
+  ibv_unimport_pd(pd);
+  EXPECT_EQ(ibv_close_device(imported), 0);
+  Census held = CensusOf("mlx5_0");
+  EXPECT_EQ(held.qps, 1);
+  EXPECT_EQ(held.mrs, 1);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);  // they are in the first context's PD
+  // The file's last context closes: everything in it goes, the PD included.
+  EXPECT_EQ(ibv_close_device(ctx_), 0);
+  ctx_ = nullptr;
+  pd_ = nullptr;
+  held = CensusOf("mlx5_0");
+  EXPECT_EQ(held.files, 1);
+  EXPECT_EQ(held.qps, 0);
+  EXPECT_EQ(held.mrs, 0);
+  EXPECT_EQ(held.cqs, 0);
+  EXPECT_EQ(held.pds, 1);  // the other file's
+  EXPECT_EQ(ibv_dealloc_pd(other_pd), 0);
+  EXPECT_EQ(ibv_close_device(other), 0);
+  // Not a command fd: EINVAL.
+  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(null_fd), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  close(null_fd);
 }
 
 }  // namespace

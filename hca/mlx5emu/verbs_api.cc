@@ -40,7 +40,8 @@ ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned ac
   }
   constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                              IBV_ACCESS_ON_DEMAND | IBV_ACCESS_RELAXED_ORDERING;
+                              IBV_ACCESS_ON_DEMAND | IBV_ACCESS_RELAXED_ORDERING |
+                              IBV_ACCESS_MW_BIND;
   // ib_check_mr_access: remote write or atomic needs local write.
   if ((access & ~kKnown) != 0 || length == 0 ||
       ((iova ^ reinterpret_cast<uint64_t>(addr)) & 4095) != 0 ||
@@ -60,6 +61,7 @@ ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned ac
   if (!index.ok()) return Fail<ibv_mr>(absl::IsResourceExhausted(index.status()) ? ENOMEM : EINVAL);
   auto* mr = new Mr;
   mr->index = *index;
+  mr->owner = pd;
   mr->on_demand = odp;
   mr->mr.context = vpd->context;
   mr->mr.pd = vpd;
@@ -69,6 +71,7 @@ ibv_mr* RegMr(ibv_pd* vpd, void* addr, size_t length, uint64_t iova, unsigned ac
   mr->mr.lkey = mr->mr.rkey = regcache::umr::MakeKey(*index, 0);
   regcache::base::MutexLock lock(&dev->mu);
   dev->mrs[*index] = mr;
+  Own(vpd->context, &Ufile::mrs, mr);
   ++pd->users;
   return &mr->mr;
 }
@@ -121,15 +124,21 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
   pd->pdn = dev->core().AllocPd();
   pd->pd.context = context;
   pd->pd.handle = pd->pdn;
+  regcache::base::MutexLock lock(&dev->mu);
+  Own(context, &Ufile::pds, pd);
   return &pd->pd;
 }
 
+// An imported PD's handle is released with ibv_unimport_pd; the emulator refuses to destroy
+// the file's PD through it (the PD stays its allocator's).
 int ibv_dealloc_pd(ibv_pd* vpd) {
+  if (reinterpret_cast<Pd*>(vpd)->origin != nullptr) return EINVAL;
   Pd* pd = PdOf(vpd);
   Device* dev = DevOf(vpd->context);
   {
     regcache::base::MutexLock lock(&dev->mu);
     if (pd->users != 0) return EBUSY;
+    Disown(vpd->context, &Ufile::pds, pd);
   }
   (void)dev->core().DeallocPd(pd->pdn);
   delete pd;
@@ -167,14 +176,17 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* vpd, uint64_t offset, size_t length, uint64_t 
   return vmr;
 }
 
+// As for PDs, an imported region's handle is released with ibv_unimport_mr.
 int ibv_dereg_mr(ibv_mr* vmr) {
   Mr* mr = reinterpret_cast<Mr*>(vmr);
+  if (mr->imported) return EINVAL;
   Device* dev = DevOf(vmr->context);
   if (!dev->core().DestroyMkey(mr->index).ok()) return EINVAL;
   {
     regcache::base::MutexLock lock(&dev->mu);
     dev->mrs.erase(mr->index);
-    --PdOf(vmr->pd)->users;
+    Disown(vmr->context, &Ufile::mrs, mr);
+    --mr->owner->users;
   }
   delete mr;
   return 0;
@@ -189,6 +201,8 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   }
   Cq* cq = NewCq(dev, context, cqe).release();
   cq->cq.cq_context = cq_context;
+  regcache::base::MutexLock lock(&dev->mu);
+  Own(context, &Ufile::cqs, cq);
   return &cq->cq;
 }
 
@@ -200,6 +214,7 @@ int ibv_destroy_cq(ibv_cq* vcq) {
     for (const auto& [qpn, qp] : dev->qps) {
       if (qp->send_cq == cq || qp->qp.recv_cq == vcq) return EBUSY;
     }
+    Disown(vcq->context, &Ufile::cqs, cq);
   }
   delete cq;
   return 0;
@@ -241,12 +256,54 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 
 void ibv_ack_async_event(ibv_async_event*) {}
 
-// Importing needs a kernel context shared between processes, which the emulator does not
-// have: the mlx5 provider's answer where the kernel cannot (EOPNOTSUPP).
-ibv_context* ibv_import_device(int) { return Fail<ibv_context>(EOPNOTSUPP); }
-ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return Fail<ibv_pd>(EOPNOTSUPP); }
-void ibv_unimport_pd(ibv_pd*) {}
-ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return Fail<ibv_mr>(EOPNOTSUPP); }
-void ibv_unimport_mr(ibv_mr*) {}
+// Importing (rdma-core's ibv_import_device / ibv_import_pd / ibv_import_mr): a context on the
+// file the command fd belongs to, and handles of that file's PDs and regions; a handle of any
+// other file is unknown there (EINVAL, as uverbs' lookup by handle). Within this process only.
+ibv_context* ibv_import_device(int cmd_fd) { return ImportContext(cmd_fd); }
+
+ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  Device* dev = DevOf(context);
+  if (dev->fatal()) return Fail<ibv_pd>(EIO);
+  regcache::base::MutexLock lock(&dev->mu);
+  for (Pd* pd : FileOf(context)->pds) {
+    if (pd->pd.handle != pd_handle) continue;
+    auto* imported = new Pd;
+    imported->pd = pd->pd;
+    imported->pd.context = context;
+    imported->pdn = pd->pdn;
+    imported->origin = pd;
+    return &imported->pd;
+  }
+  return Fail<ibv_pd>(EINVAL);
+}
+
+void ibv_unimport_pd(ibv_pd* pd) {
+  if (pd != nullptr && reinterpret_cast<Pd*>(pd)->origin != nullptr) {
+    delete reinterpret_cast<Pd*>(pd);
+  }
+}
+
+ibv_mr* ibv_import_mr(ibv_pd* vpd, uint32_t mr_handle) {
+  Device* dev = DevOf(vpd->context);
+  if (dev->fatal()) return Fail<ibv_mr>(EIO);
+  regcache::base::MutexLock lock(&dev->mu);
+  for (Mr* mr : FileOf(vpd->context)->mrs) {
+    if (mr->mr.handle != mr_handle) continue;
+    auto* imported = new Mr;
+    imported->mr = mr->mr;
+    imported->mr.context = vpd->context;
+    imported->mr.pd = vpd;
+    imported->index = mr->index;
+    imported->owner = mr->owner;
+    imported->imported = true;
+    imported->on_demand = mr->on_demand;
+    return &imported->mr;
+  }
+  return Fail<ibv_mr>(EINVAL);
+}
+
+void ibv_unimport_mr(ibv_mr* mr) {
+  if (mr != nullptr && reinterpret_cast<Mr*>(mr)->imported) delete reinterpret_cast<Mr*>(mr);
+}
 
 }  // extern "C"

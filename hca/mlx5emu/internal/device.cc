@@ -312,4 +312,21 @@ sim::SimStats* StatsOf(absl::string_view name) {
   return nullptr;
 }
 
+Census CensusOf(absl::string_view name) {
+  Census c;
+  for (Device* d : Devices()) {
+    if (d->name() != name) continue;
+    base::MutexLock lock(&d->mu);
+    c.contexts = static_cast<int>(d->contexts.size());
+    c.files = static_cast<int>(d->files.size());
+    for (const Ufile* f : d->files) {
+      c.pds += static_cast<int>(f->pds.size());
+      c.mrs += static_cast<int>(f->mrs.size());
+      c.cqs += static_cast<int>(f->cqs.size());
+      c.qps += static_cast<int>(f->qps.size());
+    }
+  }
+  return c;
+}
+
 }  // namespace regcache::hca::mlx5emu

@@ -21,6 +21,7 @@
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -75,11 +76,35 @@ struct Options {
 
 class Device;
 class Port;
+struct Context;
+struct Pd;
+struct Mr;
+struct Cq;
+struct Qp;
+
+// The kernel's uverbs file behind a context's command fd (ib_uverbs_file). The context that
+// opened it and every context imported from a duplicate of its command fd (ibv_import_device)
+// share it; every PD, memory region, CQ and queue pair made through any of them is the file's,
+// and only the file's handles can be imported through it. When its last context closes, the
+// file destroys what is left in it, whoever made it (the kernel's uverbs_destroy_ufile_hw).
+// Guarded by the device's mutex.
+struct Ufile {
+  dev_t st_dev = 0;  // of the memfd whose duplicates are its command fds
+  ino_t st_ino = 0;
+  int open = 0;                    // contexts open on it
+  std::vector<Context*> contexts;  // every one, freed with the file (objects point at them)
+  std::set<Pd*> pds;
+  std::set<Mr*> mrs;
+  std::set<Cq*> cqs;
+  std::set<Qp*> qps;
+};
 
 struct Context {
   verbs_context vctx{};  // ibv_context = &vctx.context
   Device* dev = nullptr;
+  Ufile* file = nullptr;
   bool devx = false;  // opened by mlx5dv_open_device with MLX5DV_CONTEXT_FLAGS_DEVX
+  bool closed = false;
   base::UniqueFd cmd_fd;
   // An eventfd, blocking unless the caller sets O_NONBLOCK (as the kernel's async file): it
   // counts the events queued for ibv_get_async_event.
@@ -91,11 +116,17 @@ struct Pd {
   ibv_pd pd{};
   uint32_t pdn = 0;
   int users = 0;  // MRs, QPs, mkeys: dealloc is EBUSY while any remain (Device::mu)
+  // An imported PD (ibv_import_pd): only this process's handle for `origin`, the file's PD.
+  Pd* origin = nullptr;
 };
 
 struct Mr {
   ibv_mr mr{};
   uint32_t index = 0;
+  Pd* owner = nullptr;  // the PD it was registered in (the file's, never an import's handle)
+  // An imported region (ibv_import_mr): a copy of the file's region's handle, freed by
+  // ibv_unimport_mr; the region stays its registrant's.
+  bool imported = false;
   bool on_demand = false;
   // ibv_reg_dmabuf_mr: the exporter's memory, mapped to play the device's DMA into it.
   std::unique_ptr<DmabufMapping> dmabuf;
@@ -209,6 +240,7 @@ class Device {
   std::set<uint32_t> devx_mkeys ABSL_GUARDED_BY(mu);  // indices made by DevX CREATE_MKEY
   std::map<uint32_t, Mr*> mrs ABSL_GUARDED_BY(mu);    // by key index
   std::set<Context*> contexts ABSL_GUARDED_BY(mu);    // open ones: Kill queues their events
+  std::set<Ufile*> files ABSL_GUARDED_BY(mu);         // with at least one context open
   uint32_t next_qpn ABSL_GUARDED_BY(mu) = 0x100;
   uint32_t next_cqn ABSL_GUARDED_BY(mu) = 0x40;
   Port* port ABSL_GUARDED_BY(mu) = nullptr;  // on the fabric once a queue pair is (never freed)

@@ -3,11 +3,15 @@
 #include <endian.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "hca/sim/sim_core.h"
@@ -60,7 +64,7 @@ int OpAdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge*
       base::MutexLock lock(&dev->mu);
       auto it = dev->mrs.find(KeyIndex(sg[i].lkey));
       // The kernel prefetches only on-demand regions of this PD (else ENOENT).
-      if (it == dev->mrs.end() || !it->second->on_demand || it->second->mr.pd != pd ||
+      if (it == dev->mrs.end() || !it->second->on_demand || it->second->owner != PdOf(pd) ||
           it->second->mr.lkey != sg[i].lkey) {
         return ENOENT;
       }
@@ -84,20 +88,14 @@ int OpQueryPort(ibv_context* c, uint8_t port, ibv_port_attr* a, size_t len) {
 Context* CtxOf(ibv_context* c) { return reinterpret_cast<Context*>(verbs_get_ctx(c)); }
 Device* DevOf(ibv_context* c) { return CtxOf(c)->dev; }
 
-ibv_context* OpenContext(ibv_device* device, bool devx) {
-  Device* dev = DeviceOf(device);
-  if (dev == nullptr) {
-    errno = ENODEV;
-    return nullptr;
-  }
-  if (dev->fatal()) {
-    errno = EIO;
-    return nullptr;
-  }
+namespace {
+
+// A context on `file` (a new one when null), whose command fd is `cmd_fd`.
+ibv_context* NewContext(Device* dev, Ufile* file, bool devx, base::UniqueFd cmd_fd) {
   auto* c = new Context;
   c->dev = dev;
   c->devx = devx && dev->options().devx;
-  c->cmd_fd = base::UniqueFd(open("/dev/null", O_RDWR | O_CLOEXEC));
+  c->cmd_fd = std::move(cmd_fd);
   c->async_fd = base::UniqueFd(eventfd(0, EFD_CLOEXEC));
   verbs_context& v = c->vctx;
   v.sz = sizeof(verbs_context);
@@ -105,7 +103,7 @@ ibv_context* OpenContext(ibv_device* device, bool devx) {
   v.query_port = OpQueryPort;
   v.advise_mr = OpAdviseMr;
   ibv_context& ctx = v.context;
-  ctx.device = device;
+  ctx.device = dev->ibv();
   ctx.cmd_fd = c->cmd_fd.get();
   ctx.async_fd = c->async_fd.get();
   ctx.num_comp_vectors = 1;
@@ -118,22 +116,114 @@ ibv_context* OpenContext(ibv_device* device, bool devx) {
   ctx.ops.bind_mw = OpBindMw;
   ctx.ops.dealloc_mw = OpDeallocMw;  // alloc_mw stays null: no memory windows (EOPNOTSUPP)
   dev->open_contexts.fetch_add(1);
-  {
-    base::MutexLock lock(&dev->mu);
-    dev->contexts.insert(c);
+  base::MutexLock lock(&dev->mu);
+  if (file == nullptr) {
+    file = new Ufile;
+    struct stat st {};
+    if (fstat(c->cmd_fd.get(), &st) == 0) {
+      file->st_dev = st.st_dev;
+      file->st_ino = st.st_ino;
+    }
+    dev->files.insert(file);
   }
+  c->file = file;
+  ++file->open;
+  file->contexts.push_back(c);
+  dev->contexts.insert(c);
   return &ctx;
+}
+
+template <typename T>
+std::vector<T*> Take(std::set<T*>& s) {
+  std::vector<T*> out(s.begin(), s.end());
+  s.clear();
+  return out;
+}
+
+}  // namespace
+
+ibv_context* OpenContext(ibv_device* device, bool devx) {
+  Device* dev = DeviceOf(device);
+  if (dev == nullptr) {
+    errno = ENODEV;
+    return nullptr;
+  }
+  if (dev->fatal()) {
+    errno = EIO;
+    return nullptr;
+  }
+  // A memfd: each file's inode is its own, so an imported duplicate names exactly this file.
+  base::UniqueFd cmd(memfd_create("mlx5emu-uverbs", MFD_CLOEXEC));
+  if (!cmd) return nullptr;
+  return NewContext(dev, nullptr, devx, std::move(cmd));
+}
+
+ibv_context* ImportContext(int cmd_fd) {
+  struct stat st {};
+  if (cmd_fd < 0 || fstat(cmd_fd, &st) != 0) {
+    errno = EBADF;
+    return nullptr;
+  }
+  for (Device* dev : Devices()) {
+    Ufile* file = nullptr;
+    {
+      base::MutexLock lock(&dev->mu);
+      for (Ufile* f : dev->files) {
+        if (f->st_dev == st.st_dev && f->st_ino == st.st_ino) file = f;
+      }
+    }
+    if (file == nullptr) continue;
+    if (dev->fatal()) {
+      errno = EIO;
+      return nullptr;
+    }
+    return NewContext(dev, file, false, base::UniqueFd(cmd_fd));
+  }
+  // Another process's emulated device cannot reach this process's memory, nor it that one's.
+  char link[64] = {};
+  const std::string path = absl::StrFormat("/proc/self/fd/%d", cmd_fd);
+  const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  errno = n > 0 && std::strstr(link, "mlx5emu-uverbs") != nullptr ? EOPNOTSUPP : EINVAL;
+  return nullptr;
 }
 
 int CloseContext(ibv_context* context) {
   Context* c = CtxOf(context);
+  Device* dev = c->dev;
+  Ufile* file = c->file;
   {
-    base::MutexLock lock(&c->dev->mu);
-    c->dev->contexts.erase(c);
+    base::MutexLock lock(&dev->mu);
+    if (c->closed) return EINVAL;
+    c->closed = true;
+    dev->contexts.erase(c);
+    if (--file->open > 0) {
+      dev->open_contexts.fetch_sub(1);
+      return 0;  // the file, and this context's memory, live on with the others
+    }
+    dev->files.erase(file);
   }
-  c->dev->open_contexts.fetch_sub(1);
-  pthread_mutex_destroy(&context->mutex);
-  delete c;
+  // The file's last context: what is left in it goes, queue pairs first, PDs last.
+  std::vector<Qp*> qps;
+  std::vector<Mr*> mrs;
+  std::vector<Cq*> cqs;
+  std::vector<Pd*> pds;
+  {
+    base::MutexLock lock(&dev->mu);
+    qps = Take(file->qps);
+    mrs = Take(file->mrs);
+    cqs = Take(file->cqs);
+    pds = Take(file->pds);
+  }
+  for (Qp* qp : qps) (void)DestroyQp(&qp->qp);
+  for (Mr* mr : mrs) (void)ibv_dereg_mr(&mr->mr);
+  for (Cq* cq : cqs) (void)ibv_destroy_cq(&cq->cq);
+  for (Pd* pd : pds) (void)ibv_dealloc_pd(&pd->pd);
+  for (Context* each : file->contexts) {
+    pthread_mutex_destroy(&each->vctx.context.mutex);
+    delete each;
+  }
+  delete file;
+  dev->open_contexts.fetch_sub(1);
   return 0;
 }
 
@@ -219,9 +309,12 @@ ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& a, bo
   Device* dev = DevOf(context);
   if (dev->fatal()) return FailQp(EIO);
   if (a.qp_type != IBV_QPT_RC) return FailQp(EOPNOTSUPP);
+  // Every object named must be of the context's file (uverbs finds them by handle there).
   if (pd == nullptr || a.send_cq == nullptr || a.recv_cq == nullptr || a.srq != nullptr ||
-      a.cap.max_send_wr == 0 || a.cap.max_send_wr > dev->image().max_qp_wr ||
-      a.cap.max_send_sge > 30 || a.cap.max_recv_wr > dev->image().max_qp_wr) {
+      FileOf(pd->context) != FileOf(context) || FileOf(a.send_cq->context) != FileOf(context) ||
+      FileOf(a.recv_cq->context) != FileOf(context) || a.cap.max_send_wr == 0 ||
+      a.cap.max_send_wr > dev->image().max_qp_wr || a.cap.max_send_sge > 30 ||
+      a.cap.max_recv_wr > dev->image().max_qp_wr) {
     return FailQp(EINVAL);
   }
   auto* qp = new Qp;
@@ -250,6 +343,7 @@ ibv_qp* CreateQp(ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr& a, bo
   base::MutexLock lock(&dev->mu);
   qp->qp.qp_num = qp->qp.handle = dev->next_qpn++;
   dev->qps[qp->qp.qp_num] = qp;
+  Own(context, &Ufile::qps, qp);
   ++qp->pd->users;
   return &qp->qp;
 }
@@ -260,6 +354,7 @@ int DestroyQp(ibv_qp* vqp) {
   {
     base::MutexLock lock(&dev->mu);  // waits for the device thread's pass over it
     dev->qps.erase(vqp->qp_num);
+    Disown(vqp->context, &Ufile::qps, qp);
     --qp->pd->users;
   }
   delete qp;

@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <set>
 
 #include "hca/mlx5emu/internal/emu.h"
 
@@ -16,12 +17,32 @@ namespace regcache::hca::mlx5emu {
 
 Context* CtxOf(ibv_context* c);
 Device* DevOf(ibv_context* c);
-inline Pd* PdOf(ibv_pd* pd) { return reinterpret_cast<Pd*>(pd); }
+// The PD a handle names: the file's own, also through an imported handle.
+inline Pd* PdOf(ibv_pd* pd) {
+  Pd* p = reinterpret_cast<Pd*>(pd);
+  return p->origin != nullptr ? p->origin : p;
+}
+inline Ufile* FileOf(ibv_context* c) { return CtxOf(c)->file; }
 
-// A context on `device` (null and errno for a device the emulator did not give out). `devx`:
-// opened with MLX5DV_CONTEXT_FLAGS_DEVX.
+// A context on `device` (null and errno for a device the emulator did not give out), on a new
+// uverbs file. `devx`: opened with MLX5DV_CONTEXT_FLAGS_DEVX.
 ibv_context* OpenContext(ibv_device* device, bool devx);
+// ibv_import_device: a context on the file `cmd_fd` is a command fd of (its duplicate), which
+// it then owns. EOPNOTSUPP for another process's file (the emulated devices live in one
+// process), EINVAL for a descriptor that is no command fd.
+ibv_context* ImportContext(int cmd_fd);
+// Closes the context; the file's last destroys what is left in it and frees every context.
 int CloseContext(ibv_context* context);
+// The file's objects made through `context`: recorded when made, forgotten when destroyed
+// (REQUIRES dev->mu).
+template <typename T>
+void Own(ibv_context* context, std::set<T*> Ufile::*set, T* object) {
+  (FileOf(context)->*set).insert(object);
+}
+template <typename T>
+void Disown(ibv_context* context, std::set<T*> Ufile::*set, T* object) {
+  (FileOf(context)->*set).erase(object);
+}
 
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input,
                   ibv_device_attr_ex* attr, size_t attr_size);
