@@ -242,10 +242,21 @@ regcache_code_t regcache_connect(const char* socket_dir, const regcache_options_
 
 regcache_code_t regcache_connect_device(const char* socket_dir, const regcache_options_t* options,
                                         const char* device, regcache_client_t** out) {
+  return regcache_connect_ex(socket_dir, options, device, 0, out);
+}
+
+regcache_code_t regcache_connect_ex(const char* socket_dir, const regcache_options_t* options,
+                                    const char* device, uint32_t flags, regcache_client_t** out) {
   return Guard([&] {
     if (socket_dir == nullptr) return Invalid("socket_dir");
     if (out == nullptr) return Invalid("out");
+    if (const uint32_t unknown = flags & ~uint32_t{REGCACHE_CONNECT_OWN_DEVICE_CONTEXT}) {
+      char why[80];
+      std::snprintf(why, sizeof(why), "regcache_connect_ex: unknown flags 0x%x", unknown);
+      return SetError(REGCACHE_INVALID_ARGUMENT, why);
+    }
     rc::ClientOptions opts;
+    opts.own_device_context = (flags & REGCACHE_CONNECT_OWN_DEVICE_CONTEXT) != 0;
     if (options != nullptr) {
       if (options->call_timeout_ms != 0) {
         opts.call_timeout = absl::Milliseconds(options->call_timeout_ms);

@@ -132,6 +132,14 @@ static void TestConnectErrors(void) {
   CHECK(dev.gid[0] == 0xfe && dev.gid[1] == 0x80);
   regcache_close(c);
   c = NULL;
+  /* A device context of the session's own: unknown flags are refused, and the sim cannot. */
+  CHECK_CODE(regcache_connect_ex(dir, NULL, NULL, 5, &c), REGCACHE_INVALID_ARGUMENT, "0x4");
+  CHECK_CODE(regcache_connect_ex(dir, NULL, NULL, REGCACHE_CONNECT_OWN_DEVICE_CONTEXT, &c),
+             REGCACHE_UNIMPLEMENTED, "cannot give a session");
+  CHECK(c == NULL);
+  CHECK(regcache_connect_ex(dir, NULL, "sim0", 0, &c) == REGCACHE_OK);
+  regcache_close(c);
+  c = NULL;
 }
 
 /* Every call refuses a NULL client and a NULL output pointer. */

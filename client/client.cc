@@ -345,7 +345,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   // Open names the session's device; the daemon answers Welcome, or Error when it refused.
   protocol::OpenMsg open =
       protocol::MakeControlMessage<protocol::OpenMsg>(protocol::ControlType::kOpen);
-  open.flags = options.observer ? protocol::kOpenObserver : 0;
+  open.flags = (options.observer ? protocol::kOpenObserver : 0) |
+               (options.own_device_context ? protocol::kOpenOwnContext : 0);
   absl::Status sent = protocol::SetDeviceName(options.device, open.device);
   if (sent.ok()) sent = protocol::SendControlMessage(fd.get(), &open, sizeof(open), -1);
   if (!sent.ok()) {

@@ -237,7 +237,7 @@ struct PdExport {
 // on that process's imported context), as that process describes it. The device checks what it
 // can see (that the handle names a region, and its length); the address it must take on trust.
 struct ImportedRegion {
-  uint32_t handle = 0;  // ibv_mr::handle in the shared context
+  uint32_t handle = 0;  // ibv_mr::handle in the device context both processes share
   uint64_t iova = 0;    // the region's first address (ibv_mr::addr, or the dma-buf's iova)
   uint64_t length = 0;  // ibv_mr::length; must be the device's length of the region
   // What keys over it may grant (local read is added); the region must have been registered
@@ -545,7 +545,7 @@ class Device {
 
   // What another process needs to import `pd`: a new duplicate of the device's command fd (the
   // caller owns it) and the PD's handle. Whoever holds the fd reaches every verbs object of the
-  // device context by handle, not only this PD: hand it to trusted processes only.
+  // device context by handle, not only this PD (so the daemon opens one per exporting session).
   // kFailedPrecondition for an unknown PD; kUnimplemented without pd_export; errno-based errors.
   virtual absl::StatusOr<PdExport> ExportPd(Pd pd);
 

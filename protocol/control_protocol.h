@@ -50,12 +50,13 @@
 //                       gRPC AllocateMemory, sent on the caller's session before the RPC returns.
 //   client -> ImportFd  {nonce, offset, length} + one fd: memory the client brings (a sealable
 //                       memfd, which the daemon maps; or a dma-buf, which it keeps unmapped and
-//                       the device registers by descriptor; hugetlbfs files cannot be sealed and
-//                       are refused).
+//                       the device registers by descriptor; a file of a hugetlbfs mount, which
+//                       cannot be sealed, only where the device is not the sim).
 //                       daemon -> Imported{nonce, memory id} or Error{nonce, ...}.
 //   client -> ExportPd  {nonce}: the session's PD for this process to import
-//                       (docs/client_memory.md). daemon -> PdExport{nonce, pd handle} + one fd
-//                       (the device context's command fd, for ibv_import_device) or
+//                       (docs/client_memory.md; the session opened with kOpenOwnContext).
+//                       daemon -> PdExport{nonce, pd handle} + one fd (the command fd of the
+//                       session's own device context, for ibv_import_device) or
 //                       Error{nonce, ...}.
 //   client -> AttachRegion {nonce, mr handle, region, range, access}: a region this process
 //                       registered in that PD attached as the session's memory.
@@ -90,7 +91,10 @@ inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
 inline constexpr uint16_t kControlVersion = 4;
 // OpenMsg::flags.
 inline constexpr uint32_t kOpenObserver = 1;  // a read-only observer, not a session
-inline constexpr uint32_t kOpenKnownFlags = kOpenObserver;
+// A session with a device context of its own (Daemon::OpenSession's own_context), whose PD
+// ExportPd can hand out. A daemon that predates it refuses it as an unknown bit.
+inline constexpr uint32_t kOpenOwnContext = 2;
+inline constexpr uint32_t kOpenKnownFlags = kOpenObserver | kOpenOwnContext;
 // How long a new connection may take to send its Open.
 inline constexpr absl::Duration kOpenTimeout = absl::Seconds(10);
 // Device names in Open and Welcome: NUL-padded, at most this many bytes.

@@ -181,9 +181,11 @@ class ControlServerImpl final : public ControlServer {
       } else if (open.reserved != 0 || (open.flags & ~protocol::kOpenKnownFlags) != 0) {
         grant = absl::InvalidArgumentError("Open: reserved field or unknown flags are not 0");
       } else if ((open.flags & protocol::kOpenObserver) != 0) {
-        grant = daemon_->OpenObserver(peer, *device);
+        grant = (open.flags & protocol::kOpenOwnContext) != 0
+                    ? absl::InvalidArgumentError("Open: an observer has no device context")
+                    : daemon_->OpenObserver(peer, *device);
       } else {
-        grant = daemon_->OpenSession(peer, *device);
+        grant = daemon_->OpenSession(peer, *device, (open.flags & protocol::kOpenOwnContext) != 0);
       }
     }
     if (!grant.ok()) {

@@ -85,8 +85,8 @@ ABSL_FLAG(uint64_t, device_translation_entries, 0,
 ABSL_FLAG(uint32_t, max_endpoints, 16,
           "target endpoints (RC queue pairs, docs/endpoints.md) per session (0: unlimited)");
 ABSL_FLAG(bool, allow_pd_export, false,
-          "let clients import their session's PD (docs/client_memory.md); the exported command "
-          "fd reaches every verbs object of the device context: trusted clients only");
+          "let sessions open with a device context of their own and import its PD "
+          "(docs/client_memory.md): one more device context per such session");
 ABSL_FLAG(bool, peer_on_any_device, false,
           "serve the peer data path (SimPeerService) on every device, through its own requester "
           "queue pair: for tests of a device backend; --device=sim always serves it");

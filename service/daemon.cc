@@ -73,8 +73,8 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
-                                           absl::string_view device) override;
+  absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer, absl::string_view device,
+                                           bool own_context) override;
   absl::StatusOr<SessionGrant> OpenObserver(const PeerCredentials& peer,
                                             absl::string_view device) override {
     if (absl::Status may = access_.CheckMayOpenSession(peer); !may.ok()) {
@@ -258,7 +258,7 @@ absl::StatusOr<std::unique_ptr<SessionRef>> DaemonImpl::Pin(SessionId id) {
 }
 
 absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer,
-                                                     absl::string_view device) {
+                                                     absl::string_view device, bool own_context) {
   if (draining()) return RefuseSession(peer, Draining());
   if (absl::Status may = access_.CheckMayOpenSession(peer); !may.ok()) {
     return RefuseSession(peer, may);
@@ -266,15 +266,16 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   if (sessions_.size() >= config_.max_sessions) {
     return RefuseSession(peer, internal::SessionLimitReached(config_.max_sessions, ""));
   }
-  absl::StatusOr<internal::DeviceSlot*> slot = devices_->Find(device);
-  if (slot.ok() && config_.max_sessions_per_device != 0 &&
-      (*slot)->sessions.load() >= config_.max_sessions_per_device) {
-    slot = internal::SessionLimitReached(config_.max_sessions_per_device, (*slot)->name());
-  }
-  if (slot.ok() && !(*slot)->device->Health().ok()) slot = (*slot)->Failed();
+  absl::StatusOr<internal::DeviceSlot*> slot =
+      devices_->FindForSession(device, config_.max_sessions_per_device);
   if (!slot.ok()) return RefuseSession(peer, slot.status());
   auto s = std::make_shared<Session>();
   s->device = *slot;
+  if (own_context) {
+    auto own = internal::OpenOwnContext(**slot, config_, &draining_);
+    if (!own.ok()) return RefuseSession(peer, own.status());
+    s->device = (s->own_device = *std::move(own)).get();
+  }
   s->peer = peer;
   s->admin = access_.IsAdmin(peer);
   s->opened = absl::Now();
@@ -309,7 +310,7 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   grant.ring_channels = s->shm->channels();
   grant.grant_slots = s->shm->slots();
   grant.device = s->device->Identity();
-  s->device->sessions.fetch_add(1);
+  s->device->Home().sessions.fetch_add(1);
   stats_.sessions_opened.Inc();
   stats_.sessions_open.Add();
   RC_LOG(INFO) << "session " << grant.id << " opened: pid " << peer.pid << " uid " << peer.uid
@@ -356,7 +357,7 @@ absl::Status DaemonImpl::CloseLocked(Session& s) {
   }
   // Every key through the lifecycle, every backing deregistered, the PD freed.
   absl::Status closed = s.device->cache->CloseTenant(s.tenant);
-  s.device->sessions.fetch_sub(1);
+  s.device->Home().sessions.fetch_sub(1);
   if (!closed.ok()) first = closed;
   // Only now — after the device confirmed every invalidation — is the memory unmapped.
   {

@@ -108,9 +108,13 @@ class Daemon {
   // kResourceExhausted past max_sessions; errno-based errors creating the shared files or the
   // worker. The session lives on the device named `device` (empty: the first device).
   // kNotFound for a device the daemon does not serve (the message lists those it does);
-  // kResourceExhausted past max_sessions_per_device on that device too.
+  // kResourceExhausted past max_sessions_per_device on that device too. `own_context`: the
+  // session gets a device context of its own (internal/device_set.h OpenOwnContext), which
+  // ExportPd and AttachRegion need; kPermissionDenied without DaemonConfig::allow_pd_export,
+  // kUnimplemented on a device that cannot export a PD.
   virtual absl::StatusOr<SessionGrant> OpenSession(const PeerCredentials& peer,
-                                                   absl::string_view device = {}) = 0;
+                                                   absl::string_view device = {},
+                                                   bool own_context = false) = 0;
   // An observer (service/internal/observers.h): a token for the read-only calls only — Status,
   // Stats (Usage answers an empty usage), Sessions (with admin, decided on `peer` as for a
   // session), ListKeys / ListEndpoints / ListMemory (empty for the observer itself; another
@@ -162,9 +166,11 @@ class Daemon {
 
   // --- Clients' own PDs and memory (docs/client_memory.md) ---
   // The session's PD for the client to import (ibv_import_device on the fd, ibv_import_pd with
-  // the handle); the fd is the caller's, to pass on (SCM_RIGHTS) and close. kUnimplemented on a
-  // device without hca::Capabilities::pd_export (the message says why);
-  // kPermissionDenied unless DaemonConfig::allow_pd_export.
+  // the handle); the fd is the caller's, to pass on (SCM_RIGHTS) and close: it reaches the
+  // session's own device context and nothing else. kUnimplemented on a device without
+  // hca::Capabilities::pd_export (the message says why); kPermissionDenied unless
+  // DaemonConfig::allow_pd_export; kFailedPrecondition for a session opened without
+  // own_context (it shares the daemon's context, which is never exported).
   virtual absl::StatusOr<hca::PdExport> ExportPd(SessionId session) = 0;
   // Attaches [region.va, +length) of a region the client registered in that PD as memory of
   // the session: Register over it then hands out keys as over any attached memory. The daemon

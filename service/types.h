@@ -88,9 +88,10 @@ struct DaemonConfig {
   // They size the session's two shared files: about 12 KiB per channel, 4 bytes per slot.
   uint32_t ring_channels = shm::kDefaultChannels;
   uint32_t grant_slots = shm::kDefaultSlots;
-  // Daemon::ExportPd answers (docs/client_memory.md). Off by default: the exported command fd
-  // reaches every verbs object of the daemon's device context, other sessions' included, so
-  // only a daemon whose clients are all trusted turns it on.
+  // Sessions may open with a device context of their own (Daemon::OpenSession's own_context),
+  // whose PD Daemon::ExportPd hands to the client (docs/client_memory.md). The exported command
+  // fd reaches only that session's verbs objects; each such session costs the daemon one more
+  // device context. Off by default.
   bool allow_pd_export = false;
   // The peer data path (service/sim_peer.h) also on devices other than the sim, through the
   // device's own requester queue pair (hca::Device::CreatePeer, in the session's PD): for tests

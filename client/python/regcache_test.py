@@ -244,6 +244,10 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(regcache.RegcacheError) as e:
             self.client.import_pd()
         self.assertEqual(e.exception.code, regcache.UNIMPLEMENTED)
+        # A session of its own device context is refused at connect, saying why.
+        e = self.assertCode(regcache.UNIMPLEMENTED, regcache.Client, self.daemon.dir,
+                            own_device_context=True)
+        self.assertIn("cannot give a session", e.message)
         with self.assertRaises(regcache.RegcacheError) as e:
             self.client.attach_dmabuf(0, 0, 4096, 0x10000)  # fd 0 is no dma-buf
         self.assertEqual(e.exception.code, regcache.INVALID_ARGUMENT)

@@ -270,7 +270,7 @@ absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
     }
     if (err == ENOENT || err == EINVAL) {
       return absl::NotFoundError(absl::StrFormat(
-          "no memory region with handle %d in the shared context (ibv_import_mr: %s)",
+          "no memory region with handle %d in the session's device context (ibv_import_mr: %s)",
           region.handle, std::strerror(err)));
     }
     return ErrnoStatus(err, absl::StrFormat("ibv_import_mr of handle %d", region.handle));

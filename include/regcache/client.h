@@ -16,8 +16,9 @@
 // the key calls (Register, Window, Release, Invalidate, Prefetch, Query) travel over them.
 // Memory is shareable memory: AllocateMemory receives the daemon's memfd over the control
 // socket, maps it MAP_SHARED here and attaches it at that address; AttachFd sends a memfd of the
-// caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; hugetlbfs files
-// cannot be sealed and are refused). Registrations use this process's own virtual addresses.
+// caller's (created with MFD_ALLOW_SEALING: the daemon seals it against shrinking; a file of a
+// hugetlbfs mount cannot be sealed, and is taken only where the daemon's device is not the sim).
+// Registrations use this process's own virtual addresses.
 //
 // Errors are canonical absl::Status codes, listed at class Client and with each method. Where one
 // code has several causes the daemon names the cause: ErrorReason(status) ("KEY_QUOTA_EXCEEDED",
@@ -115,6 +116,13 @@ struct ClientOptions {
   // enforces each key's range (DeviceInfo::key_range_enforced). Default false: such a device is
   // usable, and Client::device() says what holds on it.
   bool require_key_bounds = false;
+  // The session gets a device context of its own in the daemon (regcached --allow_pd_export),
+  // which ImportPd imports: its PD, keys, queues, endpoints and memory live there, so the
+  // imported context reaches this session's objects and no other's, and what this process
+  // leaves in it goes when the session ends and this process closes it. Connect fails with
+  // kPermissionDenied where the daemon does not allow it and kUnimplemented on a device that
+  // cannot export a PD. Costs the daemon one device context. Default false.
+  bool own_device_context = false;
 };
 
 // What confines a remote peer holding one of a session's rkeys (docs/key_bounds.md). Rights and
@@ -365,9 +373,10 @@ class REGCACHE_CPP_API Client {
   virtual absl::StatusOr<Memory> AllocateMemory(uint64_t length, bool hugetlb = false,
                                                 bool on_demand = false) = 0;
   // Sends `fd` (not closed; the daemon keeps its own reference), maps [offset, +length) here
-  // and attaches it. kInvalidArgument for an fd that is not a regular file (a memfd is
-  // expected) or too small for the range; kFailedPrecondition for a file whose seals the daemon
-  // cannot add; kResourceExhausted past the memory quotas, as AllocateMemory.
+  // and attaches it: a memfd, or a file of a hugetlbfs mount (ranges in whole huge pages).
+  // kInvalidArgument for an fd that is not a regular file or too small for the range;
+  // kFailedPrecondition for a file whose seals the daemon cannot add (a hugetlbfs file on the
+  // sim); kResourceExhausted past the memory quotas, as AllocateMemory.
   virtual absl::StatusOr<Memory> AttachFd(int fd, uint64_t offset, uint64_t length,
                                           bool on_demand = false) = 0;
   // Sends dma-buf `fd` (memory another driver exported: a GPU buffer through its driver's
@@ -387,15 +396,18 @@ class REGCACHE_CPP_API Client {
   virtual absl::Status DetachMemory(const Memory& memory) = 0;
 
   // --- This session's PD and memory this process registers itself (docs/client_memory.md) ---
-  // Imports the session's PD here: the daemon sends its device context's command fd and the
-  // PD's handle; ibv_import_device and ibv_import_pd make them this process's. Queue pairs,
-  // CQs and memory regions created in it are in the session's PD: the session's keys work as
-  // lkeys in their SGEs and as rkeys for their peers. Once per client: later calls return the
-  // same. The context and PD are valid until Close (which unimports them); destroy what you
-  // created in them first. Objects created in the context are the daemon's context's: they
-  // outlive this process unless destroyed. kUnimplemented when the daemon's device cannot
-  // export PDs (the message says why); kPermissionDenied when the daemon does not allow it
-  // (regcached --allow_pd_export); the import verbs' errno otherwise.
+  // Imports the session's PD here (a session of ClientOptions::own_device_context): the daemon
+  // sends the command fd of the session's own device context and the PD's handle;
+  // ibv_import_device and ibv_import_pd make them this process's. Queue pairs, CQs and memory
+  // regions created in it are in the session's PD: the session's keys work as lkeys in their
+  // SGEs and as rkeys for their peers. Once per client: later calls return the same. The
+  // context and PD are valid until Close (which unimports them); destroy what you created in
+  // them first. Objects created in the context belong to it, not to this process: they go
+  // when both the session has ended and this process closed the context (Close, or its exit).
+  // kUnimplemented when the daemon's device cannot export PDs (the message says why);
+  // kPermissionDenied when the daemon does not allow it (regcached --allow_pd_export);
+  // kFailedPrecondition for a session without own_device_context; the import verbs' errno
+  // otherwise.
   virtual absl::StatusOr<ImportedPd> ImportPd() = 0;
   // Attaches [addr, +length) of `mr`, a region this process registered in the imported PD
   // (ibv_reg_mr, ibv_reg_dmabuf_mr, ...; with IBV_ACCESS_MW_BIND where the daemon's keys are

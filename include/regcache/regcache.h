@@ -219,6 +219,22 @@ REGCACHE_API regcache_code_t regcache_connect_device(const char* socket_dir,
                                                      const regcache_options_t* options,
                                                      const char* device, regcache_client_t** out);
 
+/* regcache_connect_ex flags. */
+enum {
+  /* The session gets a device context of its own in the daemon (--allow_pd_export), which
+   * regcache_import_pd imports; see ClientOptions::own_device_context in regcache/client.h.
+   * REGCACHE_PERMISSION_DENIED where the daemon does not allow it, REGCACHE_UNIMPLEMENTED on a
+   * device that cannot export a PD. */
+  REGCACHE_CONNECT_OWN_DEVICE_CONTEXT = 1,
+};
+
+/* regcache_connect_device with REGCACHE_CONNECT_* `flags` (0: as regcache_connect_device).
+ * REGCACHE_INVALID_ARGUMENT for an unknown flag. */
+REGCACHE_API regcache_code_t regcache_connect_ex(const char* socket_dir,
+                                                 const regcache_options_t* options,
+                                                 const char* device, uint32_t flags,
+                                                 regcache_client_t** out);
+
 /* The device this client's session lives on. REGCACHE_INVALID_ARGUMENT for NULL arguments. */
 REGCACHE_API regcache_code_t regcache_device(const regcache_client_t* client,
                                              regcache_device_t* out);
@@ -263,12 +279,14 @@ struct ibv_context;
 struct ibv_pd;
 struct ibv_mr;
 
-/* Imports the session's PD: *context is the daemon's device context imported here
- * (ibv_import_device), *pd the session's PD in it (ibv_import_pd). Queue pairs and memory
- * regions created in it are in the session's PD. Once per client (later calls return the
- * same); valid until regcache_close, which unimports them: destroy what you created in them
- * first. REGCACHE_UNIMPLEMENTED when the daemon's device cannot export PDs;
- * REGCACHE_PERMISSION_DENIED when the daemon does not allow it (--allow_pd_export). */
+/* Imports the session's PD (a session opened with REGCACHE_CONNECT_OWN_DEVICE_CONTEXT):
+ * *context is the session's own device context imported here (ibv_import_device), *pd the
+ * session's PD in it (ibv_import_pd). Queue pairs and memory regions created in it are in the
+ * session's PD. Once per client (later calls return the same); valid until regcache_close,
+ * which unimports them: destroy what you created in them first. REGCACHE_UNIMPLEMENTED when
+ * the daemon's device cannot export PDs; REGCACHE_PERMISSION_DENIED when the daemon does not
+ * allow it (--allow_pd_export); REGCACHE_FAILED_PRECONDITION for a session without its own
+ * device context. */
 REGCACHE_API regcache_code_t regcache_import_pd(regcache_client_t* client,
                                                 struct ibv_context** context, struct ibv_pd** pd);
 

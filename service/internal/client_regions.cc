@@ -10,7 +10,7 @@ namespace regcache::service::internal {
 namespace {
 
 // Why the daemon does not export PDs, or OK.
-absl::Status ExportAllowed(const DaemonConfig& config, hca::Device& device) {
+absl::Status ExportAllowed(const DaemonConfig& config, const hca::Device& device) {
   const hca::Capabilities& caps = device.capabilities();
   if (!caps.pd_export) {
     return absl::UnimplementedError(absl::StrFormat(
@@ -21,7 +21,19 @@ absl::Status ExportAllowed(const DaemonConfig& config, hca::Device& device) {
   if (!config.allow_pd_export) {
     return absl::PermissionDeniedError(
         "PD export is off in this regcached (--allow_pd_export): the exported command fd "
-        "reaches every verbs object of the daemon's device context");
+        "reaches every verbs object of the device context it belongs to");
+  }
+  return absl::OkStatus();
+}
+
+// Why `s` cannot hand its PD to its client, or OK: it must live in a context of its own.
+absl::Status ExportableSession(const DaemonConfig& config, const Session& s) {
+  RETURN_IF_ERROR(ExportAllowed(config, *s.device->device));
+  if (s.own_device == nullptr) {
+    return absl::FailedPreconditionError(
+        "this session shares the daemon's device context, which is never exported: open the "
+        "session with a device context of its own (ClientOptions::own_device_context) to "
+        "import its PD");
   }
   return absl::OkStatus();
 }
@@ -33,7 +45,7 @@ absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, Sessio
   hca::Device& device = *s.device->device;
   ASSIGN_OR_RETURN(cache::TenantUsage u, cache.Usage(s.tenant));
   // Without pd_export the device's own kUnimplemented says why (e.g. the provider's EOPNOTSUPP).
-  if (device.capabilities().pd_export) RETURN_IF_ERROR(ExportAllowed(config, device));
+  if (device.capabilities().pd_export) RETURN_IF_ERROR(ExportableSession(config, s));
   ASSIGN_OR_RETURN(hca::PdExport e, device.ExportPd(u.pd));
   RC_LOG(INFO) << "session " << s.id << ": PD exported (handle " << e.pd_handle << ")";
   return e;
@@ -42,8 +54,7 @@ absl::StatusOr<hca::PdExport> ExportSessionPd(const DaemonConfig& config, Sessio
 absl::StatusOr<MemoryId> AttachClientRegion(const DaemonConfig& config, Session& s,
                                             const ClientRegion& region) {
   cache::RegCache& cache = *s.device->cache;
-  hca::Device& device = *s.device->device;
-  RETURN_IF_ERROR(ExportAllowed(config, device));
+  RETURN_IF_ERROR(ExportableSession(config, s));
   if (region.length == 0) return absl::InvalidArgumentError("attached range of length 0");
   if (region.region_length == 0) return absl::InvalidArgumentError("memory region of length 0");
   if (region.region_addr + region.region_length < region.region_addr) {

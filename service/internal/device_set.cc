@@ -11,6 +11,7 @@
 #include "base/error_reason.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "service/internal/access_policy.h"
 
 namespace regcache::service::internal {
 
@@ -112,6 +113,45 @@ absl::StatusOr<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DaemonConfig& c
     set->slots_.push_back(std::move(slot));
   }
   return set;
+}
+
+absl::StatusOr<std::shared_ptr<DeviceSlot>> OpenOwnContext(DeviceSlot& home,
+                                                           const DaemonConfig& config,
+                                                           const std::atomic<bool>* draining) {
+  const hca::Capabilities& caps = home.caps();
+  if (!caps.pd_export) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s:%s cannot give a session a device context to import (its provider has no "
+        "ibv_import_device/ibv_import_pd; see docs/client_memory.md)",
+        caps.backend, caps.device_name));
+  }
+  if (!config.allow_pd_export) {
+    return absl::PermissionDeniedError(
+        "sessions with a device context of their own are off in this regcached "
+        "(--allow_pd_export)");
+  }
+  auto slot = std::make_shared<DeviceSlot>();
+  slot->index = home.index;
+  slot->spec = home.spec;
+  slot->home = &home;
+  slot->peer_on_any_device = home.peer_on_any_device;
+  RETURN_IF_ERROR(Build(*slot, config, nullptr, draining));
+  if (slot->name() != home.name() || slot->caps().backend != caps.backend) {
+    return absl::InternalError(
+        absl::StrFormat("device spec '%s' opened %s:%s for a session's own context, not %s:%s",
+                        home.spec, slot->caps().backend, slot->name(), caps.backend, home.name()));
+  }
+  return slot;
+}
+
+absl::StatusOr<DeviceSlot*> DeviceSet::FindForSession(absl::string_view name,
+                                                      uint32_t max_sessions) const {
+  ASSIGN_OR_RETURN(DeviceSlot * slot, Find(name));
+  if (max_sessions != 0 && slot->sessions.load() >= max_sessions) {
+    return SessionLimitReached(max_sessions, slot->name());
+  }
+  if (!slot->device->Health().ok()) return slot->Failed();
+  return slot;
 }
 
 absl::StatusOr<DeviceSlot*> DeviceSet::Find(absl::string_view name) const {

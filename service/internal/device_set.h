@@ -41,6 +41,11 @@ struct DeviceSlot {
   std::unique_ptr<SessionKeys> keys;
   std::atomic<uint64_t> sessions{0};  // open on this device
   bool peer_on_any_device = false;    // DaemonConfig::peer_on_any_device
+  // A session's own device context (OpenOwnContext): the daemon's slot it was opened like, whose
+  // session count holds the session. Null for the daemon's own slots.
+  DeviceSlot* home = nullptr;
+
+  DeviceSlot& Home() { return home != nullptr ? *home : *this; }
 
   const hca::Capabilities& caps() const { return device->capabilities(); }
   // Whether the peer data path is served on this device (service/sim_peer.h): the sim's
@@ -54,6 +59,16 @@ struct DeviceSlot {
   // open on it. REQUIRES: the device has failed.
   absl::Status Failed() const;
 };
+
+// A device context of one session's own (DaemonConfig::allow_pd_export): `home`'s device opened
+// again from its spec, with a cache and fault servicer of its own and no stats in the daemon's
+// registry (the session's tenant counts its keys). What a client imports of it (ExportPd) names
+// that session's objects only, and objects the client left in it go with the context.
+// kUnimplemented where the device cannot export a PD (saying why); kPermissionDenied unless
+// allow_pd_export; kInternal if the spec opens another device; else OpenDevice's or the cache's.
+absl::StatusOr<std::shared_ptr<DeviceSlot>> OpenOwnContext(DeviceSlot& home,
+                                                           const DaemonConfig& config,
+                                                           const std::atomic<bool>* draining);
 
 // The items of a device list: split on ';', surrounding spaces trimmed. kInvalidArgument for an
 // empty list or an empty item, naming its place.
@@ -74,6 +89,9 @@ class DeviceSet {
   DeviceSlot& first() const { return *slots_.front(); }
   // The device of this name; empty: the first. kNotFound listing the devices served.
   absl::StatusOr<DeviceSlot*> Find(absl::string_view name) const;
+  // Find, for a new session: also kResourceExhausted once `max_sessions` (nonzero) are open on
+  // it, and the device's failure (DeviceSlot::Failed) when it failed.
+  absl::StatusOr<DeviceSlot*> FindForSession(absl::string_view name, uint32_t max_sessions) const;
   // Whether any device simulates a remote peer (DeviceSlot::SimulatesPeer).
   bool SimulatesPeer() const {
     for (const auto& slot : slots_) {

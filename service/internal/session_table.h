@@ -64,9 +64,12 @@ struct ClientRegionRecord {
 struct DeviceSlot;  // service/internal/device_set.h
 
 struct Session {
+  // A device context of the session's own (Daemon::OpenSession's own_context), or null. First:
+  // it goes last, after everything below that lives on it.
+  std::shared_ptr<DeviceSlot> own_device;
   SessionId id = 0;
-  // The device it lives on, set before the session is added to the table; the daemon's devices
-  // outlive every session.
+  // The device it lives on, set before the session is added to the table: own_device, or one
+  // of the daemon's devices, which outlive every session.
   DeviceSlot* device = nullptr;
   std::string token;
   PeerCredentials peer;

@@ -94,7 +94,8 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(uint64_t leng
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint64_t offset,
-                                                                   uint64_t length) {
+                                                                   uint64_t length,
+                                                                   bool unsealed_hugetlb) {
   base::UniqueFd closer(fd);
   if (fd < 0) return absl::InvalidArgumentError("no file descriptor");
   struct stat st;
@@ -117,12 +118,20 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
                         length, st.st_size));
   }
   const int seals = ::fcntl(fd, F_GET_SEALS);
+  bool sealed = true;
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "client memory cannot be sealed against shrinking (%s): pass a memfd created with "
-          "MFD_ALLOW_SEALING",
-          base::ErrnoName(errno)));
+      const int err = errno;
+      if (!hugetlb || !unsealed_hugetlb) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "client memory cannot be sealed against shrinking (%s): pass a memfd created with "
+            "MFD_ALLOW_SEALING%s",
+            base::ErrnoName(err),
+            hugetlb ? " (a file of a hugetlbfs mount, which cannot be sealed, is taken only on "
+                      "a device that reaches memory through pinned pages, not on the sim)"
+                    : ""));
+      }
+      sealed = false;
     }
   }
   // The size may have changed between fstat and the seal: check again now that it cannot shrink.
@@ -132,8 +141,10 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Import(int fd, uint6
   }
   ASSIGN_OR_RETURN(uint8_t * p, MapShared(fd, offset, length, hugetlb ? page : 0));
   const uint32_t hint = hugetlb ? Log2(page) : ShmemHint(p, offset, length);
-  return std::unique_ptr<SharedMemory>(
-      new SharedMemory(std::move(closer), p, length, hugetlb, hint));
+  auto m =
+      std::unique_ptr<SharedMemory>(new SharedMemory(std::move(closer), p, length, hugetlb, hint));
+  m->sealed_ = sealed;
+  return m;
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::ImportDmabuf(int fd, uint64_t offset,
@@ -149,7 +160,7 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::ImportDmabuf(int fd,
 
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::ImportClientFile(
     int fd, uint64_t offset, uint64_t length, const hca::Capabilities& device) {
-  if (!hca::IsDmabuf(fd)) return Import(fd, offset, length);
+  if (!hca::IsDmabuf(fd)) return Import(fd, offset, length, device.backend != "sim");
   if (!device.dmabuf) {
     ::close(fd);
     return absl::UnimplementedError(

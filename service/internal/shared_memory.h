@@ -42,9 +42,12 @@ class SharedMemory {
   // Maps [offset, offset+length) of a client's file. Takes ownership of `fd` (closed on error).
   // kInvalidArgument: not a regular file, length 0, offset or length not page aligned, the range
   // outside the file or wrapping; kFailedPrecondition: the file cannot be sealed against
-  // shrinking.
+  // shrinking — unless it is a hugetlbfs file and `unsealed_hugetlb` (a file of a hugetlbfs
+  // mount cannot be sealed: taken only where nothing in this process touches the mapping, as
+  // a device that reaches memory through pages the kernel pinned; see ImportClientFile).
   static absl::StatusOr<std::unique_ptr<SharedMemory>> Import(int fd, uint64_t offset,
-                                                              uint64_t length);
+                                                              uint64_t length,
+                                                              bool unsealed_hugetlb = false);
 
   // Keeps [offset, offset+length) of a client's dma-buf (hca/dmabuf.h), unmapped: the device
   // registers it by descriptor (hca::Device::RegisterDmabufBacking), the daemon never maps it
@@ -54,7 +57,10 @@ class SharedMemory {
                                                                     uint64_t length);
 
   // Import or ImportDmabuf, whichever kind of file `fd` is; a dma-buf only where the device
-  // registers them (kUnimplemented naming it otherwise).
+  // registers them (kUnimplemented naming it otherwise); an unsealable hugetlbfs file only where
+  // the device is not the sim (the sim plays the device with this process's loads and stores,
+  // which a client shrinking its file would turn into SIGBUS; a real device reaches the pages
+  // its registration pinned, which stay until it is deregistered).
   static absl::StatusOr<std::unique_ptr<SharedMemory>> ImportClientFile(
       int fd, uint64_t offset, uint64_t length, const hca::Capabilities& device);
 
@@ -64,6 +70,7 @@ class SharedMemory {
 
   uint8_t* data() const { return data_; }  // null for a dma-buf
   bool dmabuf() const { return dmabuf_; }
+  bool sealed() const { return sealed_; }  // the file cannot shrink (false: see Import)
   int fd() const { return fd_.get(); }
   uint64_t offset() const { return offset_; }  // into the file
   uint64_t length() const { return length_; }
@@ -90,6 +97,7 @@ class SharedMemory {
   bool hugetlb_;
   uint32_t log_page_hint_;
   bool dmabuf_ = false;
+  bool sealed_ = true;
   uint64_t offset_ = 0;
 };
 

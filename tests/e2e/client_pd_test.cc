@@ -1,7 +1,9 @@
 // Clients' own PDs and memory (docs/client_memory.md) through the whole stack — daemon, control
 // socket, client library — on the sim. The sim cannot export a PD, so two devices are used:
 //   "sim"             as shipped: every step answers kUnimplemented, saying why;
-//   "sim_pd_export"   the sim behind a device that plays the import verbs: ExportPd hands out a
+//   "sim_pd_export"   the sim behind a device that plays the import verbs (each opening of it is
+//                     one device context: a session of its own context gets one, and what is
+//                     registered in one is unknown to the others): ExportPd hands out a
 //                     duplicate of /dev/null with the PD's number as its handle, and a "client
 //                     region" is a backing the test registers itself (as a client registers
 //                     in its imported PD), whose key is its handle. ImportBacking finds it,
@@ -11,6 +13,7 @@
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -49,8 +52,11 @@ class ExportingDevice final : public hca::Device {
   explicit ExportingDevice(std::unique_ptr<hca::Device> sim) : sim_(std::move(sim)) {
     caps_ = sim_->capabilities();
     caps_.pd_export = true;
+    alive.fetch_add(1);
   }
-  static ExportingDevice* last;  // the one the daemon opened last
+  ~ExportingDevice() override { alive.fetch_sub(1); }
+  static ExportingDevice* last;   // the one the daemon opened last
+  static std::atomic<int> alive;  // contexts open: the daemon's, and one per own-context session
 
   // The client's ibv_reg_mr in its imported PD: returns the region's handle.
   uint32_t ClientRegister(hca::Pd pd, void* addr, uint64_t length) {
@@ -160,6 +166,7 @@ class ExportingDevice final : public hca::Device {
   int unimports_ ABSL_GUARDED_BY(mu_) = 0;
 };
 ExportingDevice* ExportingDevice::last = nullptr;
+std::atomic<int> ExportingDevice::alive{0};
 
 void RegisterExportingBackend() {
   hca::sim::RegisterBackend();
@@ -178,7 +185,8 @@ void RegisterExportingBackend() {
 // A daemon in this process with its control socket and gRPC service, and one client.
 class ClientPdTest : public ::testing::Test {
  protected:
-  void Start(const std::string& device, bool allow) {
+  // A daemon on `device` and a client with a device context of its own (`own`).
+  void Start(const std::string& device, bool allow, bool own = true) {
     RegisterExportingBackend();
     service::DaemonConfig config;
     config.device = device;
@@ -197,9 +205,14 @@ class ClientPdTest : public ::testing::Test {
     auto grpc = GrpcServer::Start(daemon_.get(), control_.get(), go);
     ASSERT_TRUE(grpc.ok()) << grpc.status();
     grpc_ = std::move(*grpc);
-    auto c = Client::Connect(dir_);
+    auto c = Client::Connect(dir_, Own(own));
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
+  }
+  static ClientOptions Own(bool own) {
+    ClientOptions o;
+    o.own_device_context = own;
+    return o;
   }
   void TearDown() override {
     client_.reset();
@@ -231,7 +244,11 @@ class ClientPdTest : public ::testing::Test {
 };
 
 TEST_F(ClientPdTest, TheSimSaysItCannotExportThroughEveryLayer) {
-  Start("sim", /*allow=*/true);
+  Start("sim", /*allow=*/true, /*own=*/false);
+  absl::StatusOr<std::unique_ptr<Client>> own = Client::Connect(dir_, Own(true));
+  ASSERT_THAT(own, StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_NE(own.status().message().find("cannot give a session"), std::string::npos)
+      << own.status();
   absl::Status daemon_side = daemon_->ExportPd(client_->session_id()).status();
   EXPECT_THAT(daemon_side, StatusIs(absl::StatusCode::kUnimplemented)) << daemon_side;
   absl::StatusOr<ImportedPd> pd = client_->ImportPd();
@@ -248,7 +265,9 @@ TEST_F(ClientPdTest, TheSimSaysItCannotExportThroughEveryLayer) {
 }
 
 TEST_F(ClientPdTest, ExportIsOffUnlessTheDaemonAllowsIt) {
-  Start("sim_pd_export", /*allow=*/false);
+  Start("sim_pd_export", /*allow=*/false, /*own=*/false);
+  EXPECT_THAT(Client::Connect(dir_, Own(true)), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(ExportingDevice::alive.load(), 1);  // no context was opened for it
   EXPECT_THAT(client_->ImportPd(), StatusIs(absl::StatusCode::kPermissionDenied));
   std::vector<uint8_t> buf(kPage);
   const uint32_t h = ExportingDevice::last->ClientRegister(SessionPd(), buf.data(), buf.size());
@@ -335,15 +354,21 @@ TEST_F(ClientPdTest, EveryFieldIsCheckedAndAFailureLosesNothing) {
   EXPECT_EQ(
       code(FakeMr(h, reinterpret_cast<void*>(~uint64_t{0} - kPage), buf.size()), nullptr, 0, kRw),
       absl::StatusCode::kInvalidArgument);  // wraps
-  // Another session's region is another PD's: refused.
-  auto other = Client::Connect(dir_);
+  // Another session's region is in another context: unknown in this one.
+  auto other = Client::Connect(dir_, Own(true));
   ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_NE(ExportingDevice::last, dev);
   std::vector<uint8_t> theirs(kPage);
   auto theirs_pd = daemon_->Usage((*other)->session_id());
   ASSERT_TRUE(theirs_pd.ok());
-  const uint32_t t = dev->ClientRegister(theirs_pd->pd, theirs.data(), theirs.size());
+  // Handles are per context, as the kernel's per uverbs file: take one this context lacks.
+  uint32_t t = 0;
+  do {
+    t = ExportingDevice::last->ClientRegister(theirs_pd->pd, theirs.data(), theirs.size());
+  } while (dev->ClientKeyAlive(t));
   const ibv_mr their_mr = FakeMr(t, theirs.data(), kPage);
-  EXPECT_FALSE(client_->AttachRegion(&their_mr).ok());
+  EXPECT_THAT(client_->AttachRegion(&their_mr), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE((*other)->AttachRegion(&their_mr).ok());
   // Nothing was lost: the right request works, once.
   const ibv_mr mr = FakeMr(h, p, buf.size());
   auto m = client_->AttachRegion(&mr);
@@ -388,6 +413,54 @@ TEST_F(ClientPdTest, TheDaemonCallNamesTheRegionAndTheRange) {
   EXPECT_THAT(daemon_->DetachMemory(client_->session_id(), *id),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(dev->unimports(), 1);
+}
+
+TEST_F(ClientPdTest, ASessionSharingTheDaemonsContextCannotExportIt) {
+  Start("sim_pd_export", /*allow=*/true, /*own=*/false);
+  absl::StatusOr<ImportedPd> pd = client_->ImportPd();
+  ASSERT_THAT(pd, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(pd.status().message().find("own_device_context"), std::string::npos) << pd.status();
+  std::vector<uint8_t> buf(kPage);
+  const uint32_t h = ExportingDevice::last->ClientRegister(SessionPd(), buf.data(), buf.size());
+  ibv_mr mr = FakeMr(h, buf.data(), buf.size());
+  EXPECT_THAT(client_->AttachRegion(&mr), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(ExportingDevice::alive.load(), 1);
+}
+
+TEST_F(ClientPdTest, EachExportingSessionHasAContextOfItsOwnThatGoesWithIt) {
+  Start("sim_pd_export", /*allow=*/true);
+  EXPECT_EQ(ExportingDevice::alive.load(), 2);  // the daemon's and the session's
+  ExportingDevice* mine = ExportingDevice::last;
+  auto second = Client::Connect(dir_, Own(true));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(ExportingDevice::alive.load(), 3);
+  auto plain = Client::Connect(dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(ExportingDevice::alive.load(), 3);
+  // Both own-context sessions serve keys from their own contexts, over memory of any kind.
+  std::vector<uint8_t> buf(4 * kPage, 0);
+  const uint32_t h = mine->ClientRegister(SessionPd(), buf.data(), buf.size());
+  ibv_mr mr = FakeMr(h, buf.data(), buf.size());
+  ASSERT_TRUE(client_->AttachRegion(&mr).ok());
+  auto k = client_->Register(buf.data(), kPage, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  ASSERT_TRUE(SimPeerWrite(*client_, k->rkey, reinterpret_cast<uint64_t>(buf.data()), "own").ok());
+  EXPECT_EQ(std::memcmp(buf.data(), "own", 3), 0);
+  auto mem = (*second)->AllocateMemory(kPage);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  EXPECT_TRUE((*second)->Register(mem->data, kPage, kRw).ok());
+  // The daemon counts them on the device they were opened like.
+  auto status = daemon_->Status();
+  ASSERT_EQ(status.devices.size(), 1u);
+  EXPECT_EQ(status.devices[0].sessions, 3u);
+  // A session's end closes its context, whatever the client left in it.
+  client_->Close();
+  (*second)->Close();
+  for (int i = 0; i < 500 && ExportingDevice::alive.load() > 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ExportingDevice::alive.load(), 1);
+  EXPECT_TRUE((*plain)->Register((*plain)->AllocateMemory(kPage)->data, kPage, kRw).ok());
 }
 
 }  // namespace

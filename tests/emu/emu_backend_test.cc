@@ -390,10 +390,17 @@ TEST_F(EmuBackendTest, RequestsTheBackendDoesNotOfferAreRefused) {
   EXPECT_EQ(dev_->FaultEventFd(), -1);
   EXPECT_TRUE(absl::IsUnimplemented(dev_->NextFaultEvent(absl::ZeroDuration()).status()));
   EXPECT_TRUE(absl::IsUnimplemented(dev_->ResumeFault(1, true)));
-  // PD import needs a kernel context two processes share, which this device has not.
-  EXPECT_FALSE(dev_->capabilities().pd_export);
-  EXPECT_FALSE(dev_->ExportPd(pd_).ok());
-  EXPECT_FALSE(dev_->ImportBacking(pd_, ImportedRegion{1, Addr(0), 4096, kLocalRead}).ok());
+  // The emulated provider imports (its probe passes): the export is the context's command fd,
+  // and a region handle the context does not have is unknown.
+  EXPECT_TRUE(dev_->capabilities().pd_export);
+  absl::StatusOr<PdExport> e = dev_->ExportPd(pd_);
+  ASSERT_TRUE(e.ok()) << e.status();
+  close(e->cmd_fd);
+  EXPECT_TRUE(absl::IsNotFound(
+      dev_->ImportBacking(pd_, ImportedRegion{0xfffff, Addr(0), 4096, kLocalRead}).status()));
+  EXPECT_TRUE(absl::IsAlreadyExists(
+      dev_->ImportBacking(pd_, ImportedRegion{KeyIndex(backing_.key), Addr(0), kBytes, kLocalRead})
+          .status()));  // the daemon's own memory
   EXPECT_TRUE(
       absl::IsUnimplemented(queue_->PostRewriteTranslation(1, backing_.key, 0, {}, PostOptions{})));
   EXPECT_TRUE(absl::IsInvalidArgument(OpenDevice("mlx5:mlx5_0,mkey_api=bogus").status()));

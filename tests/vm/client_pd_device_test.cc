@@ -6,8 +6,10 @@
 // ibv_import_mr for mlx5 only; rxe's provider answers EOPNOTSUPP. So on rxe this checks that
 // the refusal is found at open (Capabilities::pd_export false, the provider's reason kept), that
 // every layer says so (device, daemon, control socket, client) and that the session is
-// untouched. Where the provider imports, it runs the client's side for real: the client imports
-// the session's PD, registers its own heap buffer in it, attaches it, and gets keys over it.
+// untouched. Where the provider imports, it runs the client's side for real: the client, in a
+// session with a device context of its own, imports the session's PD, registers its own heap
+// buffer in it, attaches it, and gets keys over it; a second such session's region is nothing
+// the first can attach.
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
@@ -118,7 +120,10 @@ class ClientPdStack : public ::testing::Test {
     auto grpc = GrpcServer::Start(daemon_.get(), control_.get(), go);
     ASSERT_TRUE(grpc.ok()) << grpc.status();
     grpc_ = std::move(*grpc);
-    auto c = Client::Connect(dir_);
+    // Where the device exports, the session imports its own device context.
+    ClientOptions o;
+    o.own_device_context = daemon_->Status().capabilities.pd_export;
+    auto c = Client::Connect(dir_, o);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
   }
@@ -145,6 +150,10 @@ TEST_F(ClientPdStack, AClientImportsThePdAndAttachesItsOwnMemory) {
     // Every layer says why, and the session goes on as before.
     ASSERT_EQ(pd.status().code(), absl::StatusCode::kUnimplemented) << pd.status();
     EXPECT_NE(pd.status().message().find("ibv_import_pd"), std::string::npos) << pd.status();
+    ClientOptions with_context;
+    with_context.own_device_context = true;
+    EXPECT_EQ(Client::Connect(dir_, with_context).status().code(),
+              absl::StatusCode::kUnimplemented);
     OwnRegion own;
     ASSERT_NE(own.mr, nullptr);
     EXPECT_EQ(client_->AttachRegion(own.mr).status().code(), absl::StatusCode::kUnimplemented);
@@ -171,6 +180,26 @@ TEST_F(ClientPdStack, AClientImportsThePdAndAttachesItsOwnMemory) {
   ASSERT_TRUE(client_->Release(k->handle).ok());
   ASSERT_TRUE(client_->DetachMemory(*m).ok());
   EXPECT_EQ(ibv_dereg_mr(mr), 0);  // still the client's: the daemon only forgot it
+
+  // Another session's context is another device context: its region is nothing this session
+  // can attach (whatever its handle names in this context, it is not that region).
+  ClientOptions o;
+  o.own_device_context = true;
+  auto other = Client::Connect(dir_, o);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<ImportedPd> other_pd = (*other)->ImportPd();
+  ASSERT_TRUE(other_pd.ok()) << other_pd.status();
+  EXPECT_NE(other_pd->context, pd->context);
+  std::vector<uint8_t> theirs(4 * kPage, 0);
+  ibv_mr* their_mr = ibv_reg_mr(other_pd->pd, theirs.data(), theirs.size(),
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(their_mr, nullptr) << "errno " << errno;
+  EXPECT_FALSE(client_->AttachRegion(their_mr).ok());
+  auto theirs_attached = (*other)->AttachRegion(their_mr);
+  ASSERT_TRUE(theirs_attached.ok()) << theirs_attached.status();
+  ASSERT_TRUE((*other)->DetachMemory(*theirs_attached).ok());
+  EXPECT_EQ(ibv_dereg_mr(their_mr), 0);
 }
 
 }  // namespace

@@ -256,6 +256,8 @@ def _declare(lib):
         "regcache_connect": (cint, [ctypes.c_char_p, P(_Options), P(c_client)]),
         "regcache_connect_device": (cint, [ctypes.c_char_p, P(_Options), ctypes.c_char_p,
                                            P(c_client)]),
+        "regcache_connect_ex": (cint, [ctypes.c_char_p, P(_Options), ctypes.c_char_p,
+                                       ctypes.c_uint32, P(c_client)]),
         "regcache_device": (cint, [c_client, P(_Device)]),
         "regcache_close": (None, [c_client]),
         "regcache_session_id": (u64, [c_client]),
@@ -345,20 +347,26 @@ def _handle(key):
     return key.handle if isinstance(key, Key) else int(key)
 
 
+_CONNECT_OWN_DEVICE_CONTEXT = 1  # REGCACHE_CONNECT_OWN_DEVICE_CONTEXT
+
+
 class Client:
     """One session with regcached (a connection). Use it as a context manager, or close()."""
 
     def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0, fast_path=True,
-                 client_cache=True, device=None):
+                 client_cache=True, device=None, own_device_context=False):
         """fast_path: key calls over the shared-memory rings; client_cache: a register that a
         grant this process holds covers is answered here, without IPC (both default on);
-        device: the daemon's device the session lives on, by name (None: its first)."""
+        device: the daemon's device the session lives on, by name (None: its first);
+        own_device_context: the session gets a device context of its own, which import_pd
+        imports (regcached --allow_pd_export; docs/client_memory.md)."""
         options = _Options(call_timeout_ms, tcp_port, 0 if fast_path else 1,
                            0 if client_cache else 1)
         handle = ctypes.c_void_p()
-        _check(_lib.regcache_connect_device(os.fsencode(socket_dir), ctypes.byref(options),
-                                            None if device is None else device.encode(),
-                                            ctypes.byref(handle)))
+        flags = _CONNECT_OWN_DEVICE_CONTEXT if own_device_context else 0
+        _check(_lib.regcache_connect_ex(os.fsencode(socket_dir), ctypes.byref(options),
+                                        None if device is None else device.encode(), flags,
+                                        ctypes.byref(handle)))
         self._handle = handle
         self._close_lock = threading.Lock()
 
