@@ -14,7 +14,9 @@
 #                       caller's device memory as a NIC does, outside the C++ memory model)
 #   hw                  only where a ConnectX (mlx5) device is present
 #   vm                  only where the Soft-RoCE guest can run (tests/vm/vmrun: qemu, a Debian
-#                       kernel package); its packages are installed here, not by `make run`
+#                       kernel package); its packages are installed here, not by `make run`.
+#                       Those also labelled vm_memory (dma-bufs, hugetlbfs files: they need the
+#                       guest's kernel) run again in the asan and tsan builds
 #
 # Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
 # REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_VM=1 skip
@@ -109,6 +111,7 @@ phase_done "dev build + unit, integration, hw, emu"
 # vm: tests in a qemu guest with Soft-RoCE (tests/vm, docs/vm.md). Its packages are installed
 # only here; `vmrun --prepare` fetches and caches the guest kernel (a download on a clean
 # machine) and says why when the guest cannot run here (exit 77).
+vm_ready=0  # 1 once the guest can boot: the sanitizer passes then run vm_memory in it too
 vm_packages=(qemu-system-x86 busybox-static kmod cpio iproute2 ibverbs-utils rdmacm-utils)
 n=$(count_label dev '^vm$')
 if [ "${n:-0}" -eq 0 ]; then
@@ -125,6 +128,7 @@ else
   tests/vm/vmrun --prepare --verbose 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 0 ]; then
+    vm_ready=1
     run_label dev '^vm$' "vm (Soft-RoCE guest)"
   elif [ "$rc" -eq 77 ]; then
     skipped=$((skipped + n))
@@ -151,6 +155,13 @@ preset_pass() {
     local kv
     for kv in "$@"; do export "${kv?}"; done
     run_label "$preset" "$labels" "$title"
+    # Memory clients bring (dma-bufs, hugetlbfs files) needs the guest's kernel: those vm tests
+    # again, the guest running this build's binaries.
+    if [ "$vm_ready" = 1 ]; then
+      run_label "$preset" '^vm_memory$' "vm_memory (the guest) in the $preset build"
+    else
+      notes+=("$preset: vm_memory not run: the guest did not boot here (see vm above)")
+    fi
     for kv in "$@"; do unset "${kv%%=*}"; done
   else
     failed=$((failed + 1))
