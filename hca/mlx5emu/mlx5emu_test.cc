@@ -431,7 +431,7 @@ TEST_F(EmuTest, ImportReachesOnlyTheFileOfTheCommandFdAndTheLastCloseTakesWhatIs
   EXPECT_EQ(ibv_dealloc_pd(pd), EINVAL);  // an import's handle is unimported, not destroyed
   // A region registered through the import is the file's: the first context imports it.
   std::vector<uint8_t> buf(2 * 4096);
-  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), static_cast<int>(IBV_ACCESS_LOCAL_WRITE));
   ASSERT_NE(mr, nullptr);
   ibv_mr* seen = ibv_import_mr(pd_, mr->handle);
   ASSERT_NE(seen, nullptr);
