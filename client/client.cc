@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -18,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/errno_status.h"
 #include "base/error_reason.h"
 #include "base/status_macros.h"
@@ -326,6 +329,28 @@ void ClientImpl::Close() {
 
 }  // namespace internal
 
+namespace {
+
+// The session's gRPC channel, connected before the first call: a daemon that has just started
+// may have bound its gRPC socket a moment before it listens, and a call on a channel whose first
+// attempt was refused fails at once (the channel is backing off) instead of waiting. Not an
+// error here if it does not connect in time: the calls then say why.
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& socket_dir,
+                                           const ClientOptions& options) {
+  std::string target = options.tcp_port != 0
+                           ? absl::StrCat("127.0.0.1:", options.tcp_port)
+                           : absl::StrCat("unix:", socket_dir, "/", protocol::kGrpcSocketName);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  (void)channel->WaitForConnected(
+      absl::ToChronoTime(absl::Now() + std::min(options.call_timeout, absl::Seconds(2))));
+  return channel;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_dir,
                                                         const ClientOptions& options) {
   std::string path = absl::StrCat(socket_dir, "/", protocol::kControlSocketName);
@@ -394,13 +419,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     ring = std::move(*mapped);
   }
   protocol::CloseFds(&reply->fds);
-  std::string target = options.tcp_port != 0
-                           ? absl::StrCat("127.0.0.1:", options.tcp_port)
-                           : absl::StrCat("unix:", socket_dir, "/", protocol::kGrpcSocketName);
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = OpenChannel(socket_dir, options);
   return std::unique_ptr<Client>(new internal::ClientImpl(fd.release(), welcome, std::move(channel),
                                                           options, std::move(ring)));
 }

@@ -89,7 +89,8 @@ TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
   EXPECT_FALSE(rc::testing::UsesFastPath(*slow));
   auto fm = fast->AllocateMemory(1 << 16);
   auto sm = slow->AllocateMemory(1 << 16);
-  ASSERT_TRUE(fm.ok() && sm.ok());
+  ASSERT_TRUE(fm.ok()) << fm.status();
+  ASSERT_TRUE(sm.ok()) << sm.status();
   struct Case {
     const char* what;
     absl::Status fast, slow;
