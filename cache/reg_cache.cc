@@ -280,7 +280,7 @@ bool RegCacheImpl::TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFl
   base::ReaderMutexLock lock(&t.mu);
   if (t.cover.empty()) return false;
   const uint64_t end = va + length;
-  auto it = t.cover.upper_bound(va);
+  auto it = internal::CoverFrom(t.cover, va + 1);  // past every entry starting at va
   int scanned = 0;
   while (it != t.cover.begin() && scanned++ < kCoverScanLimit) {
     --it;

@@ -1,5 +1,6 @@
 #include "cache/umr_engine.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -40,10 +41,10 @@ UmrEngine::~UmrEngine() {
   }
 }
 
-UmrEngine::QueueSlot& UmrEngine::SlotForThisThread() {
+size_t UmrEngine::SlotIndexForThisThread() const {
   static std::atomic<uint32_t> next_thread{0};
   thread_local const uint32_t thread_slot = next_thread.fetch_add(1, std::memory_order_relaxed);
-  return *slots_[thread_slot % slots_.size()];
+  return thread_slot % slots_.size();
 }
 
 absl::Status UmrEngine::PostOne(QueueSlot& slot, UmrOp& op, uint64_t id, bool signaled) {
@@ -232,6 +233,41 @@ void UmrEngine::Execute(absl::Span<UmrOp* const> ops) {
   }
   // Wait: poll (shared with other waiters on this queue) until every op of the batch is done.
   AwaitBatch(slot, done, deadline);
+  stats_->umr_latency_ns.Record(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
+}
+
+void UmrEngine::ExecuteSpread(absl::Span<UmrOp* const> ops) {
+  if (ops.empty()) return;
+  const absl::Time start = base::MonotonicNow();
+  const absl::Time deadline = start + options_.completion_timeout;
+  std::unique_ptr<std::atomic<bool>[]> flags(new std::atomic<bool>[ops.size()]);
+  for (size_t i = 0; i < ops.size(); ++i) flags[i].store(false, std::memory_order_relaxed);
+  const size_t chunk = std::max<size_t>(1, options_.queue_depth / 2);
+  const size_t first = SlotIndexForThisThread();
+  const bool fence = ops.front()->fence;
+  struct Chunk {
+    QueueSlot* slot;
+    absl::Span<std::atomic<bool>> done;
+  };
+  std::vector<Chunk> chunks;
+  chunks.reserve(ops.size() / chunk + 1);
+  for (size_t lo = 0, n = 0; lo < ops.size(); lo += chunk, ++n) {
+    const size_t len = std::min(chunk, ops.size() - lo);
+    const absl::Span<UmrOp* const> part = ops.subspan(lo, len);
+    const absl::Span<std::atomic<bool>> done(flags.get() + lo, len);
+    // The first chunk on each queue carries the batch's fence: what was posted on that queue
+    // before the batch completes before any of it starts.
+    if (fence && n < slots_.size()) part.front()->fence = true;
+    QueueSlot& slot = *slots_[(first + n) % slots_.size()];
+    {
+      base::MutexLock lock(&slot.mu);
+      const size_t posted = PostBatch(slot, part, done, deadline);
+      if (posted > 0 && slot.queue != nullptr) RingBatch(slot, part, done);
+    }
+    chunks.push_back({&slot, done});
+  }
+  for (const Chunk& c : chunks) AwaitBatch(*c.slot, c.done, deadline);
   stats_->umr_latency_ns.Record(
       static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
 }

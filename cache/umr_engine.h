@@ -88,6 +88,12 @@ class UmrEngine {
 
   // Posts the ops as one batch and waits for all of them; see the guarantees above.
   void Execute(absl::Span<UmrOp* const> ops);
+  // The same for a batch of independent ops (bulk revocation), spread over every queue of the
+  // engine: posted in chunks of half a ring, round robin over the queues (this thread's
+  // first), each chunk's doorbell rung as it is posted, and one wait for all of them at the
+  // end. If the first op asks for a fence, so does the first op on each queue (ops on one
+  // queue run in order; those on different queues in no order among themselves).
+  void ExecuteSpread(absl::Span<UmrOp* const> ops);
 
  private:
   // Within a batch, every this many ops one is signalled (besides the last), so that results
@@ -116,7 +122,8 @@ class UmrEngine {
   void PollAndDispatch(QueueSlot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
   // Replaces a queue that stopped accepting work (error state); pending ops fail.
   void ResetQueue(QueueSlot& slot, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(slot.mu);
-  QueueSlot& SlotForThisThread();
+  size_t SlotIndexForThisThread() const;
+  QueueSlot& SlotForThisThread() { return *slots_[SlotIndexForThisThread()]; }
 
   // The steps of Execute. `done` holds one flag per op of the batch, set once its result is final.
   // Posts each op, only the last one signalled (and those that ask); an op that cannot be posted

@@ -1,5 +1,6 @@
 #include "cache/internal/lifecycle.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -25,15 +26,7 @@ void Drain(Tenant& t, Record* r) {
       base::MutexLock lock(&t.mu);
       if (round == 0) {
         r->life.Transition(KeyState::kDraining);
-        if (!r->is_window()) {
-          auto [lo, hi] = t.cover.equal_range(r->hot->va.load(std::memory_order_relaxed));
-          for (auto it = lo; it != hi; ++it) {
-            if (it->second == r) {
-              t.cover.erase(it);
-              break;
-            }
-          }
-        }
+        if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
       }
       for (Record* w : r->windows) {
         if (w->life.state() != KeyState::kActive) {
@@ -49,7 +42,7 @@ void Drain(Tenant& t, Record* r) {
       }
       if (stopped.empty() && !waiting) return;
     }
-    for (Record* w : stopped) Retire(t, w);
+    RetireBatch(t, stopped);
     if (stopped.empty() && waiting) absl::SleepFor(absl::Microseconds(50));
   }
 }
@@ -64,60 +57,123 @@ hca::Key FreeKey(Tenant& t, hca::Key invalidated) {
 
 }  // namespace
 
-void Retire(Tenant& t, Record* r) {
-  Drain(t, r);
-  {
-    base::MutexLock lock(&t.mu);
-    r->life.Transition(KeyState::kFencing);
-    r->life.Transition(KeyState::kInvalidating);
+namespace {
+
+// The first step of Drain for records with no windows, all under one hold of the tenant's lock:
+// kDraining, out of the cover index. Returns those with windows, which Drain takes one by one.
+std::vector<Record*> DrainWindowless(Tenant& t, absl::Span<Record* const> rs) {
+  std::vector<Record*> with_windows;
+  base::MutexLock lock(&t.mu);
+  for (Record* r : rs) {
+    if (!r->windows.empty()) {
+      with_windows.push_back(r);
+      continue;
+    }
+    r->life.Transition(KeyState::kDraining);
+    if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
   }
-  // One WQE: the fence bit makes it wait for everything posted before it on the queue.
-  const hca::Key key = r->hot->key.load(std::memory_order_relaxed);
-  UmrOp op = UmrOp::Invalidate(key, /*fence=*/true);
-  UmrOp* ops[] = {&op};
-  t.engine->Execute(ops);
-  if (!op.result.ok()) {
-    RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", key)
-                    << " failed: " << op.result << "; recovering";
+  return with_windows;
+}
+
+// After the invalidates `ops` of `rs` have their results: recovery for each that failed, then
+// (every key unmapped or destroyed) the backing references, the quota slots, the windows' holds
+// on their parents, and each record once its last holder is gone too. One hold of each lock for
+// the batch.
+void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops) {
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (ops[i].result.ok()) continue;
+    RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", ops[i].key)
+                    << " failed: " << ops[i].result << "; recovering";
     {
       base::MutexLock lock(&t.mu);
-      r->life.Transition(KeyState::kRecovery);
+      rs[i]->life.Transition(KeyState::kRecovery);
     }
-    Recover(t, r, key);
+    Recover(t, rs[i], ops[i].key);
   }
-  Record* parent = nullptr;
+  std::vector<Record*> parents;
   {
+    const absl::Time now = base::MonotonicNow();
     base::MutexLock lock(&t.mu);
-    if (r->life.state() == KeyState::kInvalidating) {
-      r->life.Transition(KeyState::kUnmapped);
-      r->life.Transition(KeyState::kQuarantined);
-      t.pool->Quarantine(PooledKey{FreeKey(t, r->pooled.key), r->pooled.cls}, base::MonotonicNow());
-    }
-    // Unmapped (or destroyed): only now do backing references and quota go.
-    for (BackingId id : r->backings) {
-      if (BackingRecord* b = t.backings.Find(id)) b->users--;
-    }
-    t.live--;
-    if (r->is_window()) {
-      std::erase(r->parent->windows, r);
-      parent = r->parent;
+    for (Record* r : rs) {
+      if (r->life.state() == KeyState::kInvalidating) {
+        r->life.Transition(KeyState::kUnmapped);
+        r->life.Transition(KeyState::kQuarantined);
+        t.pool->Quarantine(PooledKey{FreeKey(t, r->pooled.key), r->pooled.cls}, now);
+      }
+      // Unmapped (or destroyed): only now do backing references and quota go.
+      for (BackingId id : r->backings) {
+        if (BackingRecord* b = t.backings.Find(id)) b->users--;
+      }
+      t.live--;
+      if (r->is_window()) {
+        std::erase(r->parent->windows, r);
+        parents.push_back(r->parent);
+      }
     }
   }
-  t.stats().invalidations.Inc();
-  t.stats().live_registrations.Sub();
-  if (parent != nullptr) {
-    // The window's hold on its parent (taken when the window was mapped; the parent's
-    // generation cannot change while it is held).
+  t.stats().invalidations.Inc(rs.size());
+  t.stats().live_registrations.Sub(static_cast<int64_t>(rs.size()));
+  for (Record* parent : parents) {
+    // A window's hold on its parent (taken when the window was mapped; the parent's generation
+    // cannot change while it is held).
     (void)DropHold(t, parent->slot, HandleGen(parent->handle), parent->handle,
                    /*user_release=*/false);
   }
   // Done: a revoked handle lives until its last holder releases it, so whichever of the two
   // comes second (this, or the release that unpublishes it) recycles the record.
-  const uint64_t before = r->hot->state.fetch_or(state::kDone, std::memory_order_acq_rel);
-  if ((before & state::kPublished) == 0) {
-    base::MutexLock il(&t.index_mu);
-    Recycle(t, r);
+  std::vector<Record*> unpublished;
+  for (Record* r : rs) {
+    const uint64_t before = r->hot->state.fetch_or(state::kDone, std::memory_order_acq_rel);
+    if ((before & state::kPublished) == 0) unpublished.push_back(r);
   }
+  if (!unpublished.empty()) {
+    base::MutexLock il(&t.index_mu);
+    for (Record* r : unpublished) Recycle(t, r);
+  }
+}
+
+}  // namespace
+
+void Retire(Tenant& t, Record* r) {
+  Record* const one[] = {r};
+  RetireBatch(t, one);
+}
+
+void RetireBatch(Tenant& t, absl::Span<Record* const> rs) {
+  if (rs.empty()) return;
+  // Windows before parents: a parent's key is invalidated only after every window on it is.
+  const auto is_window = [](const Record* r) { return r->is_window(); };
+  if (std::any_of(rs.begin(), rs.end(), is_window) &&
+      !std::all_of(rs.begin(), rs.end(), is_window)) {
+    std::vector<Record*> windows, parents;
+    for (Record* r : rs) (r->is_window() ? windows : parents).push_back(r);
+    RetireBatch(t, windows);
+    RetireBatch(t, parents);
+    return;
+  }
+  // A bounded batch at a time, so that the ops' storage stays small.
+  if (rs.size() > kRetireBatch) {
+    for (size_t i = 0; i < rs.size(); i += kRetireBatch) {
+      RetireBatch(t, rs.subspan(i, std::min(kRetireBatch, rs.size() - i)));
+    }
+    return;
+  }
+  for (Record* r : DrainWindowless(t, rs)) Drain(t, r);
+  std::vector<UmrOp> ops(rs.size());
+  std::vector<UmrOp*> posted(rs.size());
+  {
+    base::MutexLock lock(&t.mu);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      rs[i]->life.Transition(KeyState::kFencing);
+      rs[i]->life.Transition(KeyState::kInvalidating);
+      // One fence for the batch: the first invalidate on each queue waits for everything
+      // posted before it there (UmrEngine::ExecuteSpread).
+      ops[i] = UmrOp::Invalidate(rs[i]->hot->key.load(std::memory_order_relaxed), i == 0);
+      posted[i] = &ops[i];
+    }
+  }
+  t.engine->ExecuteSpread(posted);
+  Finish(t, rs, ops);
 }
 
 void Recover(Tenant& t, Record* r, hca::Key previous_key) {

@@ -83,13 +83,7 @@ absl::Status ReadRange(uint64_t va, uint64_t length, hca::AccessFlags access, Pl
 
 // Takes `r` out of the cover index (it is there under its start address).
 void EraseCover(Tenant& t, Record* r, uint64_t va) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
-  auto [lo, hi] = t.cover.equal_range(va);
-  for (auto it = lo; it != hi; ++it) {
-    if (it->second == r) {
-      t.cover.erase(it);
-      return;
-    }
-  }
+  t.cover.erase({va, r});
 }
 
 // Counts (or uncounts) a layout's references on the memory it uses.

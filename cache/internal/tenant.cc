@@ -172,7 +172,7 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       }
       // Registrations over it: those whose range intersects it.
       const uint64_t lo = b->va > t.max_length ? b->va - t.max_length : 0;
-      for (auto it = t.cover.lower_bound(lo); it != t.cover.end() && it->first < b->va + b->length;
+      for (auto it = CoverFrom(t.cover, lo); it != t.cover.end() && it->first < b->va + b->length;
            ++it) {
         Record* r = it->second;
         if (r->hot->va + r->hot->length <= b->va) continue;
@@ -181,7 +181,7 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       base::MutexLock il(&t.index_mu);
       StopReferences(t, victims);
     }
-    for (Record* r : victims) Retire(t, r);
+    RetireBatch(t, victims);
     if (victims.empty()) absl::SleepFor(absl::Microseconds(100));  // a map in flight
   }
   return absl::UnavailableError(
@@ -198,8 +198,8 @@ absl::Status CloseTenant(Tenant& t) {
     StopReferences(t, all);
     for (Record* r : all) (r->is_window() ? windows : parents).push_back(r);
   }
-  for (Record* r : windows) Retire(t, r);
-  for (Record* r : parents) Retire(t, r);
+  RetireBatch(t, windows);
+  RetireBatch(t, parents);
 
   absl::Status first;
   {

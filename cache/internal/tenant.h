@@ -19,10 +19,12 @@
 #define REGCACHE_CACHE_INTERNAL_TENANT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
@@ -49,6 +51,19 @@ struct CacheContext {
   KeyBudget* budget = nullptr;  // the device's pooled keys, shared by every tenant
 };
 
+// The cover index's order: by start address, then by record (std::less orders any pointers).
+struct CoverOrder {
+  bool operator()(const std::pair<uint64_t, Record*>& a,
+                  const std::pair<uint64_t, Record*>& b) const {
+    return a.first != b.first ? a.first < b.first : std::less<Record*>()(a.second, b.second);
+  }
+};
+using CoverIndex = absl::btree_set<std::pair<uint64_t, Record*>, CoverOrder>;
+// The first entry starting at `va` or above.
+inline CoverIndex::const_iterator CoverFrom(const CoverIndex& cover, uint64_t va) {
+  return cover.lower_bound({va, nullptr});
+}
+
 struct Tenant {
   const CacheContext* ctx = nullptr;
   TenantId id = 0;
@@ -64,8 +79,9 @@ struct Tenant {
   BackingSet backings ABSL_GUARDED_BY(mu);
   std::unique_ptr<KeyPool> pool ABSL_GUARDED_BY(mu);
   // Live registrations (not windows) by start address: the cover lookup of a hit that the
-  // exact-range index misses, and the registrations over a backing being detached.
-  absl::btree_multimap<uint64_t, Record*> cover ABSL_GUARDED_BY(mu);
+  // exact-range index misses, and the registrations over a backing being detached. Each entry
+  // is {va, record}: taking one out is a lookup, however many registrations share the address.
+  CoverIndex cover ABSL_GUARDED_BY(mu);
   uint64_t max_length ABSL_GUARDED_BY(mu) = 0;  // longest registration ever in `cover`
   uint64_t live ABSL_GUARDED_BY(mu) = 0;        // quota-counted keys: from reserved to unmapped
   BackingId next_backing ABSL_GUARDED_BY(mu) = 1;

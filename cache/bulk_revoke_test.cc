@@ -1,0 +1,131 @@
+// Revocation in bulk (internal/lifecycle.h RetireBatch): detaching memory under many keys,
+// invalidating a registration with many windows and closing a tenant revoke their keys in
+// batches — one doorbell per half ring, not one per key — and every key still ends refused by
+// the device, held handles revoked, counters balanced.
+#include <cstdint>
+#include <vector>
+
+#include "cache/reg_cache.h"
+#include "cache/test_util.h"
+#include "gtest/gtest.h"
+
+namespace regcache::cache {
+namespace {
+
+using testing::CacheTest;
+using testing::Memory;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint32_t kKeys = 256;
+// TestCacheOptions' rings hold 64 requests; bulk revocation rings once per half ring.
+constexpr uint64_t kMostDoorbells = kKeys / 16;
+
+class BulkRevokeTest : public CacheTest {
+ protected:
+  uint64_t Doorbells() const { return cache_->stats().umr_batches.value(); }
+
+  // kKeys registrations of one page each over `mem`; the even ones released again (cached,
+  // unheld), the odd ones still held.
+  std::vector<KeyGrant> RegisterEach(TenantId tenant, Memory& mem) {
+    std::vector<KeyGrant> grants;
+    for (uint32_t i = 0; i < kKeys; ++i) {
+      auto g = cache_->Register(tenant, mem.va() + i * kPage, kPage, hca::kAllAccess);
+      EXPECT_TRUE(g.ok()) << g.status();
+      if (!g.ok()) break;
+      EXPECT_FALSE(g->hit);
+      grants.push_back(*g);
+    }
+    for (size_t i = 0; i < grants.size(); i += 2) {
+      EXPECT_TRUE(cache_->Release(tenant, grants[i].handle).ok());
+    }
+    return grants;
+  }
+};
+
+TEST_F(BulkRevokeTest, DetachingMemoryRevokesEveryKeyOverItInBatches) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  Memory mem(kKeys * kPage);
+  const BackingId b = Attach(mem);
+  const std::vector<KeyGrant> grants = RegisterEach(tenant_, mem);
+  ASSERT_EQ(grants.size(), kKeys);
+  for (const KeyGrant& g : grants) ASSERT_TRUE(PeerWrite(g.rkey, g.va, "before").ok());
+
+  const uint64_t before = Doorbells();
+  const uint64_t invalidated = cache_->stats().invalidations.value();
+  ASSERT_TRUE(cache_->RemoveBacking(tenant_, b).ok());
+  EXPECT_LE(Doorbells() - before, kMostDoorbells);
+  EXPECT_EQ(cache_->stats().invalidations.value() - invalidated, kKeys);
+
+  for (size_t i = 0; i < grants.size(); ++i) {
+    EXPECT_FALSE(PeerWrite(grants[i].rkey, grants[i].va, "after").ok()) << "key " << i;
+    if (i % 2 == 1) {  // held: revoked, its handle alive until released
+      auto q = cache_->Query(tenant_, grants[i].handle);
+      ASSERT_TRUE(q.ok()) << q.status();
+      EXPECT_TRUE(q->revoked);
+      EXPECT_TRUE(cache_->Release(tenant_, grants[i].handle).ok());
+    }
+  }
+  EXPECT_EQ(UsageNow().live_registrations, 0u);
+}
+
+TEST_F(BulkRevokeTest, InvalidatingARegistrationRevokesItsWindowsInOneBatch) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  constexpr uint32_t kWindows = 100;
+  Memory mem(kWindows * kPage);
+  Attach(mem);
+  auto parent = cache_->Register(tenant_, mem.va(), mem.size(), hca::kAllAccess);
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  std::vector<KeyGrant> windows;
+  for (uint32_t i = 0; i < kWindows; ++i) {
+    auto w = cache_->CreateWindow(tenant_, parent->handle, i * kPage, kPage, hca::kAllAccess);
+    ASSERT_TRUE(w.ok()) << w.status();
+    windows.push_back(*w);
+  }
+  for (const KeyGrant& w : windows) ASSERT_TRUE(PeerWrite(w.rkey, w.va, "window").ok());
+
+  const uint64_t before = Doorbells();
+  ASSERT_TRUE(cache_->Invalidate(tenant_, parent->handle).ok());
+  // The windows in batches, then the parent: a handful of doorbells, not one per window.
+  EXPECT_LE(Doorbells() - before, kWindows / 16 + 1);
+  EXPECT_FALSE(PeerWrite(parent->rkey, parent->va, "parent").ok());
+  for (const KeyGrant& w : windows) {
+    EXPECT_FALSE(PeerWrite(w.rkey, w.va, "window").ok());
+    EXPECT_TRUE(cache_->Release(tenant_, w.handle).ok());
+  }
+  EXPECT_TRUE(cache_->Release(tenant_, parent->handle).ok());
+  EXPECT_EQ(UsageNow().live_registrations, 0u);
+}
+
+TEST_F(BulkRevokeTest, ClosingATenantRevokesItsKeysInBatches) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  auto other = cache_->OpenTenant(TenantOptions{});
+  ASSERT_TRUE(other.ok()) << other.status();
+  Memory mem(kKeys * kPage);
+  BackingSpec spec;
+  spec.va = mem.va();
+  spec.local_addr = mem.data();
+  spec.length = mem.size();
+  spec.access = hca::kAllAccess;
+  ASSERT_TRUE(cache_->AddBacking(*other, spec).ok());
+  const std::vector<KeyGrant> grants = RegisterEach(*other, mem);
+  ASSERT_EQ(grants.size(), kKeys);
+  // A window on a held registration: windows go first, in a batch of their own.
+  ASSERT_TRUE(cache_->CreateWindow(*other, grants[1].handle, 0, kPage, hca::kAllAccess).ok());
+
+  const uint64_t before = Doorbells();
+  const uint64_t invalidated = cache_->stats().invalidations.value();
+  ASSERT_TRUE(cache_->CloseTenant(*other).ok());
+  EXPECT_LE(Doorbells() - before, kMostDoorbells + 1);
+  EXPECT_EQ(cache_->stats().invalidations.value() - invalidated, kKeys + 1);
+  EXPECT_FALSE(cache_->Usage(*other).ok());
+  // The fixture's tenant is untouched, and TearDown proves every key of both is gone.
+  Memory mine(kPage);
+  Attach(mine);
+  auto g = cache_->Register(tenant_, mine.va(), kPage, hca::kAllAccess);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(PeerWrite(g->rkey, g->va, "still mine").ok());
+  EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+}
+
+}  // namespace
+}  // namespace regcache::cache
