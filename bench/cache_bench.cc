@@ -8,6 +8,9 @@
 //                                        one UMR executed by the sim, insert
 //   BM_Invalidate/regions:N              the full lifecycle of one key: stop-reference, fenced
 //                                        invalidate UMR, completion, quarantine
+//   BM_CloseTenant/keys:N                a tenant with N held keys closed: every key revoked
+//                                        in batches, pool and PD destroyed (revoke_bench has
+//                                        the same through the daemon, from a SIGKILL)
 //
 // Hits pick ranges pseudo-randomly over all N live registrations of 4 KiB. Two layouts:
 //   spacing_kib:4     the regions are adjacent: ucs_rcache's best case (its page table is
@@ -36,6 +39,7 @@ extern "C" {
 }
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/asymmetric_fence.h"
 #include "base/log.h"
 #include "bench/worlds.h"
@@ -116,6 +120,47 @@ void BM_Invalidate(benchmark::State& state) {
     (void)w->cache->Invalidate(w->tenant, h);  // after the loop
 }
 
+// A tenant with N registrations (every one still held) closed: stop-reference for all, the
+// invalidations in batches over the tenant's queues, the pool and PD destroyed. Its own sim
+// device and cache; the tenant is rebuilt before each (untimed) iteration.
+void BM_CloseTenant(benchmark::State& state) {
+  const uint64_t keys = static_cast<uint64_t>(state.range(0));
+  regcache::hca::sim::SimOptions sim;
+  sim.max_keys = static_cast<uint32_t>(keys + 8192);
+  auto device = std::move(*regcache::hca::sim::NewSimDevice(sim));
+  regcache::cache::CacheOptions o;
+  o.pool.capacity_classes = {4};
+  o.background_maintenance = false;
+  auto cache = std::move(*regcache::cache::RegCache::Create(device.get(), o));
+  const size_t bytes = keys * kRegionBytes;
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  RC_CHECK(mem != MAP_FAILED);
+  double seconds = 0;
+  for (auto _ : state) {
+    auto t = cache->OpenTenant(regcache::cache::TenantOptions{});
+    RC_CHECK(t.ok());
+    regcache::cache::BackingSpec spec;
+    spec.va = reinterpret_cast<uint64_t>(mem);
+    spec.local_addr = mem;
+    spec.length = bytes;
+    spec.access = regcache::hca::kAllAccess;
+    RC_CHECK(cache->AddBacking(*t, spec).ok());
+    for (uint64_t i = 0; i < keys; ++i) {
+      RC_CHECK(cache->Register(*t, spec.va + i * kRegionBytes, kRegionBytes, kRw).ok());
+    }
+    const absl::Time t0 = absl::Now();
+    RC_CHECK(cache->CloseTenant(*t).ok());
+    const double took = absl::ToDoubleSeconds(absl::Now() - t0);
+    state.SetIterationTime(took);
+    seconds += took;
+  }
+  state.counters["keys"] = static_cast<double>(keys);
+  if (state.iterations() > 0) {
+    state.counters["us_per_key"] = 1e6 * seconds / static_cast<double>(keys * state.iterations());
+  }
+  ::munmap(mem, bytes);
+}
+
 void BM_UcsRcacheHit(benchmark::State& state) {
   regcache::bench::RunUcsHits(state, UcsWorld::Get(state.range(0), state.range(1) * 1024));
 }
@@ -140,6 +185,14 @@ BENCHMARK(BM_RegisterMiss)
     ->Threads(1)
     ->Threads(2);
 BENCHMARK(BM_Invalidate)->Apply(Regions)->Iterations(kLifecycleIterations)->Threads(1)->Threads(2);
+BENCHMARK(BM_CloseTenant)
+    ->ArgName("keys")
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 void PrintSummary(const SummaryReporter& r) {
   std::printf("\n=== cache_bench summary (anchor: UCX ucs_rcache 1.13, same run; fences: %s)\n",
