@@ -287,11 +287,12 @@ absl::StatusOr<Backing> Context::ImportMr(Pd pd, const ImportedRegion& region) {
     base::MutexLock lock(&mu_);
     const uint32_t index = KeyIndex(mr->lkey);
     if (mrs_.contains(index) || mws_.contains(index)) {
+      const uint32_t lkey = mr->lkey;  // read before the unimport frees it
       ibv_unimport_mr(mr);
       return absl::AlreadyExistsError(absl::StrFormat(
           "memory region %d (lkey 0x%08x) is already a key of this device: the daemon's own "
           "memory, or a region imported before",
-          region.handle, r.mr->lkey));
+          region.handle, lkey));
     }
     mrs_[index] = r;
     stats_.live_backings.Add();

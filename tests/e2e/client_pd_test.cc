@@ -67,10 +67,9 @@ class ExportingDevice final : public hca::Device {
     regions_[b->key] = *b;
     return b->key;
   }
-  int unimports() {
-    base::MutexLock l(&mu_);
-    return unimports_;
-  }
+  int unimports() const { return unimports_->load(); }
+  // The count, kept by whoever holds it: an own context's device goes with its session.
+  std::shared_ptr<std::atomic<int>> unimport_count() const { return unimports_; }
   // Whether the client's own registration still exists (the daemon must never destroy it).
   bool ClientKeyAlive(uint32_t handle) { return sim_->QueryKey(handle).ok(); }
 
@@ -95,7 +94,7 @@ class ExportingDevice final : public hca::Device {
     {
       base::MutexLock l(&mu_);
       if (imported_.erase(key) != 0) {
-        ++unimports_;
+        unimports_->fetch_add(1);
         return absl::OkStatus();
       }
     }
@@ -163,7 +162,7 @@ class ExportingDevice final : public hca::Device {
   base::Mutex mu_;
   std::map<uint32_t, hca::Backing> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> imported_ ABSL_GUARDED_BY(mu_);
-  int unimports_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<std::atomic<int>> unimports_ = std::make_shared<std::atomic<int>>(0);
 };
 ExportingDevice* ExportingDevice::last = nullptr;
 std::atomic<int> ExportingDevice::alive{0};
@@ -323,10 +322,11 @@ TEST_F(ClientPdTest, AClientRegionGivesFastKeysAndIsOnlyForgotten) {
   EXPECT_TRUE(dev->ClientKeyAlive(h));
   // Attached again, then the session ends: forgotten again, still alive.
   ASSERT_TRUE(client_->AttachRegion(&mr).ok());
-  client_->Close();
-  for (int i = 0; i < 500 && dev->unimports() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+  const std::shared_ptr<std::atomic<int>> unimports = dev->unimport_count();
+  client_->Close();  // the session's context, `dev`, goes with it
+  for (int i = 0; i < 500 && unimports->load() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
   // Forgotten before the PD went (the fake then deregisters what the client left in it).
-  EXPECT_EQ(dev->unimports(), 2);
+  EXPECT_EQ(unimports->load(), 2);
 }
 
 TEST_F(ClientPdTest, EveryFieldIsCheckedAndAFailureLosesNothing) {
