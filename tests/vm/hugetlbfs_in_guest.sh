@@ -2,12 +2,14 @@
 # Runs in the guest: mounts hugetlbfs, reserves huge pages, and runs hugetlbfs_e2e_test against
 # regcached on the sim (the refusal), on verbs (rxe0) and, when the emulator's rdma-core
 # stand-ins are given, on the emulated ConnectX. Usage:
-#   hugetlbfs_in_guest.sh <test> [<shim dir> [<devices>]]
-# <devices>: of sim, verbs, mlx5_0, mlx5_1 (default: all; the sanitizer builds run fewer).
+#   hugetlbfs_in_guest.sh <test> [<shim dir> [<devices> [<filter>]]]
+# <devices>: of sim, verbs, mlx5_0, mlx5_1 (default: all; the ASan build runs fewer).
+# <filter>: the tests' --gtest_filter (default: all).
 set -u
 test_bin=$1
 shims=${2:-}
 devices=${3:-sim verbs mlx5_0 mlx5_1}
+filter=${4:-*}  # --gtest_filter
 mkdir -p /mnt/huge
 if ! mount -t hugetlbfs none /mnt/huge; then
   echo "skipped: this guest cannot mount hugetlbfs"
@@ -28,6 +30,6 @@ for device in $devices; do
     *) echo "unknown device $device"; exit 2 ;;
   esac
   # shellcheck disable=SC2086  # $env is one or two assignments
-  env $env "$test_bin" --gtest_brief=1 || status=1
+  env $env "$test_bin" --gtest_brief=1 "--gtest_filter=$filter" || status=1
 done
 exit $status
