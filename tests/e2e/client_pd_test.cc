@@ -214,6 +214,10 @@ class ClientPdTest : public ::testing::Test {
     return o;
   }
   void TearDown() override {
+    // The session ends on this thread, so its own context (the device the test touched) goes
+    // here too, not on the control server's closer thread, which TSan sees no order with.
+    if (client_ != nullptr && daemon_ != nullptr)
+      (void)daemon_->CloseSession(client_->session_id());
     client_.reset();
     if (grpc_ != nullptr) grpc_->Shutdown(absl::Seconds(1));
     grpc_.reset();
@@ -323,7 +327,9 @@ TEST_F(ClientPdTest, AClientRegionGivesFastKeysAndIsOnlyForgotten) {
   // Attached again, then the session ends: forgotten again, still alive.
   ASSERT_TRUE(client_->AttachRegion(&mr).ok());
   const std::shared_ptr<std::atomic<int>> unimports = dev->unimport_count();
-  client_->Close();  // the session's context, `dev`, goes with it
+  // The session ends (on this thread: see TearDown) and its context, `dev`, goes with it.
+  ASSERT_TRUE(daemon_->CloseSession(client_->session_id()).ok());
+  client_->Close();
   for (int i = 0; i < 500 && unimports->load() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
   // Forgotten before the PD went (the fake then deregisters what the client left in it).
   EXPECT_EQ(unimports->load(), 2);
@@ -453,9 +459,12 @@ TEST_F(ClientPdTest, EachExportingSessionHasAContextOfItsOwnThatGoesWithIt) {
   auto status = daemon_->Status();
   ASSERT_EQ(status.devices.size(), 1u);
   EXPECT_EQ(status.devices[0].sessions, 3u);
-  // A session's end closes its context, whatever the client left in it.
-  client_->Close();
-  (*second)->Close();
+  // A session's end closes its context, whatever the client left in it (ended on this thread:
+  // see TearDown).
+  for (Client* c : {client_.get(), second->get()}) {
+    ASSERT_TRUE(daemon_->CloseSession(c->session_id()).ok());
+    c->Close();
+  }
   for (int i = 0; i < 500 && ExportingDevice::alive.load() > 1; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
