@@ -9,6 +9,8 @@
   * paths: the daemon's --socket_dir is the DaemonSet's socket volume mount, whose hostPath the
     example application mounts at the directory it connects to; the probes and the systemd
     unit use the same directory;
+  * the DaemonSet updates OnDelete (replacing a daemon revokes its node's keys), runs on RDMA
+    nodes only and tolerates GPU nodes' taint; every probe has a timeout;
   * the image tag is the project's version (not :latest); the Containerfile's base is pinned,
     builds from source and runs as a non-root user; the ignore files keep build/ and .git out;
   * the unit is Type=notify with LimitMEMLOCK=infinity, passes `systemd-analyze verify`, and its
@@ -98,11 +100,14 @@ def probe_socket_dirs_and_ports(where, container, ctl_out):
     dirs = []
     ports = {p.get("containerPort") for p in container.get("ports", [])}
     names = {p.get("name") for p in container.get("ports", [])}
-    for kind in ("readinessProbe", "livenessProbe"):
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
         probe = container.get(kind)
-        check(probe is not None, f"{where}: no {kind}")
+        check(probe is not None or kind == "startupProbe", f"{where}: no {kind}")
         if probe is None:
             continue
+        # The default, 1 s, is short for an exec of regcachectl on a loaded node.
+        check(probe.get("timeoutSeconds", 1) > 1,
+              f"{where}: {kind}: timeoutSeconds {probe.get('timeoutSeconds')}, want above 1 s")
         if "exec" in probe:
             cmd = probe["exec"]["command"]
             check(os.path.basename(cmd[0]) == "regcachectl", f"{where}: {kind} runs {cmd[0]}")
@@ -135,6 +140,12 @@ def check_daemonset(src, known, ctl_out):
               f"DaemonSet: image {image} is not tagged with the project version {version}")
     check(spec.get("priorityClassName") == "system-node-critical",
           "DaemonSet: priorityClassName is not system-node-critical")
+    # Replacing a daemon revokes its node's keys: the operator does it, node by node.
+    check(ds["spec"].get("updateStrategy", {}).get("type") == "OnDelete",
+          "DaemonSet: updateStrategy is not OnDelete (a RollingUpdate restarts every node)")
+    check(spec.get("nodeSelector"), "DaemonSet: no nodeSelector (it would run on non-RDMA nodes)")
+    check(any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations") or []),
+          "DaemonSet: no toleration of the nvidia.com/gpu taint of GPU nodes")
     res = c.get("resources", {})
     for k in ("requests", "limits"):
         check({"cpu", "memory"} <= set(res.get(k, {})), f"DaemonSet: resources.{k} lacks cpu/memory")
