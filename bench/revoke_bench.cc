@@ -213,8 +213,8 @@ void PrintSummary(const Bench& b, const std::string& device) {
     auto a = b.anchor_ns.find(c.keys);
     if (a != b.anchor_ns.end() && !a->second.empty()) {
       const double anchor = P99Ms(a->second);
-      line += absl::StrFormat("; ibv_dereg_mr x%d %.2f ms; %.1fx faster", c.keys, anchor,
-                              anchor / mine);
+      line += absl::StrFormat("; ibv_dereg_mr x%d %.2f ms; anchor / regcache %.2fx%s", c.keys,
+                              anchor, anchor / mine, anchor >= mine ? "" : " (regcache slower)");
     }
     if (c.keys == 100000 && absl::StartsWith(device, "sim")) {
       line += absl::StrFormat(" (aim: 20 ms or less: %s)", mine <= 20 ? "met" : "NOT met");
