@@ -15,18 +15,4 @@ if [ ! -e /dev/udmabuf ]; then
   echo "skipped: this guest's kernel ($(uname -r)) has no /dev/udmabuf (CONFIG_UDMABUF)"
   exit 77
 fi
-status=0
-for device in $devices; do
-  case $device in
-    sim) echo "=== dma-bufs on sim"; env=REGCACHE_TEST_DEVICE=sim ;;
-    verbs) echo "=== dma-bufs on verbs (rxe0)"; env=REGCACHE_TEST_DEVICE=verbs ;;
-    mlx5_*)
-      [ -n "$shims" ] || continue
-      echo "=== dma-bufs on the emulated ConnectX ($device)"
-      env="LD_LIBRARY_PATH=$shims REGCACHE_TEST_DEVICE=mlx5:$device" ;;
-    *) echo "unknown device $device"; exit 2 ;;
-  esac
-  # shellcheck disable=SC2086  # $env is one or two assignments
-  env $env "$test_bin" --gtest_brief=1 "--gtest_filter=$filter" || status=1
-done
-exit $status
+exec "$(dirname "$0")/on_devices.sh" "dma-bufs" "$test_bin" "$shims" "$devices" "$filter"

@@ -18,18 +18,4 @@ fi
 echo 16 > /proc/sys/vm/nr_hugepages
 echo "huge pages reserved: $(cat /proc/sys/vm/nr_hugepages)"
 export REGCACHE_TEST_HUGETLBFS=/mnt/huge
-status=0
-for device in $devices; do
-  case $device in
-    sim) echo "=== hugetlbfs files on sim"; env=REGCACHE_TEST_DEVICE=sim ;;
-    verbs) echo "=== hugetlbfs files on verbs (rxe0)"; env=REGCACHE_TEST_DEVICE=verbs ;;
-    mlx5_*)
-      [ -n "$shims" ] || continue
-      echo "=== hugetlbfs files on the emulated ConnectX ($device)"
-      env="LD_LIBRARY_PATH=$shims REGCACHE_TEST_DEVICE=mlx5:$device" ;;
-    *) echo "unknown device $device"; exit 2 ;;
-  esac
-  # shellcheck disable=SC2086  # $env is one or two assignments
-  env $env "$test_bin" --gtest_brief=1 "--gtest_filter=$filter" || status=1
-done
-exit $status
+exec "$(dirname "$0")/on_devices.sh" "hugetlbfs files" "$test_bin" "$shims" "$devices" "$filter"
