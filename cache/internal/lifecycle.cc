@@ -15,6 +15,12 @@ namespace regcache::cache::internal {
 
 namespace {
 
+// kDraining, and out of the cover index: no hit finds `r` from here on.
+void StartDraining(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  r->life.Transition(KeyState::kDraining);
+  if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
+}
+
 // kDraining: out of the cover index, and every window on `r` stopped and retired first (a
 // parent's key is invalidated only after every window on it is). Waits out windows that are
 // still being mapped, or retired by another thread.
@@ -24,10 +30,7 @@ void Drain(Tenant& t, Record* r) {
     bool waiting = false;
     {
       base::MutexLock lock(&t.mu);
-      if (round == 0) {
-        r->life.Transition(KeyState::kDraining);
-        if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
-      }
+      if (round == 0) StartDraining(t, r);
       for (Record* w : r->windows) {
         if (w->life.state() != KeyState::kActive) {
           waiting = true;  // mapping, or retiring on another thread
@@ -55,10 +58,6 @@ hca::Key FreeKey(Tenant& t, hca::Key invalidated) {
   return info.ok() ? info->key : hca::NextVariant(invalidated);
 }
 
-}  // namespace
-
-namespace {
-
 // The first step of Drain for records with no windows, all under one hold of the tenant's lock:
 // kDraining, out of the cover index. Returns those with windows, which Drain takes one by one.
 std::vector<Record*> DrainWindowless(Tenant& t, absl::Span<Record* const> rs) {
@@ -69,8 +68,7 @@ std::vector<Record*> DrainWindowless(Tenant& t, absl::Span<Record* const> rs) {
       with_windows.push_back(r);
       continue;
     }
-    r->life.Transition(KeyState::kDraining);
-    if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
+    StartDraining(t, r);
   }
   return with_windows;
 }
