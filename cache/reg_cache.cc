@@ -6,9 +6,12 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/error_reason.h"
@@ -48,6 +51,13 @@ absl::StatusOr<hca::AccessFlags> NormalizeAccess(hca::AccessFlags access) {
 }
 
 namespace {
+
+absl::Status CheckRange(uint64_t va, uint64_t length) {
+  if (length == 0) return absl::InvalidArgumentError("length 0");
+  if (va + length >= va) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("range [0x%x, +0x%x) wraps around the address space", va, length));
+}
 
 using internal::Record;
 using internal::Tenant;
@@ -95,6 +105,8 @@ class RegCacheImpl final : public RegCache {
   }
   absl::StatusOr<KeyGrant> Register(TenantId tenant, uint64_t va, uint64_t length,
                                     hca::AccessFlags access) override;
+  std::vector<absl::StatusOr<KeyGrant>> RegisterBatch(
+      TenantId tenant, absl::Span<const RegisterItem> items) override;
   absl::StatusOr<KeyGrant> CreateWindow(TenantId tenant, Handle parent, uint64_t offset,
                                         uint64_t length, hca::AccessFlags access) override {
     ASSIGN_OR_RETURN(Tenant * t, Find(tenant));
@@ -320,11 +332,8 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, ui
   absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(access);
   if (!t.ok()) {
     result = t.status();
-  } else if (length == 0) {
-    result = absl::InvalidArgumentError("length 0");
-  } else if (va + length < va) {
-    result = absl::InvalidArgumentError(
-        absl::StrFormat("range [0x%x, +0x%x) wraps around the address space", va, length));
+  } else if (absl::Status r = CheckRange(va, length); !r.ok()) {
+    result = std::move(r);
   } else if (!normalized.ok()) {
     result = normalized.status();
   } else if (TryHit(**t, va, length, *normalized, *result)) {
@@ -335,6 +344,50 @@ absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, ui
   }
   if (!result.ok()) stats_.register_errors.Inc();
   return result;
+}
+
+// Each item checked and tried as a hit as Register does; the misses mapped together, except
+// repeats of an earlier miss of the batch, which then hit the key that miss made.
+std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
+    TenantId tenant, absl::Span<const RegisterItem> items) {
+  std::vector<absl::StatusOr<KeyGrant>> out(items.size(), absl::StatusOr<KeyGrant>(KeyGrant{}));
+  absl::StatusOr<Tenant*> t = Find(tenant);
+  for (size_t i = 0; !t.ok() && i < items.size(); ++i) out[i] = t.status();
+  std::vector<RegisterItem> misses;      // normalized; misses[k] is items[miss_of[k]]
+  std::vector<size_t> miss_of, repeats;  // repeats: items repeating an earlier miss
+  absl::flat_hash_set<std::tuple<uint64_t, uint64_t, hca::AccessFlags>> seen;
+  for (size_t i = 0; t.ok() && i < items.size(); ++i) {
+    RegisterItem item = items[i];
+    absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(item.access);
+    if (absl::Status r = CheckRange(item.va, item.length); !r.ok()) {
+      out[i] = std::move(r);
+    } else if (!normalized.ok()) {
+      out[i] = normalized.status();
+    } else if (item.access = *normalized; TryHit(**t, item.va, item.length, item.access, *out[i])) {
+      stats_.register_hits.Inc();
+    } else if (!seen.insert({item.va, item.length, item.access}).second) {
+      repeats.push_back(i);
+    } else {
+      misses.push_back(item);
+      miss_of.push_back(i);
+    }
+  }
+  std::vector<absl::StatusOr<KeyGrant>> mapped(misses.size());
+  if (!misses.empty()) internal::MapRegistrations(**t, misses, absl::MakeSpan(mapped));
+  for (size_t k = 0; k < misses.size(); ++k) out[miss_of[k]] = std::move(mapped[k]);
+  for (size_t i : repeats) {
+    const RegisterItem& item = items[i];
+    const hca::AccessFlags access = item.access | hca::kLocalRead;  // as NormalizeAccess
+    if (TryHit(**t, item.va, item.length, access, *out[i])) {
+      stats_.register_hits.Inc();
+    } else {  // the earlier one failed, or its key went meanwhile
+      out[i] = internal::MapRegistration(**t, item.va, item.length, access);
+    }
+  }
+  for (const auto& o : out) {
+    if (!o.ok()) stats_.register_errors.Inc();
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

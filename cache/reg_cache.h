@@ -55,6 +55,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "base/stats.h"
 #include "cache/backing_set.h"
 #include "cache/lifecycle.h"
@@ -129,6 +130,16 @@ class RegCache {
   // kAborted (the memory changed while the key was reserved: retry), a device error.
   virtual absl::StatusOr<KeyGrant> Register(TenantId tenant, uint64_t va, uint64_t length,
                                             hca::AccessFlags access) = 0;
+
+  // Register for each item, the misses mapped together: every miss is laid out, reserved and
+  // bound first, then their UMRs go to the device at once (spread over the tenant's queues, one
+  // doorbell per chunk and queue, one wait for all), then each is published. So a batch of n
+  // misses pays about one UMR round trip, not n. No key is returned before the device completed
+  // the UMR that made it. Items fail alone, with Register's errors, leaving nothing behind;
+  // items that repeat an earlier miss of the batch hit the key it made. The result has one entry
+  // per item, in order.
+  virtual std::vector<absl::StatusOr<KeyGrant>> RegisterBatch(
+      TenantId tenant, absl::Span<const RegisterItem> items) = 0;
 
   // A window [parent.va + offset, +length): a key of its own over part of the registration
   // `parent`, with `access` ⊆ the parent's rights, and one hold on it. The window holds its

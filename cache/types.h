@@ -29,6 +29,13 @@ struct KeyGrant {
   bool same_key = false;  // Reregister: the key and handle are the ones the caller traded in
 };
 
+// One register request of a batch (RegCache::RegisterBatch).
+struct RegisterItem {
+  uint64_t va = 0;
+  uint64_t length = 0;
+  hca::AccessFlags access = 0;
+};
+
 struct RegistrationInfo {
   Handle handle = 0;
   hca::Key key = 0;

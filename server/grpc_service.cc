@@ -183,16 +183,48 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
     });
   }
 
-  // Each item as Register would run it, in order; a bad item fails alone. Items the deadline
-  // overtakes fail with DEADLINE_EXCEEDED and do nothing.
+  // Each item checked as Register checks its request, the good ones registered together (their
+  // misses mapped as one batch); a bad item fails alone. When the deadline passes before the
+  // batch starts, every item fails with DEADLINE_EXCEEDED and does nothing; after it, every key
+  // made is released again.
   grpc::Status RegisterBatch(grpc::ServerContext* ctx, const pb::RegisterBatchRequest* req,
                              pb::RegisterBatchResponse* resp) override {
     return Run(ctx, [&](SessionId s) -> absl::Status {
       RETURN_IF_ERROR(CheckBatchSize("RegisterBatch", req->items_size()));
+      std::vector<absl::StatusOr<cache::KeyGrant>> results(req->items_size(),
+                                                           absl::InternalError("not served"));
+      std::vector<service::RegisterCall> calls;
+      std::vector<int> call_of;
+      for (int i = 0; i < req->items_size(); ++i) {
+        const pb::RegisterRequest& item = req->items(i);
+        absl::StatusOr<std::optional<odp::PrefetchMode>> p = PrefetchFromProto(item.prefetch());
+        if (!p.ok()) {
+          results[i] = p.status();
+          continue;
+        }
+        calls.push_back({item.va(), item.length(), item.access(), *p});
+        call_of.push_back(i);
+      }
+      if (absl::Status late = CheckDeadline(ctx); !late.ok()) {
+        for (int i : call_of) results[i] = late;
+      } else if (!calls.empty()) {
+        ASSIGN_OR_RETURN(std::vector<absl::StatusOr<cache::KeyGrant>> made,
+                         daemon_->RegisterBatch(s, calls));
+        const absl::Status after = Late(ctx);  // asked once for the whole batch
+        for (size_t k = 0; k < made.size(); ++k) {
+          const int i = call_of[k];
+          if (made[k].ok()) {
+            if (absl::Status kept = KeptAfter(after, s, req->items(i).call_id(), *made[k]);
+                !kept.ok()) {
+              made[k] = kept;
+            }
+          }
+          results[i] = std::move(made[k]);
+        }
+      }
       const uint32_t device = DeviceIndex(s);
-      for (const pb::RegisterRequest& item : req->items()) {
+      for (const absl::StatusOr<cache::KeyGrant>& g : results) {
         pb::RegisterResult* out = resp->add_results();
-        absl::StatusOr<cache::KeyGrant> g = RegisterItem(ctx, s, item);
         ToProto(g.status(), out->mutable_status());
         if (g.ok()) ToProto(*g, device, out->mutable_grant());
       }
@@ -391,23 +423,16 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
     return d.ok() ? d->index : 0;
   }
 
-  // One RegisterBatch item, checked as Register checks its request.
-  absl::StatusOr<cache::KeyGrant> RegisterItem(grpc::ServerContext* ctx, SessionId s,
-                                               const pb::RegisterRequest& item) {
-    RETURN_IF_ERROR(CheckDeadline(ctx));
-    ASSIGN_OR_RETURN(std::optional<odp::PrefetchMode> prefetch, PrefetchFromProto(item.prefetch()));
-    ASSIGN_OR_RETURN(cache::KeyGrant g,
-                     daemon_->Register(s, item.va(), item.length(), item.access(), prefetch));
-    RETURN_IF_ERROR(Kept(ctx, s, item.call_id(), g));
-    return g;
-  }
-
   // OK when the reply carrying `g` can still reach the client. Otherwise the grant is released
   // again, so a call that ran out of time leaves no hold behind: DEADLINE_EXCEEDED.
   // With a call id, the grant is recorded for ForgetCalls, or released at once if the client
   // already forgot the call.
   absl::Status Kept(grpc::ServerContext* ctx, SessionId s, uint64_t call_id,
                     const cache::KeyGrant& g) {
+    return KeptAfter(Late(ctx), s, call_id, g);
+  }
+  // Kept's first half: whether the call can still be answered (its deadline, its client).
+  absl::Status Late(grpc::ServerContext* ctx) {
     absl::Status late = CheckDeadline(ctx);
     // A client whose own deadline passed has given up even where this side still sees time
     // (the deadline travels relative, and the server's clock starts when the request arrives;
@@ -421,6 +446,11 @@ class RegCacheServiceImpl final : public pb::RegCacheService::Service {
       late = base::WithReason(absl::CancelledError("the client gave up on the call"),
                               base::reason::kCallAbandoned);
     }
+    return late;
+  }
+  // Kept's second half, given the first's answer.
+  absl::Status KeptAfter(absl::Status late, SessionId s, uint64_t call_id,
+                         const cache::KeyGrant& g) {
     if (late.ok() && call_id != 0) {
       if (calls_.PruneDue())
         calls_.Prune([&](uint64_t id) { return daemon_->SessionDevice(id).ok(); });

@@ -99,6 +99,10 @@ ABSL_FLAG(uint32_t, held_reclaim_after_ms, 100,
           "revokes keys that sessions over their share hold (1..900; they wait 1 s at most): "
           "docs/architecture.md, Device budget");
 ABSL_FLAG(uint32_t, workers, 2, "UMR queues (worker queues) per session");
+ABSL_FLAG(uint32_t, umr_timeout_ms, 2000,
+          "how long a UMR (or a fault's rewrite) may wait for its completion before the queue "
+          "counts as broken and is replaced, 1..600000 ms (raise it only for slow emulated "
+          "devices)");
 ABSL_FLAG(uint32_t, ring_channels, 16,
           "fast-path channels per session (client threads beyond this share them), 1..64");
 ABSL_FLAG(uint32_t, grant_slots, 1u << 18,
@@ -154,6 +158,12 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   // on other devices the peer data path is refused anyway.
   config->remote_node = regcache::hca::sim::ConnectRemotePeer;
   config->cache.engine.queues_per_tenant = absl::GetFlag(FLAGS_workers);
+  const uint32_t umr_timeout_ms = absl::GetFlag(FLAGS_umr_timeout_ms);
+  if (umr_timeout_ms == 0 || umr_timeout_ms > 600000) {
+    std::fprintf(stderr, "regcached: --umr_timeout_ms must be in 1..600000\n");
+    return false;
+  }
+  config->cache.engine.completion_timeout = absl::Milliseconds(umr_timeout_ms);
   config->cache.device_key_reserve_divisor = absl::GetFlag(FLAGS_device_reserve_divisor);
   config->cache.device_translation_entries = absl::GetFlag(FLAGS_device_translation_entries);
   if (config->cache.device_key_reserve_divisor == 0 ||

@@ -38,6 +38,7 @@ absl::Status Draining() {
   return base::WithReason(absl::UnavailableError("regcached is draining"), base::reason::kDraining);
 }
 
+using internal::GrantOf;
 using internal::Memory;
 using internal::RingServer;
 using internal::Session;
@@ -117,6 +118,11 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
                                            std::optional<odp::PrefetchMode> prefetch) override {
     return GrantOf(WithSession(
         session, [&](Session& s) { return Keys(s).Register(s, va, length, access, prefetch); }));
+  }
+  absl::StatusOr<std::vector<absl::StatusOr<cache::KeyGrant>>> RegisterBatch(
+      SessionId session, absl::Span<const RegisterCall> calls) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<SessionRef> pin, Pin(session));
+    return internal::GrantsOf(Keys(**pin).RegisterBatch(**pin, calls));
   }
   absl::Status Prefetch(SessionId session, uint64_t va, uint64_t length, bool write,
                         std::optional<odp::PrefetchMode> mode) override {
@@ -200,12 +206,6 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
   auto WithSession(SessionId id, Fn&& fn) -> decltype(fn(std::declval<Session&>())) {
     ASSIGN_OR_RETURN(std::unique_ptr<SessionRef> pin, Pin(id));
     return fn(**pin);
-  }
-  // The grant of a key call, without its state slot (the transports that ask this way have
-  // their own record of it).
-  static absl::StatusOr<cache::KeyGrant> GrantOf(absl::StatusOr<SlottedGrant> g) {
-    if (!g.ok()) return g.status();
-    return g->grant;
   }
   // The key calls of the session's device.
   static internal::SessionKeys& Keys(Session& s) { return *s.device->keys; }

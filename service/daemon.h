@@ -192,6 +192,10 @@ class Daemon {
   virtual absl::StatusOr<cache::KeyGrant> Register(
       SessionId session, uint64_t va, uint64_t length, hca::AccessFlags access,
       std::optional<odp::PrefetchMode> prefetch = std::nullopt) = 0;
+  // Register for each call, the misses mapped together (cache::RegCache::RegisterBatch): one
+  // result per call, in order; a call fails alone. The call itself fails only as a session does.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<cache::KeyGrant>>> RegisterBatch(
+      SessionId session, absl::Span<const RegisterCall> calls) = 0;
   // Makes the translations of [va, va + length) of the session's attached memory present
   // (for write too when `write`). kOutOfRange if the range is not attached memory;
   // kUnimplemented without ODP; kResourceExhausted when the async queue is full. With `mode`

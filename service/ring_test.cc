@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,35 @@ TEST_F(RingTest, GrantsCarryTheirSlotUntilTheLastRelease) {
   EXPECT_EQ(q.holders, 0u);
   EXPECT_EQ(s.ring->Call(0, HandleReq(shm::RingOp::kRelease, a.handle)).code,
             Code(absl::StatusCode::kFailedPrecondition));
+}
+
+// Register requests published together are served as one batch: their misses share a doorbell,
+// each still gets its own answer in order (a bad one alone fails), with its state slot.
+TEST_F(RingTest, RegisterRequestsOnTheRingTogetherAreOneBatch) {
+  Sess& s = Open();
+  constexpr int kKeys = 32;
+  std::vector<shm::RingRequest> rs;
+  for (int i = 0; i < kKeys; ++i) rs.push_back(RegisterReq(s.va(i * kPage), kPage, kRw));
+  rs[5].access = 0x4000'0000u;  // unknown access bit: refused by validation
+  rs.push_back(NopReq());
+  const int64_t doorbells = Stat("cache", "umr_batches");
+  const std::vector<uint64_t> seqs = s.ring->PostMany(0, rs);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    std::optional<shm::RingCompletion> c = s.ring->Next(0, absl::Seconds(10));
+    ASSERT_TRUE(c.has_value()) << "answer " << i;
+    EXPECT_EQ(c->seq, seqs[i]);
+    if (i == 5) {
+      EXPECT_EQ(c->code, Code(absl::StatusCode::kInvalidArgument));
+    } else {
+      ASSERT_EQ(c->code, 0u) << i << ": " << c->message;
+    }
+    if (i == 5 || i == kKeys) continue;
+    EXPECT_EQ(c->va, s.va(i * kPage));
+    EXPECT_NE(c->slot, shm::kNoSlot);
+    EXPECT_EQ(s.ring->SlotWord(c->slot), shm::SlotWord(c->slot_generation, false));
+    EXPECT_EQ(s.ring->Call(1, HandleReq(shm::RingOp::kRelease, c->handle)).code, 0u);
+  }
+  EXPECT_LE(Stat("cache", "umr_batches") - doorbells, 2);
 }
 
 TEST_F(RingTest, WindowsQueryAndNop) {

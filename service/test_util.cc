@@ -63,6 +63,20 @@ void RawRing::Post(uint32_t ch, const shm::RingRequest& r) {
   RingDoorbell();
 }
 
+std::vector<uint64_t> RawRing::PostMany(uint32_t ch, std::vector<shm::RingRequest> rs) {
+  shm::ChannelControl& c = channels_[ch].control;
+  const uint32_t head = c.req_head.load(std::memory_order_relaxed);
+  std::vector<uint64_t> seqs;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].seq = next_seq_.fetch_add(1);
+    seqs.push_back(rs[i].seq);
+    std::memcpy(&channels_[ch].requests[(head + i) % shm::kRingDepth], &rs[i], sizeof(rs[i]));
+  }
+  c.req_head.store(head + static_cast<uint32_t>(rs.size()), std::memory_order_release);
+  RingDoorbell();
+  return seqs;
+}
+
 void RawRing::PostHeadOnly(uint32_t ch) {
   shm::ChannelControl& c = channels_[ch].control;
   c.req_head.fetch_add(1, std::memory_order_release);

@@ -41,6 +41,9 @@ class RawRing {
   // Writes `r` at req_head of channel `ch`, publishes it and rings the doorbell per the
   // protocol. Does not check for room.
   void Post(uint32_t ch, const shm::RingRequest& r);
+  // Writes every request of `rs` (with fresh seqs, returned) and publishes them with one store of
+  // req_head, then rings. Does not check for room.
+  std::vector<uint64_t> PostMany(uint32_t ch, std::vector<shm::RingRequest> rs);
   // Publishes req_head + 1 without writing an entry first (a truncated message), then rings.
   void PostHeadOnly(uint32_t ch);
   void RingDoorbell();

@@ -141,6 +141,14 @@ struct SessionGrant {
   DeviceIdentity device;  // the session's device
 };
 
+// One register call of a batch (Daemon::RegisterBatch).
+struct RegisterCall {
+  uint64_t va = 0;
+  uint64_t length = 0;
+  hca::AccessFlags access = 0;
+  std::optional<odp::PrefetchMode> prefetch;
+};
+
 struct SessionInfo {
   SessionId id = 0;
   PeerCredentials peer;

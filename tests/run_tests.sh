@@ -16,9 +16,8 @@
 #   vm                  only where the Soft-RoCE guest can run (tests/vm/vmrun: qemu, a Debian
 #                       kernel package); its packages are installed here, not by `make run`.
 #                       Those also labelled vm_memory (dma-bufs, hugetlbfs files: they need the
-#                       guest's kernel) run again in the asan build. Not under tsan: its
-#                       slowdown on top of the guest's CPU emulation makes the emulated
-#                       ConnectX miss the daemon's 2 s UMR completion timeout
+#                       guest's kernel) run again in the asan and tsan builds (their test
+#                       daemons wait longer for a UMR under tsan: tests/e2e/regcached_process.h)
 #
 # Environment (for quick local iterations only; CI sets none of them): REGCACHE_SKIP_ASAN=1,
 # REGCACHE_SKIP_TSAN=1, REGCACHE_SKIP_VM=1 skip
@@ -158,10 +157,8 @@ preset_pass() {
     for kv in "$@"; do export "${kv?}"; done
     run_label "$preset" "$labels" "$title"
     # Memory clients bring (dma-bufs, hugetlbfs files) needs the guest's kernel: those vm tests
-    # again under ASan, the guest running this build's binaries.
-    if [ "$preset" != asan ]; then
-      :
-    elif [ "$vm_ready" = 1 ]; then
+    # again under each sanitizer, the guest running this build's binaries.
+    if [ "$vm_ready" = 1 ]; then
       run_label "$preset" '^vm_memory$' "vm_memory (the guest) in the $preset build"
     else
       notes+=("$preset: vm_memory not run: the guest did not boot here (see vm above)")

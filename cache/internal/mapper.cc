@@ -181,34 +181,41 @@ absl::Status DeviceCanGrant(const Tenant& t, hca::AccessFlags access) {
 
 namespace {
 
-// The shared path: steps 2 to 5.
-absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
-  RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
+// A key reserved and bound for a Mapping (steps 2 and 3), and the UMR that maps it (step 4).
+struct Prepared {
+  Record* r = nullptr;
   TakenKey taken;
-  ASSIGN_OR_RETURN(Record * r, ReserveAndBind(t, m, taken));
-
   UmrOp op;
-  op.kind = UmrOp::Kind::kMap;
-  op.klm = std::move(m.layout);
-  op.map.key = taken.pooled.key;
-  op.map.new_variant = taken.new_variant;
-  op.map.layout = hca::Layout::kKlm;
-  op.map.access = m.access;
-  op.map.start_addr = m.va;
-  op.map.length = m.length;
-  op.map.require_free = !m.window();
-  UmrOp* ops[] = {&op};
-  t.engine->Execute(ops);
+};
 
-  if (!op.result.ok()) {
-    Recover(t, r, taken.pooled.key);
+// Steps 2 and 3, and step 4's op (which takes m.layout).
+absl::Status Prepare(Tenant& t, Mapping& m, Prepared& p) {
+  RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
+  ASSIGN_OR_RETURN(p.r, ReserveAndBind(t, m, p.taken));
+  p.op.kind = UmrOp::Kind::kMap;
+  p.op.klm = std::move(m.layout);
+  p.op.map.key = p.taken.pooled.key;
+  p.op.map.new_variant = p.taken.new_variant;
+  p.op.map.layout = hca::Layout::kKlm;
+  p.op.map.access = m.access;
+  p.op.map.start_addr = m.va;
+  p.op.map.length = m.length;
+  p.op.map.require_free = !m.window();
+  return absl::OkStatus();
+}
+
+// Step 5 once the UMR completed; undoes steps 2 and 3 (the key to recovery) if it failed.
+absl::StatusOr<KeyGrant> Finish(Tenant& t, const Mapping& m, Prepared& p) {
+  Record* r = p.r;
+  if (!p.op.result.ok()) {
+    Recover(t, r, p.taken.pooled.key);
     {
       base::MutexLock lock(&t.mu);
       Unbind(t, r);
     }
     base::MutexLock il(&t.index_mu);
     Recycle(t, r);
-    return op.result;
+    return p.op.result;
   }
   KeyGrant grant;
   {
@@ -225,6 +232,29 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
   }
   t.stats().live_registrations.Add();
   return grant;
+}
+
+// The shared path: steps 2 to 5.
+absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
+  Prepared p;
+  RETURN_IF_ERROR(Prepare(t, m, p));
+  UmrOp* ops[] = {&p.op};
+  t.engine->Execute(ops);
+  return Finish(t, m, p);
+}
+
+// Step 1 of a miss: the range over the tenant's memory and the smallest key class for it.
+absl::Status Plan(Tenant& t, Mapping& m) {
+  base::ReaderMutexLock lock(&t.mu);
+  ASSIGN_OR_RETURN(m.layout, t.backings.Layout(m.va, m.length, m.access, &m.backings));
+  ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
+  return absl::OkStatus();
+}
+
+void RecordMiss(Tenant& t, absl::Time start) {
+  t.stats().register_misses.Inc();
+  t.stats().miss_latency_ns.Record(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
 }
 
 // Takes one shared hold on `p`, the record `handle` resolved to, for a window on it: the
@@ -262,16 +292,52 @@ absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length
   m.va = va;
   m.length = length;
   m.access = access;
-  {
-    base::ReaderMutexLock lock(&t.mu);
-    ASSIGN_OR_RETURN(m.layout, t.backings.Layout(va, length, access, &m.backings));
-    ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
-  }
+  RETURN_IF_ERROR(Plan(t, m));
   ASSIGN_OR_RETURN(KeyGrant grant, MapNew(t, m));
-  t.stats().register_misses.Inc();
-  t.stats().miss_latency_ns.Record(
-      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
+  RecordMiss(t, start);
   return grant;
+}
+
+void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
+                      absl::Span<absl::StatusOr<KeyGrant>> out) {
+  const absl::Time start = base::MonotonicNow();
+  // Stable addresses: the engine gets pointers to the ops.
+  std::vector<Mapping> maps(items.size());
+  std::vector<Prepared> prepared(items.size());
+  std::vector<UmrOp*> ops;
+  std::vector<size_t> posted;  // the items whose op is in `ops`
+  ops.reserve(items.size());
+  posted.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Mapping& m = maps[i];
+    m.va = items[i].va;
+    m.length = items[i].length;
+    m.access = items[i].access;
+    absl::Status s = Plan(t, m);
+    if (s.ok()) s = Prepare(t, m, prepared[i]);
+    if (!s.ok()) {
+      out[i] = std::move(s);
+      continue;
+    }
+    ops.push_back(&prepared[i].op);
+    posted.push_back(i);
+  }
+  if (ops.empty()) return;
+  t.engine->ExecuteSpread(ops);
+  std::vector<size_t> again;
+  for (size_t i : posted) {
+    const bool reached_device = prepared[i].op.posted && !prepared[i].op.result.ok();
+    out[i] = Finish(t, maps[i], prepared[i]);
+    if (out[i].ok()) {
+      RecordMiss(t, start);
+    } else if (reached_device && ops.size() > 1) {
+      again.push_back(i);
+    }
+  }
+  // A UMR that fails takes its queue down, and what was posted after it on that queue is
+  // flushed with it: those keys went to recovery (Finish), and each item is mapped once more on
+  // its own, so only an item that fails by itself fails.
+  for (size_t i : again) out[i] = MapRegistration(t, items[i].va, items[i].length, items[i].access);
 }
 
 absl::StatusOr<KeyGrant> MapWindow(Tenant& t, Handle parent, uint64_t offset, uint64_t length,

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "cache/internal/index.h"
 #include "cache/internal/tenant.h"
 #include "cache/types.h"
@@ -32,6 +33,12 @@ absl::Status DeviceCanGrant(const Tenant& t, hca::AccessFlags access);
 
 absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length,
                                          hca::AccessFlags access);
+
+// RegCache::RegisterBatch's misses: maps a registration for each of `items` (access
+// normalized), all their UMRs posted before one wait; out[i] gets item i's grant or error.
+// REQUIRES: out.size() == items.size().
+void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
+                      absl::Span<absl::StatusOr<KeyGrant>> out);
 
 // RegCache::CreateWindow after the tenant lookup: maps a window [parent.va + offset, +length)
 // with `access` (not yet normalized) on the registration `parent` names. Errors as

@@ -218,9 +218,10 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
       r.deadline_ns = deadline_ns;
       std::memcpy(&ring.requests[c.req_head % shm::kRingDepth], &r, sizeof(r));
       ++c.req_head;
-      ring.control.req_head.store(c.req_head, std::memory_order_release);
     }
     if (now > 0) {
+      // Published together: the daemon takes them as one batch (a run of registers is one).
+      ring.control.req_head.store(c.req_head, std::memory_order_release);
       RingDoorbell();
       // Own the next request slot's line while the daemon works (it read that line a ring
       // ago): the next post then writes to this core's cache instead of waiting for it. The

@@ -60,7 +60,10 @@ absl::Status Build(DeviceSlot& slot, const DaemonConfig& config, base::stats::Re
   cache_options.pool.capacity_classes =
       cache::RegCache::FitClasses(cache_options.pool.capacity_classes, slot.caps());
   if (slot.caps().odp) {
-    ASSIGN_OR_RETURN(slot.servicer, odp::Servicer::Create(slot.device.get(), {}, registry));
+    odp::ServicerOptions servicer_options;
+    servicer_options.completion_timeout = config.cache.engine.completion_timeout;
+    ASSIGN_OR_RETURN(slot.servicer,
+                     odp::Servicer::Create(slot.device.get(), servicer_options, registry));
     cache_options.backing_observer = slot.servicer.get();
   }
   ASSIGN_OR_RETURN(slot.cache, cache::RegCache::Create(slot.device.get(), cache_options, registry));

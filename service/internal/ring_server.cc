@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -50,6 +51,10 @@ int64_t NowNs() {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool PastDeadline(const shm::DecodedRequest& d) {
+  return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
 }
 
 shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
@@ -228,35 +233,78 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
   shm::Channel* ch = shm_->channel(index);
   shm::ChannelControl& c = ch->control;
   uint32_t served = 0;
+  shm::RingRequest copies[shm::kRingDepth];
+  shm::RingCompletion answers[shm::kRingDepth];
   while (served < shm::kBurstPerChannel) {
     const uint32_t pending = c.req_head.load(std::memory_order_acquire) - v.req_tail;
-    const uint32_t unread = v.cpl_head - c.cpl_tail.load(std::memory_order_acquire);
+    uint32_t unread = v.cpl_head - c.cpl_tail.load(std::memory_order_acquire);
     if (pending > shm::kRingDepth || unread > shm::kRingDepth) {
       Break(index);
       return served;
     }
     if (pending == 0 || unread == shm::kRingDepth) break;
-    // Copy out first; everything after looks at the copy only.
-    shm::RingRequest copy;
-    std::memcpy(&copy, &ch->requests[v.req_tail % shm::kRingDepth], sizeof(copy));
-    ++v.req_tail;
+    // How many to take, by a look at the ops (a hint: the copies decide what is served): a
+    // run of register requests whole, else up to the burst.
+    const uint32_t room = std::min(pending, shm::kRingDepth - unread);
+    constexpr uint16_t kRegister = static_cast<uint16_t>(shm::RingOp::kRegister);
+    const auto op_at = [&](uint32_t k) {
+      return ch->requests[(v.req_tail + k) % shm::kRingDepth].op;
+    };
+    uint32_t n = 1;
+    if (op_at(0) == kRegister) {
+      while (n < room && op_at(n) == kRegister) ++n;
+    } else {
+      n = std::min(room, shm::kBurstPerChannel - served);
+    }
+    // Copy out first; everything after looks at the copies only.
+    for (uint32_t k = 0; k < n; ++k) {
+      std::memcpy(&copies[k], &ch->requests[(v.req_tail + k) % shm::kRingDepth], sizeof(copies[k]));
+    }
+    v.req_tail += n;
     c.req_tail.store(v.req_tail, std::memory_order_release);
-    const shm::RingCompletion out = Serve(copy);
-    // An OK answer of an op other than kQuery leaves the completion's second half unwritten
-    // (protocol/shm_protocol.h): one cache line less to move.
-    const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
-    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
-                whole ? sizeof(out) : shm::kCompletionHeadBytes);
-    ++v.cpl_head;
-    c.cpl_head.store(v.cpl_head, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
-    // Own the next completion slot's first line before the next answer (the client read it a
-    // ring ago). Only where the client has consumed that slot, by the cpl_tail read above.
-    if (unread + 1 < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
-    ++served;
+    for (uint32_t k = 0; k < n;) {
+      // A run of register requests is served as one batch; any other request alone.
+      uint32_t run = 1;
+      while (k + run < n && copies[k].op == kRegister && copies[k + run].op == kRegister) {
+        ++run;
+      }
+      if (run > 1) {
+        ServeRegisters(absl::MakeConstSpan(copies + k, run), answers);
+      } else {
+        answers[0] = Serve(copies[k]);
+      }
+      for (uint32_t a = 0; a < run; ++a) Complete(index, answers[a], unread++);
+      k += run;
+      served += run;
+    }
   }
   return served;
+}
+
+void RingServer::Complete(uint32_t index, const shm::RingCompletion& out, uint32_t unread) {
+  ChannelView& v = view_[index];
+  shm::Channel* ch = shm_->channel(index);
+  shm::ChannelControl& c = ch->control;
+  // An OK answer of an op other than kQuery leaves the completion's second half unwritten
+  // (protocol/shm_protocol.h): one cache line less to move.
+  const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
+  std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
+              whole ? sizeof(out) : shm::kCompletionHeadBytes);
+  ++v.cpl_head;
+  c.cpl_head.store(v.cpl_head, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
+  // Own the next completion slot's first line before the next answer (the client read it a
+  // ring ago). Only where the client has consumed that slot, by the cpl_tail read before.
+  if (unread + 1 < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
+}
+
+// The texts are short enough for a completion's message (kMessageBytes).
+shm::RingCompletion RingServer::Expired(const shm::DecodedRequest& d, absl::string_view why) {
+  stats_->expired.Inc();
+  return shm::CompletionFor(
+      d.seq, static_cast<uint16_t>(d.op),
+      base::WithReason(absl::DeadlineExceededError(why), base::reason::kDeadlineTooShort));
 }
 
 shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
@@ -268,24 +316,49 @@ shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
   stats_->requests.Inc();
   // The caller's deadline, on the clock both sides share: a request past it does nothing, and
   // a grant made for one that passed it meanwhile is given back (the caller stopped waiting).
-  // The texts are short enough for a completion's message (kMessageBytes).
-  const auto expired = [&](absl::string_view why) {
-    stats_->expired.Inc();
-    return shm::CompletionFor(
-        d.seq, static_cast<uint16_t>(d.op),
-        base::WithReason(absl::DeadlineExceededError(why), base::reason::kDeadlineTooShort));
-  };
-  const auto past_deadline = [&] {
-    return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
-  };
-  if (past_deadline()) return expired("the deadline passed before the work began");
+  if (PastDeadline(d)) return Expired(d, "the deadline passed before the work began");
   shm::RingCompletion out = Answer(d);
-  if (out.code == 0 && out.handle != 0 && shm::OpGrants(d.op) && past_deadline()) {
+  if (out.code == 0 && out.handle != 0 && shm::OpGrants(d.op) && PastDeadline(d)) {
     (void)backend_->Release(*session_, out.handle);
-    return expired("the deadline passed; the key made was released");
+    return Expired(d, "the deadline passed; the key made was released");
   }
   RC_KEY_TEST_HOOK(kAnswered);
   return out;
+}
+
+void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies,
+                                shm::RingCompletion* out) {
+  shm::DecodedRequest d[shm::kRingDepth];
+  RegisterCall calls[shm::kRingDepth];
+  uint32_t call_of[shm::kRingDepth];  // calls[j] answers copies[call_of[j]]
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < copies.size(); ++i) {
+    if (absl::Status s = shm::DecodeRequest(copies[i], d[i]); !s.ok()) {
+      stats_->bad_requests.Inc();
+      out[i] = shm::CompletionFor(copies[i].seq, copies[i].op, s);
+      continue;
+    }
+    stats_->requests.Inc();
+    if (PastDeadline(d[i])) {
+      out[i] = Expired(d[i], "the deadline passed before the work began");
+      continue;
+    }
+    calls[n] = RegisterCall{d[i].va, d[i].length, d[i].access, PrefetchOf(d[i].prefetch)};
+    call_of[n++] = i;
+  }
+  if (n == 0) return;
+  std::vector<absl::StatusOr<SlottedGrant>> made =
+      backend_->RegisterBatch(*session_, absl::MakeConstSpan(calls, n));
+  for (uint32_t j = 0; j < n; ++j) {
+    const shm::DecodedRequest& r = d[call_of[j]];
+    shm::RingCompletion& c = out[call_of[j]];
+    c = GrantCompletion(r, made[j]);
+    if (c.code == 0 && c.handle != 0 && PastDeadline(r)) {
+      (void)backend_->Release(*session_, c.handle);
+      c = Expired(r, "the deadline passed; the key made was released");
+    }
+  }
+  RC_KEY_TEST_HOOK(kAnswered);
 }
 
 shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {

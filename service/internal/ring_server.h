@@ -3,8 +3,10 @@
 // (protocol/ring_codec.h), calls the daemon and posts the completion. Internal to service/.
 //
 // Fairness and bounded work: a sweep takes at most kBurstPerChannel requests of a channel
-// before it moves on, and only while that channel's completion ring has room; a session's
-// flood only keeps its own worker busy. Idle: the worker spins for about kSpin after the last
+// before it moves on (but a run of register requests already on the ring is taken whole, up to
+// the ring's depth: it is served as one batch, its misses mapped together), and only while
+// that channel's completion ring has room; a session's flood only keeps its own
+// worker busy. Idle: the worker spins for about kSpin after the last
 // request it saw (it reads the clock only once every kIdleSweepsPerClock idle sweeps: a
 // sweep of idle channels costs a few loads, clock_gettime in a VM can cost more), then sleeps on
 // the doorbell futex (the Dekker handshake of the header), at most kSleepLimit at a time — the
@@ -28,7 +30,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/stats.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
@@ -64,6 +68,10 @@ struct Session;  // service/internal/session_table.h
 class KeyCalls {
  public:
   virtual ~KeyCalls() = default;
+  // Register for each call, the misses mapped together (cache::RegCache::RegisterBatch); one
+  // result per call, in order; calls fail alone.
+  virtual std::vector<absl::StatusOr<SlottedGrant>> RegisterBatch(
+      Session& s, absl::Span<const RegisterCall> calls) = 0;
   virtual absl::StatusOr<SlottedGrant> Register(Session& s, uint64_t va, uint64_t length,
                                                 hca::AccessFlags access,
                                                 std::optional<odp::PrefetchMode> prefetch) = 0;
@@ -121,6 +129,13 @@ class RingServer {
   bool Sleep();
   void Break(uint32_t index);
   shm::RingCompletion Serve(const shm::RingRequest& copy);
+  // A request past its caller's deadline: counted, and answered kDeadlineExceeded with `why`.
+  shm::RingCompletion Expired(const shm::DecodedRequest& d, absl::string_view why);
+  // Serves consecutive register requests (copies) as one batch: out[i] answers copies[i].
+  void ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::RingCompletion* out);
+  // Writes one completion to the channel and tells a waiting client; `unread`: completions the
+  // client had not read before this one.
+  void Complete(uint32_t index, const shm::RingCompletion& out, uint32_t unread);
   shm::RingCompletion Answer(const shm::DecodedRequest& d);
 
   Session* const session_;

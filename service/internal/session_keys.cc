@@ -20,6 +20,18 @@ constexpr int kRevokedRetries = 3;
 
 }  // namespace
 
+absl::StatusOr<cache::KeyGrant> GrantOf(absl::StatusOr<SlottedGrant> g) {
+  if (!g.ok()) return g.status();
+  return g->grant;
+}
+
+std::vector<absl::StatusOr<cache::KeyGrant>> GrantsOf(std::vector<absl::StatusOr<SlottedGrant>> g) {
+  std::vector<absl::StatusOr<cache::KeyGrant>> out;
+  out.reserve(g.size());
+  for (auto& one : g) out.push_back(GrantOf(std::move(one)));
+  return out;
+}
+
 SessionKeys::SessionKeys(cache::RegCache* cache, odp::Servicer* servicer, const hca::Device* device,
                          const std::atomic<bool>* draining)
     : cache_(cache), servicer_(servicer), device_(device), draining_(draining) {}
@@ -82,6 +94,42 @@ absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint
           length, attempt + 1));
     }
   }
+}
+
+// The calls without a prefetch go to the cache as one batch; each grant is then recorded as
+// Register records it (a key revoked meanwhile is made again, alone). Calls with a prefetch run
+// as Register runs them.
+std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
+    Session& s, absl::Span<const RegisterCall> calls) {
+  std::vector<absl::StatusOr<SlottedGrant>> out(calls.size(), absl::InternalError("not served"));
+  if (absl::Status u = Usable(); !u.ok()) {
+    for (auto& o : out) o = u;
+    return out;
+  }
+  std::vector<cache::RegisterItem> plain;
+  std::vector<size_t> plain_of;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const RegisterCall& c = calls[i];
+    if (c.prefetch.has_value()) {
+      out[i] = Register(s, c.va, c.length, c.access, c.prefetch);
+      continue;
+    }
+    plain.push_back(cache::RegisterItem{c.va, c.length, c.access});
+    plain_of.push_back(i);
+  }
+  if (plain.empty()) return out;
+  std::vector<absl::StatusOr<cache::KeyGrant>> made = cache_->RegisterBatch(s.tenant, plain);
+  for (size_t k = 0; k < plain.size(); ++k) {
+    const RegisterCall& c = calls[plain_of[k]];
+    absl::StatusOr<SlottedGrant> g = Record(s, std::move(made[k]), /*parent=*/0);
+    if (g.ok() && g->revoked) {
+      (void)cache_->Release(s.tenant, g->grant.handle);
+      s.grants->Released(g->grant.handle);
+      g = Register(s, c.va, c.length, c.access, std::nullopt);
+    }
+    out[plain_of[k]] = std::move(g);
+  }
+  return out;
 }
 
 // A window revoked before its record goes out marked (its word reads revoked): its parent was

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +29,11 @@
 
 namespace regcache::service::internal {
 
+// The grant of a key call, without its state slot (for the transports that keep their own record
+// of it), one call's or a batch's.
+absl::StatusOr<cache::KeyGrant> GrantOf(absl::StatusOr<SlottedGrant> g);
+std::vector<absl::StatusOr<cache::KeyGrant>> GrantsOf(std::vector<absl::StatusOr<SlottedGrant>> g);
+
 class SessionKeys final : public KeyCalls {
  public:
   // `cache`, `servicer` (null on a device without on-demand paging), `device` and `draining`
@@ -38,6 +44,8 @@ class SessionKeys final : public KeyCalls {
   absl::StatusOr<SlottedGrant> Register(Session& s, uint64_t va, uint64_t length,
                                         hca::AccessFlags access,
                                         std::optional<odp::PrefetchMode> prefetch) override;
+  std::vector<absl::StatusOr<SlottedGrant>> RegisterBatch(
+      Session& s, absl::Span<const RegisterCall> calls) override;
   absl::StatusOr<SlottedGrant> Window(Session& s, cache::Handle parent, uint64_t offset,
                                       uint64_t length, hca::AccessFlags access) override;
   absl::StatusOr<SlottedGrant> Reregister(Session& s, cache::Handle handle, uint64_t va,

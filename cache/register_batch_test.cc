@@ -1,0 +1,143 @@
+// RegCache::RegisterBatch: a batch's misses are mapped together (one doorbell for a batch that
+// fits half a ring, not one per key); every key works once returned; hits, repeats and bad
+// items are answered one by one; a UMR that fails mid-batch fails no other item; nothing leaks.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cache/reg_cache.h"
+#include "cache/test_util.h"
+#include "gtest/gtest.h"
+
+namespace regcache::cache {
+namespace {
+
+using testing::CacheTest;
+using testing::Memory;
+
+constexpr uint64_t kPage = 4096;
+
+class RegisterBatchTest : public CacheTest {
+ protected:
+  uint64_t Doorbells() const { return cache_->stats().umr_batches.value(); }
+
+  static std::vector<RegisterItem> Pages(const Memory& mem, uint32_t n) {
+    std::vector<RegisterItem> items;
+    for (uint32_t i = 0; i < n; ++i)
+      items.push_back({mem.va() + i * kPage, kPage, hca::kAllAccess});
+    return items;
+  }
+
+  void ExpectWorks(const KeyGrant& g) {
+    EXPECT_TRUE(PeerWrite(g.rkey, g.va, "batched").ok());
+    EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(g.va), "batched", 7), 0);
+  }
+};
+
+TEST_F(RegisterBatchTest, MissesOfABatchShareOneDoorbell) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  constexpr uint32_t kKeys = 24;  // fits half of TestCacheOptions' 64-deep ring
+  Memory mem(kKeys * kPage);
+  Attach(mem);
+  const uint64_t before = Doorbells();
+  const uint64_t misses = cache_->stats().register_misses.value();
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, Pages(mem, kKeys));
+  ASSERT_EQ(got.size(), kKeys);
+  EXPECT_EQ(Doorbells() - before, 1u);
+  EXPECT_EQ(cache_->stats().register_misses.value() - misses, kKeys);
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    EXPECT_FALSE(got[i]->hit);
+    EXPECT_EQ(got[i]->va, mem.va() + i * kPage);
+    ExpectWorks(*got[i]);
+  }
+  // The same again: every item a hit, no UMR at all.
+  const uint64_t after = Doorbells();
+  std::vector<absl::StatusOr<KeyGrant>> again = cache_->RegisterBatch(tenant_, Pages(mem, kKeys));
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(again[i].ok()) << again[i].status();
+    EXPECT_TRUE(again[i]->hit);
+    EXPECT_EQ(again[i]->handle, got[i]->handle);
+  }
+  EXPECT_EQ(Doorbells(), after);
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
+    EXPECT_TRUE(cache_->Release(tenant_, again[i]->handle).ok());
+  }
+}
+
+TEST_F(RegisterBatchTest, LargeBatchesSpreadOverTheQueuesInHalfRings) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  constexpr uint32_t kKeys = 256;
+  Memory mem(kKeys * kPage);
+  Attach(mem);
+  const uint64_t before = Doorbells();
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, Pages(mem, kKeys));
+  EXPECT_LE(Doorbells() - before, kKeys / 32 + 1);
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    ExpectWorks(*got[i]);
+    EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
+  }
+  EXPECT_EQ(UsageNow().cached_unreferenced, kKeys);
+}
+
+TEST_F(RegisterBatchTest, BadItemsFailAloneAndRepeatsHitTheFirst) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  Memory mem(4 * kPage);
+  Attach(mem, hca::kLocalRead | hca::kLocalWrite | hca::kRemoteRead);
+  std::vector<RegisterItem> items = {
+      {mem.va(), kPage, hca::kLocalWrite},                              // 0: miss
+      {mem.va(), 0, hca::kLocalWrite},                                  // 1: length 0
+      {mem.va() + 64 * kPage, kPage, hca::kLocalWrite},                 // 2: not attached
+      {mem.va(), kPage, hca::kLocalWrite},                              // 3: repeats 0
+      {mem.va() + kPage, kPage, hca::kRemoteWrite | hca::kLocalWrite},  // 4: rights it lacks
+      {mem.va() + kPage, kPage, 0x8000'0000u},                          // 5: unknown access bit
+      {~uint64_t{0} - kPage, 2 * kPage, hca::kLocalWrite},              // 6: wraps
+      {mem.va() + 2 * kPage, 2 * kPage, hca::kRemoteRead},              // 7: miss
+  };
+  const uint64_t before = Doorbells();
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, items);
+  ASSERT_EQ(got.size(), items.size());
+  EXPECT_EQ(Doorbells() - before, 1u);
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_EQ(got[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[2].status().code(), absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE(got[3].ok()) << got[3].status();
+  EXPECT_TRUE(got[3]->hit);
+  EXPECT_EQ(got[3]->handle, got[0]->handle);
+  EXPECT_EQ(got[4].status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(got[5].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[6].status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(got[7].ok()) << got[7].status();
+  EXPECT_FALSE(got[7]->hit);
+  EXPECT_EQ(UsageNow().live_registrations, 2u);
+  for (size_t i : {0, 3, 7}) EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
+}
+
+TEST_F(RegisterBatchTest, AUmrThatFailsMidBatchFailsNoOtherItem) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  constexpr uint32_t kKeys = 8;
+  Memory mem(kKeys * kPage);
+  Attach(mem);
+  device_->FailNextUmrForTest(hca::Syndrome::kLocalProt);
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, Pages(mem, kKeys));
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    ExpectWorks(*got[i]);
+    EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
+  }
+  EXPECT_EQ(UsageNow().live_registrations, kKeys);
+}
+
+TEST_F(RegisterBatchTest, AClosedTenantFailsEveryItem) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  Memory mem(2 * kPage);
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_ + 1, Pages(mem, 2));
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& g : got) EXPECT_EQ(g.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cache_->RegisterBatch(tenant_, {}).empty());
+}
+
+}  // namespace
+}  // namespace regcache::cache
