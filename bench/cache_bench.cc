@@ -8,6 +8,10 @@
 //                                        one UMR executed by the sim, insert
 //   BM_Invalidate/regions:N              the full lifecycle of one key: stop-reference, fenced
 //                                        invalidate UMR, completion, quarantine
+//   BM_KeyIssueRate/queues:Q             RegisterBatch of 1024 misses on a tenant with Q UMR
+//                                        queues, the sim executing each queue in a thread of
+//                                        its own (mode=thread, as a NIC's engines): keys/s, and
+//                                        how it grows from 1 to 2 to 4 queues
 //   BM_CloseTenant/keys:N                a tenant with N held keys closed: every key revoked
 //                                        in batches, pool and PD destroyed (revoke_bench has
 //                                        the same through the daemon, from a SIGKILL)
@@ -161,6 +165,52 @@ void BM_CloseTenant(benchmark::State& state) {
   ::munmap(mem, bytes);
 }
 
+// Keys made per second by RegisterBatch with Q UMR queues: the batch's UMRs are spread over
+// the queues in half rings, and the sim's per-queue engine threads run them in parallel. Its
+// own device and cache; the keys are invalidated after each (manually timed) batch.
+void BM_KeyIssueRate(benchmark::State& state) {
+  constexpr uint64_t kBatch = 1024;
+  regcache::hca::sim::SimOptions sim;
+  sim.mode = regcache::hca::sim::ExecutionMode::kThread;
+  sim.max_keys = 2 * kBatch + 8192;
+  auto device = std::move(*regcache::hca::sim::NewSimDevice(sim));
+  regcache::cache::CacheOptions o;
+  o.pool.capacity_classes = {4};
+  o.pool.low_watermark = o.pool.high_watermark = 2 * kBatch;
+  o.background_maintenance = false;
+  o.engine.queues_per_tenant = static_cast<uint32_t>(state.range(0));
+  auto cache = std::move(*regcache::cache::RegCache::Create(device.get(), o));
+  const auto t = *cache->OpenTenant(regcache::cache::TenantOptions{});
+  const size_t bytes = kBatch * kRegionBytes;
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  RC_CHECK(mem != MAP_FAILED);
+  regcache::cache::BackingSpec spec;
+  spec.va = reinterpret_cast<uint64_t>(mem);
+  spec.local_addr = mem;
+  spec.length = bytes;
+  spec.access = regcache::hca::kAllAccess;
+  RC_CHECK(cache->AddBacking(t, spec).ok());
+  std::vector<regcache::cache::RegisterItem> items;
+  for (uint64_t i = 0; i < kBatch; ++i)
+    items.push_back({spec.va + i * kRegionBytes, kRegionBytes, kRw});
+  for (auto _ : state) {
+    const absl::Time t0 = absl::Now();
+    auto got = cache->RegisterBatch(t, items);
+    state.SetIterationTime(absl::ToDoubleSeconds(absl::Now() - t0));
+    for (const auto& g : got) {
+      if (!g.ok() || g->hit) {
+        state.SkipWithError("expected a miss");
+        break;
+      }
+      (void)cache->Invalidate(t, g->handle);
+      (void)cache->Release(t, g->handle);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  RC_CHECK(cache->CloseTenant(t).ok());
+  ::munmap(mem, bytes);
+}
+
 void BM_UcsRcacheHit(benchmark::State& state) {
   regcache::bench::RunUcsHits(state, UcsWorld::Get(state.range(0), state.range(1) * 1024));
 }
@@ -185,6 +235,13 @@ BENCHMARK(BM_RegisterMiss)
     ->Threads(1)
     ->Threads(2);
 BENCHMARK(BM_Invalidate)->Apply(Regions)->Iterations(kLifecycleIterations)->Threads(1)->Threads(2);
+BENCHMARK(BM_KeyIssueRate)
+    ->ArgName("queues")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Iterations(200)
+    ->UseManualTime();
 BENCHMARK(BM_CloseTenant)
     ->ArgName("keys")
     ->Arg(1000)
@@ -244,6 +301,16 @@ void PrintSummary(const SummaryReporter& r) {
                     name, regions, threads, rate / 1e6, 1e6 * threads / rate);
       }
     }
+  }
+  const double rate1 = r.Rate("BM_KeyIssueRate/queues:1/iterations:200/manual_time");
+  for (int q : {1, 2, 4}) {
+    const double rate =
+        r.Rate(absl::StrFormat("BM_KeyIssueRate/queues:%d/iterations:200/manual_time", q));
+    if (rate == 0) continue;
+    std::printf(
+        "key issue rate, RegisterBatch of 1024, %d UMR queue(s): %.2f M keys/s (%.2fx one "
+        "queue)\n",
+        q, rate / 1e6, rate1 > 0 ? rate / rate1 : 0);
   }
   std::printf(
       "reference figure (docs/benchmarks.md): ucs_rcache measured at ~40 ns per hit at "

@@ -8,7 +8,8 @@
 Reads the Google Benchmark JSON regmr_bench writes (each run named <method>/bytes:<n>, with a
 "bytes" counter and its mean time per key in real_time) and draws every method it finds:
 regcache miss, regcache hit (client cache), regcache hit over the ring (client cache off), and
-the anchor, ibv_reg_mr + ibv_dereg_mr (absent on the sim). The device in the title comes from
+the anchor, ibv_reg_mr + ibv_dereg_mr (absent on the sim); and the batch cases (runs with a
+"keys" counter: the time of K keys, drawn per key, one line per K), with their anchor. The device in the title comes from
 the JSON's context (regmr_device, regmr_ibv_device) unless --title says otherwise.
 
 Needs matplotlib (Debian: apt-get install python3-matplotlib); says so and exits 2 without it.
@@ -25,6 +26,13 @@ METHODS = [
     ("miss", "regcache miss (register + release)", dict(color="tab:red", marker="o")),
     ("hit_ring", "regcache hit, ring (client cache off)", dict(color="tab:orange", marker="^")),
     ("hit_client_cache", "regcache hit, client cache", dict(color="tab:blue", marker="D")),
+    # The batch cases (name batch/keys:K/...), per key: K keys of a size at once.
+    ("ibv_reg_mr_batch1024", "1024 x ibv_reg_mr, then 1024 x ibv_dereg_mr (anchor)",
+     dict(color="gray", marker="s", linestyle="--")),
+    ("batch64", "regcache RegisterBatch + ReleaseBatch, 64 keys",
+     dict(color="tab:purple", marker="v", linestyle="--")),
+    ("batch1024", "regcache RegisterBatch + ReleaseBatch, 1024 keys",
+     dict(color="tab:green", marker="v", linestyle="--")),
 ]
 
 TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
@@ -47,6 +55,10 @@ def load(path):
                 continue
             size = m.group(1)
         ns = float(run["real_time"]) * TO_NS[run.get("time_unit", "ns")]
+        keys = run.get("keys")
+        if keys:  # a batch case: the time is the batch's; per key, one line per batch size
+            ns /= float(keys)
+            method += str(int(keys))
         total, count = sums.setdefault(method, {}).get(int(size), (0.0, 0))
         sums[method][int(size)] = (total + ns, count + 1)
     table = {
@@ -72,8 +84,10 @@ def time_label(ns, _pos=None):
 
 def annotate_ratios(ax, table):
     """Writes anchor / method next to each regcache point (how many times faster), if any."""
-    anchor = table.get("ibv_reg_mr", {})
-    for method, dy in (("miss", -11), ("hit_client_cache", 5)):  # below / above the line
+    pairs = (("miss", "ibv_reg_mr", -11), ("hit_client_cache", "ibv_reg_mr", 5),
+             ("batch1024", "ibv_reg_mr_batch1024", -11))  # below / above the line
+    for method, anchor_method, dy in pairs:
+        anchor = table.get(anchor_method, {})
         for size, ns in table.get(method, {}).items():
             if size in anchor and ns > 0:
                 ratio = anchor[size] / ns

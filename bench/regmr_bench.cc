@@ -13,6 +13,13 @@
 //                             a grant for: the fast path's hit, no IPC.
 //   hit_ring/bytes:N          the same with the client cache off: two ring round trips, the
 //                             Register a hit in the daemon's cache.
+//   batch/keys:K/bytes:N      RegisterBatch of K ranges of N bytes that all miss (range i
+//                             starts i pages into the memory: K different registrations over
+//                             little memory), then ReleaseBatch of the K grants; K = 64, 1024
+//                             at 4 KiB and 1 MiB. Every key invalidated after the timed region.
+//                             Reported per key.
+//   ibv_reg_mr_batch/keys:K/bytes:N  its anchor: K ibv_reg_mr of the same ranges, then their K
+//                             ibv_dereg_mr, per key.
 //   ibv_reg_mr/bytes:N        the anchor: ibv_reg_mr + ibv_dereg_mr of the same range of the
 //                             same mapping (already touched), in this process, on the same
 //                             device opened by name (verbs:<name> / mlx5:<name>; no name: the
@@ -46,6 +53,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -86,6 +94,21 @@ constexpr Size kSizes[] = {{4 * kKiB, "4 KiB", 1000},
                            {16 * kMiB, "16 MiB", 10},
                            {256 * kMiB, "256 MiB", 3}};
 
+// The batch cases: K keys of N bytes each.
+struct BatchCase {
+  int keys;
+  uint64_t bytes;
+  const char* label;
+  int iterations;
+};
+constexpr BatchCase kBatches[] = {{64, 4 * kKiB, "64 x 4 KiB", 50},
+                                  {1024, 4 * kKiB, "1024 x 4 KiB", 5},
+                                  {64, 1 * kMiB, "64 x 1 MiB", 20},
+                                  {1024, 1 * kMiB, "1024 x 1 MiB", 3}};
+constexpr uint64_t kPage = 4 * kKiB;
+// Room past a size's bytes, so that a batch's ranges (one page apart) stay in the memory.
+constexpr uint64_t kBatchSlack = 1024 * kPage;
+
 // Everything the benchmarks share: the daemon, two sessions (client cache on, and off), the
 // anchor's device, and the memory of the size being measured (one size at a time: the
 // benchmarks run size by size, and 256 MiB twice is enough).
@@ -107,7 +130,7 @@ struct Bench {
   void UseSize(uint64_t n) {
     if (bytes == n) return;
     FreeMemory();
-    cached_memory = Allocate(*cached, n);
+    cached_memory = Allocate(*cached, n + kBatchSlack);
     uncached_memory = Allocate(*uncached, n);
     bytes = n;
   }
@@ -229,6 +252,99 @@ void BM_IbvRegMr(benchmark::State& state, uint64_t bytes) {
   SetBytes(state, bytes);
 }
 
+std::vector<rc::RegisterItem> BatchItems(const Bench& b, const BatchCase& bc) {
+  std::vector<rc::RegisterItem> items(bc.keys);
+  for (int i = 0; i < bc.keys; ++i) {
+    items[i].addr = static_cast<uint8_t*>(b.cached_memory.data) + i * kPage;
+    items[i].length = bc.bytes;
+    items[i].access = kAccess;
+  }
+  return items;
+}
+
+// Fails the run and returns false unless every result is OK (and, for grants, a miss).
+template <typename T>
+bool AllOk(benchmark::State& state, const absl::StatusOr<std::vector<T>>& got, size_t n) {
+  std::string why;
+  if (!got.ok()) {
+    why = got.status().ToString();
+  } else if (got->size() != n) {
+    why = "a batch answered the wrong number of items";
+  } else {
+    for (const T& one : *got) {
+      if constexpr (std::is_same_v<T, absl::Status>) {
+        if (!one.ok()) why = one.ToString();
+      } else {
+        if (!one.ok())
+          why = one.status().ToString();
+        else if (one->hit)
+          why = "expected a miss";
+      }
+      if (!why.empty()) break;
+    }
+  }
+  if (why.empty()) return true;
+  state.SkipWithError(why.c_str());
+  return false;
+}
+
+void BM_Batch(benchmark::State& state, BatchCase bc) {
+  Bench& b = Bench::Get();
+  b.UseSize(bc.bytes);
+  rc::Client& c = *b.cached;
+  const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
+  for (auto _ : state) {
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<std::vector<absl::StatusOr<rc::Key>>> keys = c.RegisterBatch(items);
+    if (!AllOk(state, keys, items.size())) break;
+    std::vector<uint64_t> handles;
+    for (const auto& k : *keys) handles.push_back(k->handle);
+    absl::StatusOr<std::vector<absl::Status>> released = c.ReleaseBatch(handles);
+    const Clock::time_point t1 = Clock::now();
+    if (!AllOk(state, released, handles.size())) break;
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    // Not timed: every key invalidated, so the next batch misses again.
+    for (uint64_t h : handles) {
+      if (absl::Status s = c.Invalidate(h); !s.ok()) {
+        state.SkipWithError(s.ToString().c_str());
+        return;
+      }
+    }
+  }
+  SetBytes(state, bc.bytes);
+  state.counters["keys"] = bc.keys;
+}
+
+void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
+  Bench& b = Bench::Get();
+  b.UseSize(bc.bytes);
+  const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
+  std::vector<ibv_mr*> mrs(items.size());
+  for (auto _ : state) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      mrs[i] = ::ibv_reg_mr(b.anchor->pd(), const_cast<void*>(items[i].addr), items[i].length,
+                            kIbvAccess);
+      if (mrs[i] == nullptr) {
+        state.SkipWithError((std::string("ibv_reg_mr: ") + std::strerror(errno)).c_str());
+        for (size_t j = 0; j < i; ++j) (void)::ibv_dereg_mr(mrs[j]);
+        return;
+      }
+    }
+    for (ibv_mr* mr : mrs) {
+      if (::ibv_dereg_mr(mr) != 0) {
+        state.SkipWithError("ibv_dereg_mr failed");
+        return;
+      }
+    }
+  }
+  SetBytes(state, bc.bytes);
+  state.counters["keys"] = bc.keys;
+}
+
+std::string BatchArg(const BatchCase& bc) {
+  return absl::StrFormat("/keys:%d/bytes:%d", bc.keys, bc.bytes);
+}
+
 // Size by size, so that each size's memory is allocated once and freed before the next.
 void RegisterBenchmarks(bool with_anchor) {
   for (const Size& s : kSizes) {
@@ -246,6 +362,18 @@ void RegisterBenchmarks(bool with_anchor) {
       benchmark::RegisterBenchmark(("ibv_reg_mr" + arg).c_str(), BM_IbvRegMr, s.bytes)
           ->Iterations(s.anchor_iterations)
           ->UseRealTime();
+    }
+    for (const BatchCase& bc : kBatches) {
+      if (bc.bytes != s.bytes) continue;
+      benchmark::RegisterBenchmark(("batch" + BatchArg(bc)).c_str(), BM_Batch, bc)
+          ->Iterations(bc.iterations)
+          ->UseManualTime();
+      if (with_anchor) {
+        benchmark::RegisterBenchmark(("ibv_reg_mr_batch" + BatchArg(bc)).c_str(), BM_IbvRegMrBatch,
+                                     bc)
+            ->Iterations(bc.iterations)
+            ->UseRealTime();
+      }
     }
   }
 }
@@ -324,6 +452,16 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
       "aims (ibv_reg_mr / regcache): hit >= 50x at every size; miss >= 2x at 4 KiB, "
       ">= 100x at 256 MiB%s\n",
       anchor == nullptr ? " (not measurable here: no anchor)" : "");
+  std::printf(
+      "batches, time per key (RegisterBatch + ReleaseBatch; anchor: ibv_reg_mr, then "
+      "ibv_dereg_mr, of the same ranges):\n");
+  for (const BatchCase& bc : kBatches) {
+    const double ours = r.Ns("batch" + BatchArg(bc)) / bc.keys;
+    const double reg = r.Ns("ibv_reg_mr_batch" + BatchArg(bc)) / bc.keys;
+    const double aim = bc.bytes == 4 * kKiB ? 5 : 0;
+    std::printf("%-14s %10s %12s   %s\n", bc.label, Time(ours).c_str(), Time(reg).c_str(),
+                anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
+  }
   if (anchor == nullptr) return;
   std::printf("ratio ibv_reg_mr / regcache:\n");
   for (const Size& s : kSizes) {

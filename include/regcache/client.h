@@ -474,8 +474,9 @@ class REGCACHE_CPP_API Client {
   virtual absl::StatusOr<Key> Reregister(uint64_t handle, const void* addr, uint64_t length,
                                          uint32_t access) = 0;
   // Registers every item in one call, in order: one result per item (an item's error does not
-  // stop the others). The outer status is the call's own (session, deadline, transport; more
-  // than kMaxBatchItems items: kInvalidArgument).
+  // stop the others). The daemon maps the batch's misses together, so a batch costs about one
+  // UMR round trip rather than one per key (docs/fast_path.md). The outer status is the call's
+  // own (session, deadline, transport; more than kMaxBatchItems items: kInvalidArgument).
   virtual absl::StatusOr<std::vector<absl::StatusOr<Key>>> RegisterBatch(
       absl::Span<const RegisterItem> items) = 0;
   // Releases every handle in one call, in order: one status per handle.

@@ -91,7 +91,9 @@ class DmabufE2e : public ::testing::Test {
     if (!buf_->skip.empty()) GTEST_SKIP() << buf_->skip;
     ASSERT_NE(buf_->view, nullptr);
     daemon_ = std::make_unique<Regcached>();
-    auto c = rc::Client::Connect(daemon_->dir());
+    rc::ClientOptions options;
+    options.call_timeout = regcache::testing::TestCallTimeout();
+    auto c = rc::Client::Connect(daemon_->dir(), options);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
     sim_ = regcache::testing::TestDevice().rfind("sim", 0) == 0;

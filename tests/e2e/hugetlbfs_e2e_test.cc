@@ -93,7 +93,9 @@ class HugetlbfsE2e : public ::testing::Test {
     file_ = std::make_unique<HugeFile>(2);
     if (!file_->skip.empty()) GTEST_SKIP() << file_->skip;
     daemon_ = std::make_unique<Regcached>();
-    auto c = rc::Client::Connect(daemon_->dir());
+    rc::ClientOptions options;
+    options.call_timeout = regcache::testing::TestCallTimeout();
+    auto c = rc::Client::Connect(daemon_->dir(), options);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = std::move(*c);
     sim_ = regcache::testing::TestDevice().rfind("sim", 0) == 0;

@@ -27,21 +27,32 @@ inline std::string TestDevice() {
   return d != nullptr && *d != '\0' ? d : "sim";
 }
 
-// Flags every test daemon gets. Under ThreadSanitizer on an emulated ConnectX in a TCG guest a
-// UMR takes seconds to complete, past the daemon's 2 s default: the bound is raised there (it
-// only bounds how long a broken queue takes to be noticed).
-inline std::vector<std::string> BaseFlags() {
+// Whether this is a ThreadSanitizer build: under it, on an emulated ConnectX in a TCG guest, a
+// UMR takes seconds to complete and a first key over new memory longer than a client's default
+// 10 s deadline.
+inline constexpr bool kThreadSanitizer =
 #if defined(__SANITIZE_THREAD__)
-  return {"--umr_timeout_ms=60000"};
+    true;
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-  return {"--umr_timeout_ms=60000"};
+    true;
 #else
-  return {};
+    false;
 #endif
 #else
-  return {};
+    false;
 #endif
+
+// Flags every test daemon gets: under TSan a UMR may wait longer than the daemon's 2 s default
+// (the bound only says how soon a broken queue is noticed).
+inline std::vector<std::string> BaseFlags() {
+  if (kThreadSanitizer) return {"--umr_timeout_ms=60000"};
+  return {};
+}
+
+// The deadline of a test client's calls: the library's 10 s default, 60 s under TSan.
+inline absl::Duration TestCallTimeout() {
+  return kThreadSanitizer ? absl::Seconds(60) : absl::Seconds(10);
 }
 
 // The flag that makes the test's own uid admin: no session is admin unless regcached is told
