@@ -19,6 +19,9 @@
 //   BM_UcsRcacheHit/grants:N  UCX ucs_rcache's hit, same layout (the anchor)
 //   BM_ShmMiss                a Register the daemon must map (one UMR on the sim); p50 and p99
 //                             per call; aim p50 <= 3 us
+//   BM_ShmInvalidate/client_cache:C  Invalidate of a registration the client holds no more
+//                             (registered and released before, untimed), client cache off (0)
+//                             and on (1: the cache's holds go back with it); aim: on <= 2x off
 //   BM_IdleDaemonCpu          the daemon's CPU time over 10 s with 64 idle sessions open;
 //                             aim <= 1% of a core
 //
@@ -369,6 +372,39 @@ void BM_ShmMiss(benchmark::State& state) {
   }
 }
 
+void BM_ShmInvalidate(benchmark::State& state) {
+  OffServerCpu off(state);
+  const bool cached = state.range(0) != 0;
+  ClientWorld* w = ClientWorld::Get(1, cached, kMissIterations + 16);
+  uint64_t i = w->next_miss.fetch_add(state.max_iterations);
+  std::vector<uint64_t> ns;
+  ns.reserve(kMissIterations);
+  for (auto _ : state) {
+    // Untimed: a registration of a fresh range, its hold given back (to the client cache when
+    // it is on: it keeps the daemon's hold for the next hit).
+    auto k = w->client->Register(w->va(i++), kPage, kRw);
+    if (!k.ok() || !w->client->Release(k->handle).ok()) {
+      state.SkipWithError("register or release failed");
+      break;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = w->client->Invalidate(k->handle);
+    auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      state.SkipWithError(s.ToString().c_str());
+      break;
+    }
+    const auto t = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    state.SetIterationTime(static_cast<double>(t) / 1e9);
+    ns.push_back(static_cast<uint64_t>(t));
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (!ns.empty()) {
+    std::sort(ns.begin(), ns.end());
+    state.counters["p50_ns"] = static_cast<double>(ns[ns.size() / 2]);
+  }
+}
+
 void BM_IdleDaemonCpu(benchmark::State& state) {
   Daemon& d = Daemon::Get();
   std::vector<std::unique_ptr<rc::Client>> idle;
@@ -409,6 +445,12 @@ BENCHMARK(BM_ClientHit)
     ->Threads(2)
     ->Threads(4);
 BENCHMARK(BM_ShmMiss)->Iterations(kMissIterations)->UseRealTime();
+BENCHMARK(BM_ShmInvalidate)
+    ->ArgName("client_cache")
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(kMissIterations)
+    ->UseManualTime();
 BENCHMARK(BM_IdleDaemonCpu)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 double NsPerOp(const regcache::bench::SummaryReporter& r, const std::string& name) {
@@ -453,6 +495,16 @@ void PrintSummary(const regcache::bench::SummaryReporter& r) {
       }
       std::printf("\n");
     }
+  }
+  const double inval_off =
+      NsPerOp(r, absl::StrFormat("BM_ShmInvalidate/client_cache:0/iterations:%d/manual_time",
+                                 kMissIterations));
+  const double inval_on =
+      NsPerOp(r, absl::StrFormat("BM_ShmInvalidate/client_cache:1/iterations:%d/manual_time",
+                                 kMissIterations));
+  if (inval_off > 0 && inval_on > 0) {
+    std::printf("invalidate  client cache off %8.0f ns  on %8.0f ns  (on/off %.2fx, aim <= 2x)\n",
+                inval_off, inval_on, inval_on / inval_off);
   }
   std::printf("miss (UMR on the sim): see BM_ShmMiss p50_ns / p99_ns above (aim p50 <= 3000)\n");
   std::printf("idle: see BM_IdleDaemonCpu cpu_percent above (64 idle sessions, aim <= 1)\n");

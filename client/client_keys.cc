@@ -139,11 +139,11 @@ absl::Status ClientImpl::Release(uint64_t handle) {
 }
 
 absl::Status ClientImpl::Invalidate(uint64_t handle) {
-  // Out of the cache first: from now on no thread of ours gets it from a hit.
+  // Out of the cache first: from now on no thread of ours gets it from a hit. Then the cache's
+  // holds go back and the key is invalidated, in one round trip on the rings.
   const uint32_t holds = grants_ != nullptr ? grants_->Forget(handle) : 0;
-  absl::Status s = keys_->Invalidate(handle);
-  if (holds > 0) GiveBack(handle, holds);
-  return s;
+  if (holds == 0) return keys_->Invalidate(handle);
+  return keys_->ReleaseThenInvalidate(handle, holds);
 }
 
 void ClientImpl::ReclaimIfAsked() {

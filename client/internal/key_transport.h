@@ -12,6 +12,7 @@
 #ifndef REGCACHE_CLIENT_INTERNAL_KEY_TRANSPORT_H_
 #define REGCACHE_CLIENT_INTERNAL_KEY_TRANSPORT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -43,6 +44,17 @@ class KeyTransport {
                                      uint32_t access) = 0;
   virtual absl::Status Release(uint64_t handle) = 0;
   virtual absl::Status Invalidate(uint64_t handle) = 0;
+  // Gives back `holds` holds of `handle` (their failures ignored: the session keeps what it
+  // could not give back, and ends with the client), then Invalidate(handle); its status. The
+  // default makes the two calls; the rings post them together, one round trip.
+  virtual absl::Status ReleaseThenInvalidate(uint64_t handle, uint32_t holds) {
+    std::vector<uint64_t> handles(holds, handle);
+    for (size_t i = 0; i < handles.size(); i += kMaxBatchItems) {
+      const size_t n = std::min(kMaxBatchItems, handles.size() - i);
+      (void)ReleaseBatch(absl::MakeConstSpan(handles).subspan(i, n));
+    }
+    return Invalidate(handle);
+  }
   virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write,
                                 PrefetchMode mode) = 0;
   virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;

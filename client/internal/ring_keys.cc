@@ -146,6 +146,23 @@ absl::Status RingInvalidate(RingClient& ring, uint64_t handle) {
   return RunStatus(ring, r);
 }
 
+// The holds' releases and the invalidate on the ring together: one doorbell, one wait.
+absl::Status RingReleaseThenInvalidate(RingClient& ring, uint64_t handle, uint32_t holds) {
+  std::vector<shm::RingRequest> requests;
+  while (holds > 0) {
+    const uint32_t n = std::min<uint32_t>(holds, kMaxBatchItems - 1);
+    requests.assign(n, Request(shm::RingOp::kRelease));
+    for (shm::RingRequest& r : requests) r.handle = handle;
+    holds -= n;
+    if (holds > 0) (void)ring.CallBatch(requests);  // the rare many-holds case: in chunks
+  }
+  requests.push_back(Request(shm::RingOp::kInvalidate));
+  requests.back().handle = handle;
+  ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
+  RETURN_IF_ERROR(CheckBatchReply(done.size(), requests.size()));
+  return shm::StatusFromCompletion(done.back());
+}
+
 absl::StatusOr<KeyInfo> RingQuery(RingClient& ring, uint64_t handle) {
   shm::RingRequest r = Request(shm::RingOp::kQuery);
   r.handle = handle;
@@ -186,6 +203,9 @@ class RingKeys final : public KeyTransport {
   }
   absl::Status Release(uint64_t handle) override { return RingRelease(ring_, handle); }
   absl::Status Invalidate(uint64_t handle) override { return RingInvalidate(ring_, handle); }
+  absl::Status ReleaseThenInvalidate(uint64_t handle, uint32_t holds) override {
+    return RingReleaseThenInvalidate(ring_, handle, holds);
+  }
   absl::Status Prefetch(const void* addr, uint64_t length, bool write, PrefetchMode mode) override {
     return RingPrefetch(ring_, addr, length, write, mode);
   }
