@@ -147,7 +147,7 @@ class RegCache {
   // when its parent is invalidated.
   // Errors: kNotFound (tenant, or no registration `parent`), kInvalidArgument (handle 0, length
   // 0, access bits, a window as the parent, outside the parent, rights the parent lacks),
-  // kPermissionDenied (a handle of another tenant), kFailedPrecondition (the parent was
+  // kNotFound (a handle of another tenant), kFailedPrecondition (the parent was
   // invalidated), kResourceExhausted (as Register), a device error.
   virtual absl::StatusOr<KeyGrant> CreateWindow(TenantId tenant, Handle parent, uint64_t offset,
                                                 uint64_t length, hca::AccessFlags access) = 0;
@@ -174,7 +174,7 @@ class RegCache {
   // caller not its only holder: replaced) or after it (a registration covering what it asked).
   // Errors, and what the caller holds after each (a failed call loses nothing it can keep):
   //   kNotFound (tenant, or no such handle), kInvalidArgument (handle 0, length 0, a range
-  //   that wraps, access bits), kPermissionDenied (another tenant's handle),
+  //   that wraps, access bits), kNotFound (another tenant's handle),
   //   kFailedPrecondition (`handle` was invalidated or is being re-registered by another
   //   call, or has no holder left): nothing changed; the caller's hold is as it was.
   //   Register's errors for the new range, found before anything changed (kOutOfRange,
@@ -204,7 +204,7 @@ class RegCache {
   // released twice while another holder exists cannot be told apart from a release by that
   // holder; a release with no holder left at all is refused.
   // Errors: kNotFound (tenant, or no such handle), kInvalidArgument (handle 0),
-  // kPermissionDenied (another tenant's handle), kFailedPrecondition (no holder left).
+  // kNotFound (another tenant's handle), kFailedPrecondition (no holder left).
   virtual absl::Status Release(TenantId tenant, Handle handle) = 0;
 
   // Runs the registration (or window; a registration's windows first) through the lifecycle

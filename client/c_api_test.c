@@ -192,12 +192,13 @@ static void TestBadValues(regcache_client_t* c, const regcache_memory_t* m) {
   CHECK_CODE(regcache_register(c, (const char*)m->data + m->length - 4096, 8192, kRw,
                                REGCACHE_PREFETCH_NONE, &key),
              REGCACHE_OUT_OF_RANGE, NULL);
-  /* A handle this session never held (its tenant bits name another): refused. */
-  CHECK_CODE(regcache_release(c, 0xdead0000ull), REGCACHE_PERMISSION_DENIED, "tenant");
-  CHECK_CODE(regcache_invalidate(c, 0xdead0000ull), REGCACHE_PERMISSION_DENIED, "tenant");
-  CHECK_CODE(regcache_query(c, 0xdead0000ull, &info), REGCACHE_PERMISSION_DENIED, "tenant");
-  CHECK_CODE(regcache_window(c, 0xdead0000ull, 0, 4096, kRw, &key), REGCACHE_PERMISSION_DENIED,
-             "tenant");
+  /* A handle this session never held (its tenant bits name another): NOT_FOUND, as another
+   * session's handle would be. */
+  CHECK_CODE(regcache_release(c, 0xdead0000ull), REGCACHE_NOT_FOUND, "session");
+  CHECK_CODE(regcache_invalidate(c, 0xdead0000ull), REGCACHE_NOT_FOUND, "session");
+  CHECK_CODE(regcache_query(c, 0xdead0000ull, &info), REGCACHE_NOT_FOUND, "session");
+  CHECK_CODE(regcache_window(c, 0xdead0000ull, 0, 4096, kRw, &key), REGCACHE_NOT_FOUND,
+             "session");
   CHECK_CODE(regcache_prefetch(c, m->data, 4096, 0, (regcache_prefetch_t)-3),
              REGCACHE_INVALID_ARGUMENT, "prefetch");
   regcache_memory_t unknown = {0xdead0000ull, NULL, 4096};

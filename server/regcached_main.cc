@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/build_info.h"
+#include "base/command_line.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/stats.h"
@@ -324,7 +325,24 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig usage_config;  // --version: this binary's version and build type
   usage_config.version_string = [] { return regcache::base::VersionString("regcached"); };
   absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  std::string error;
+  switch (regcache::base::CheckCommandLine(argc, argv, &error)) {
+    case regcache::base::CommandLine::kHelp:
+      regcache::base::PrintFlagsHelp(stdout, absl::ProgramUsageMessage(), "regcached_main");
+      return 0;
+    case regcache::base::CommandLine::kHelpFull:
+      regcache::base::PrintFlagsHelp(stdout, absl::ProgramUsageMessage(), "");
+      return 0;
+    case regcache::base::CommandLine::kUsageError:
+      std::fprintf(stderr, "regcached: %s\n", error.c_str());
+      return 2;
+    case regcache::base::CommandLine::kRun:
+      break;
+  }
+  if (std::vector<char*> rest = absl::ParseCommandLine(argc, argv); rest.size() > 1) {
+    std::fprintf(stderr, "regcached: unexpected argument '%s' (it takes flags only)\n", rest[1]);
+    return 2;
+  }
   regcache::service::DaemonConfig config;
   if (!ConfigFromFlags(&config)) return 2;
   std::string metrics_address;

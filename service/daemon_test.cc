@@ -123,8 +123,8 @@ TEST_F(DaemonTest, SessionsAreIsolated) {
   auto g = daemon_->Register(a.id, reinterpret_cast<uint64_t>(am.client), 4096, kRw);
   ASSERT_TRUE(g.ok());
   // b can neither use nor invalidate a's key, nor see it.
-  EXPECT_THAT(daemon_->Invalidate(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(daemon_->Release(b.id, g->handle), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(daemon_->Invalidate(b.id, g->handle), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->Release(b.id, g->handle), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(daemon_->sim_peer()
                 ->PeerWrite(b.id, g->rkey, reinterpret_cast<uint64_t>(am.client),
                             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("x"), 1))
@@ -333,7 +333,7 @@ TEST_F(DaemonTest, ReregisterGrowsInPlaceAndIsBoundToTheSession) {
   EXPECT_EQ(std::memcmp(cm.client + 10, "grown", 5), 0);
   // Another session's handle, a closed session: refused, nothing changed.
   EXPECT_EQ(daemon_->Reregister(other.id, g->handle, va, 4096, kRw).status().code(),
-            absl::StatusCode::kPermissionDenied);
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(daemon_->Reregister(999999, g->handle, va, 4096, kRw).status().code(),
             absl::StatusCode::kNotFound);
   auto info = daemon_->Query(s.id, g->handle);

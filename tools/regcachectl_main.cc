@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/build_info.h"
+#include "base/command_line.h"
 #include "protocol/control_protocol.h"
 #include "regcache/client.h"
 #include "regcache/sim_peer.h"
@@ -489,9 +490,16 @@ int main(int argc, char** argv) {
   absl::FlagsUsageConfig config;
   config.version_string = [] { return regcache::base::VersionString("regcachectl"); };
   absl::SetFlagsUsageConfig(config);
-  if (WantsHelp(argc, argv)) {
+  std::string error;
+  const regcache::base::CommandLine line = regcache::base::CheckCommandLine(argc, argv, &error);
+  if (WantsHelp(argc, argv) || line == regcache::base::CommandLine::kHelp ||
+      line == regcache::base::CommandLine::kHelpFull) {
     std::fputs(kUsage, stdout);
     return 0;
+  }
+  if (line == regcache::base::CommandLine::kUsageError) {
+    std::fprintf(stderr, "regcachectl: %s\n", error.c_str());
+    return 2;
   }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(rest.begin() + 1, rest.end());

@@ -42,10 +42,12 @@ absl::Status TooManyRecords() {
 
 absl::Status CheckHandleTenant(const Tenant& t, Handle handle) {
   if (handle == 0) return absl::InvalidArgumentError("handle 0 is never valid");
+  // Another session's handle and a made-up one read the same: whether a handle is someone
+  // else's is not this session's to learn.
   if (HandleTenantSlot(handle) != t.slot) {
-    return base::WithReason(absl::PermissionDeniedError(
-                                absl::StrFormat("handle 0x%x belongs to another tenant", handle)),
-                            base::reason::kHandleNotOwned, {{"handle", std::to_string(handle)}});
+    return base::WithReason(
+        absl::NotFoundError(absl::StrFormat("handle 0x%x is not one of this session's", handle)),
+        base::reason::kHandleNotOwned, {{"handle", std::to_string(handle)}});
   }
   return absl::OkStatus();
 }

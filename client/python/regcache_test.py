@@ -121,7 +121,7 @@ class ClientTest(unittest.TestCase):
                         prefetch=9)
         outside = ctypes.create_string_buffer(8192)
         self.assertCode(regcache.OUT_OF_RANGE, self.client.register, outside, 4096, RW)
-        self.assertCode(regcache.PERMISSION_DENIED, self.client.query, 0xdead0000)
+        self.assertCode(regcache.NOT_FOUND, self.client.query, 0xdead0000)
         self.assertCode(regcache.NOT_FOUND, self.client.detach,
                         regcache.Memory(0xdead0000, 0, 4096))
         # The session still works after all of that.

@@ -347,10 +347,11 @@ class REGCACHE_CPP_API KeyRef {
 // it is draining: reason DRAINING), kDeadlineExceeded (ClientOptions::call_timeout passed, or
 // the daemon saw too little time left: DEADLINE_TOO_SHORT), kUnauthenticated (the session is
 // gone: SESSION_UNKNOWN), kPermissionDenied with OBSERVER_READ_ONLY for a change asked of an
-// observer's client. A `handle` argument is refused with kInvalidArgument when 0,
-// kPermissionDenied (HANDLE_NOT_OWNED) when it is not one of this session's, and kNotFound when
-// it is this session's but no longer held. The method comments list what else each answers. Every
-// error carries the daemon's message, and its stable reason where it has one (ErrorReason(status)).
+// observer's client. A `handle` argument is refused with kInvalidArgument when 0, and with
+// kNotFound when it is not one of this session's (reason HANDLE_NOT_OWNED: another session's
+// and a made-up one alike) or is this session's but no longer held. The method comments list what
+// else each answers. Every error carries the daemon's message, and its stable reason where it has
+// one (ErrorReason(status)).
 class REGCACHE_CPP_API Client {
  public:
   // kPermissionDenied when this process's credentials are not on the daemon's allow-list;

@@ -40,7 +40,7 @@ def check(cond, msg):
 
 
 def run_help(binary, arg):
-    # absl prints the help and exits 1 (--helpfull) or 0; either way the text is what counts.
+    # --helpfull lists every flag, the libraries' too, and exits 0; the text is what counts.
     out = subprocess.run([binary, arg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=30).stdout
     if not out:
