@@ -27,6 +27,8 @@ METHODS = [
     ("hit_ring", "regcache hit, ring (client cache off)", dict(color="tab:orange", marker="^")),
     ("hit_client_cache", "regcache hit, client cache", dict(color="tab:blue", marker="D")),
     # The batch cases (name batch/keys:K/...), per key: K keys of a size at once.
+    ("ibv_reg_mr_batch64", "64 x ibv_reg_mr, then 64 x ibv_dereg_mr (anchor)",
+     dict(color="silver", marker="s", linestyle=":")),
     ("ibv_reg_mr_batch1024", "1024 x ibv_reg_mr, then 1024 x ibv_dereg_mr (anchor)",
      dict(color="gray", marker="s", linestyle="--")),
     ("batch64", "regcache RegisterBatch + ReleaseBatch, 64 keys",
