@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "base/error_reason.h"
 #include "base/status_code.h"
@@ -41,8 +42,9 @@ uint32_t FieldsOf(RingOp op) {
   return 0;
 }
 
+// A request the client library never sends (a raw client's mistake), naming the field.
 absl::Status Bad(const RingRequest& r, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("ring request op ", r.op, ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat("malformed request (op ", r.op, "): ", what));
 }
 
 absl::Status CheckUnused(const RingRequest& r, uint32_t used) {
@@ -67,13 +69,22 @@ absl::Status DecodeRequest(const RingRequest& copy, DecodedRequest& d) {
   if (absl::Status s = CheckUnused(r, used); !s.ok()) return s;
   const uint16_t allowed_flags = op == RingOp::kPrefetch ? kKnownRequestFlags : 0;
   if ((r.flags & ~allowed_flags) != 0) return Bad(r, absl::StrCat("unknown flags ", r.flags));
-  if ((used & kHandle) && r.handle == 0) return Bad(r, "handle 0");
-  if ((used & kLength) && r.length == 0) return Bad(r, "length 0");
-  if ((used & kLength) && r.va + r.length < r.va) return Bad(r, "range wraps");
-  if ((r.access & ~kKnownAccessBits) != 0) {
-    return Bad(r, absl::StrCat("unknown access bits ", r.access));
+  // What a caller of the library can get wrong: worded as the daemon words it over gRPC.
+  if ((used & kHandle) && r.handle == 0) {
+    return absl::InvalidArgumentError("handle 0 is never valid");
   }
-  if (r.prefetch > kPrefetchAsync) return Bad(r, absl::StrCat("prefetch ", r.prefetch));
+  if ((used & kLength) && r.length == 0) return absl::InvalidArgumentError("length 0");
+  if ((used & kLength) && r.va + r.length < r.va) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("range [0x%x, +0x%x) wraps around the address space", r.va, r.length));
+  }
+  if ((r.access & ~kKnownAccessBits) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown access bits 0x%x", r.access & ~kKnownAccessBits));
+  }
+  if (r.prefetch > kPrefetchAsync) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown prefetch mode %d", r.prefetch));
+  }
   d = DecodedRequest{};
   d.seq = r.seq;
   d.op = op;
@@ -93,7 +104,8 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy) {
   return d;
 }
 
-RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status) {
+RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status,
+                             std::string* long_message) {
   RingCompletion c{};
   c.seq = seq;
   c.op = op;
@@ -107,14 +119,21 @@ RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& stat
   const size_t n = std::min(text.size(), kMessageBytes - 1);
   if (n > 0) std::memcpy(c.message, text.data(), n);
   c.message[n] = '\0';
+  if (n < text.size() && long_message != nullptr) {
+    c.flags = kFlagLongMessage;
+    long_message->assign(std::string(text.substr(0, kLongMessageBytes - 1)));
+  }
   return c;
 }
 
-absl::Status StatusFromCompletion(const RingCompletion& completion) {
+absl::Status StatusFromCompletion(const RingCompletion& completion,
+                                  absl::string_view long_message) {
   if (completion.code == 0) return absl::OkStatus();
-  const char* m = completion.message;
-  const size_t n = strnlen(m, kMessageBytes);
-  absl::Status status(base::CanonicalCode(completion.code), absl::string_view(m, n));
+  absl::string_view text(completion.message, strnlen(completion.message, kMessageBytes));
+  if ((completion.flags & kFlagLongMessage) != 0 && !long_message.empty()) {
+    text = long_message.substr(0, std::min(long_message.find('\0'), kLongMessageBytes - 1));
+  }
+  absl::Status status(base::CanonicalCode(completion.code), text);
   const absl::string_view reason = NumberedReason(completion.reason);
   if (reason.empty()) return status;  // none, or a number this build does not know
   return base::WithReason(std::move(status), reason);

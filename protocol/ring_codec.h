@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "protocol/shm_protocol.h"
 
 namespace regcache::protocol::shm {
@@ -41,13 +43,20 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const RingRequest& copy);
 // `out` is unspecified on error.
 absl::Status DecodeRequest(const RingRequest& copy, DecodedRequest& out);
 
-// A completion for request `seq`/`op` with `status`'s code and message (truncated to
-// kMessageBytes - 1 bytes, NUL-terminated); every other field zero, slot kNoSlot.
-RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status);
+// A completion for request `seq`/`op` with `status`'s code and message (its first
+// kMessageBytes - 1 bytes, NUL-terminated); every other field zero, slot kNoSlot. A longer
+// message: the completion also carries kFlagLongMessage, and `*long_message` gets the whole
+// message (cut to kLongMessageBytes - 1 bytes), for the channel's message slot; with
+// `long_message` null it is only cut.
+RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& status,
+                             std::string* long_message = nullptr);
 
 // The status a completion carries, validated: a code outside absl's canonical codes becomes
-// kUnknown; the message is read up to its NUL or kMessageBytes bytes.
-absl::Status StatusFromCompletion(const RingCompletion& completion);
+// kUnknown; the message is read up to its NUL or kMessageBytes bytes, or, when the completion
+// carries kFlagLongMessage and `long_message` (the channel's message slot, copied out) is not
+// empty, is `long_message` up to its NUL.
+absl::Status StatusFromCompletion(const RingCompletion& completion,
+                                  absl::string_view long_message = {});
 
 }  // namespace regcache::protocol::shm
 #endif  // REGCACHE_PROTOCOL_RING_CODEC_H_

@@ -50,7 +50,7 @@ TEST(RingCodec, EveryBadFieldIsNamed) {
       {"length 0", [](RingRequest& r) { r.length = 0; }, "length 0"},
       {"wraps", [](RingRequest& r) { r.va = ~uint64_t{0} - 10; }, "wraps"},
       {"access bits", [](RingRequest& r) { r.access = 1u << 9; }, "access"},
-      {"prefetch 3", [](RingRequest& r) { r.prefetch = 3; }, "prefetch 3"},
+      {"prefetch 3", [](RingRequest& r) { r.prefetch = 3; }, "prefetch mode 3"},
   };
   for (const Case& c : cases) {
     RingRequest r = Good();
@@ -104,6 +104,28 @@ TEST(RingCodec, CompletionStatusRoundTripsAndTruncates) {
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(s.message().size(), kMessageBytes - 1);
   EXPECT_TRUE(StatusFromCompletion(CompletionFor(1, 1, absl::OkStatus())).ok());
+}
+
+TEST(RingCodec, ALongMessageTravelsWholeBesideTheCompletion) {
+  const std::string long_text =
+      "range [0x1000, +0x1000) is not attached memory: " + std::string(300, 'y');
+  std::string slot;
+  RingCompletion c = CompletionFor(5, 1, absl::OutOfRangeError(long_text), &slot);
+  EXPECT_EQ(c.flags & kFlagLongMessage, kFlagLongMessage);
+  EXPECT_EQ(slot, long_text);
+  EXPECT_EQ(StatusFromCompletion(c, slot).message(), long_text);
+  // Without the slot (a reader that has none): the completion's own start.
+  EXPECT_EQ(StatusFromCompletion(c).message(), long_text.substr(0, kMessageBytes - 1));
+  // A short message needs no slot and sets no flag.
+  std::string unused = "stale";
+  RingCompletion s = CompletionFor(6, 1, absl::NotFoundError("short"), &unused);
+  EXPECT_EQ(s.flags, 0u);
+  EXPECT_EQ(StatusFromCompletion(s, unused).message(), "short") << "the flag decides, not the slot";
+  // Longer than a slot: cut at kLongMessageBytes - 1; a slot without a NUL stays bounded.
+  const std::string huge(5000, 'z');
+  RingCompletion h = CompletionFor(7, 1, absl::InternalError(huge), &slot);
+  EXPECT_EQ(slot.size(), kLongMessageBytes - 1);
+  EXPECT_EQ(StatusFromCompletion(h, huge).message().size(), kLongMessageBytes - 1);
 }
 
 TEST(RingCodec, TheReasonCrossesAsANumber) {

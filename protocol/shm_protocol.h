@@ -67,7 +67,8 @@
 // should it come after all). Completions of a channel come in request order.
 //
 // Status codes in completions are absl::StatusCode values — the canonical codes gRPC carries
-// too — and the error's message (truncated to kMessageBytes - 1, NUL-terminated), with the
+// too — and the error's message (its first kMessageBytes - 1 bytes, NUL-terminated; a longer
+// one whole in Channel::messages, flagged kFlagLongMessage: never cut), with the
 // error's reason (docs/api.md) as its number in protocol::kNumberedReasons; its metadata (the
 // numbers behind it) travels over gRPC only.
 //
@@ -102,7 +103,7 @@ namespace regcache::protocol::shm {
 
 inline constexpr uint32_t kChannelFileMagic = 0x52434348;  // "RCCH"
 inline constexpr uint32_t kStateFileMagic = 0x52435354;    // "RCST"
-inline constexpr uint32_t kShmVersion = 1;
+inline constexpr uint32_t kShmVersion = 2;                 // 2: Channel::messages
 
 inline constexpr uint32_t kRingDepth = 64;  // entries per ring; a power of two
 inline constexpr uint32_t kDefaultChannels = 16;
@@ -112,6 +113,10 @@ inline constexpr uint32_t kEventCapacity = 1024;  // a power of two
 inline constexpr uint32_t kDefaultSlots = 1u << 18;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 inline constexpr size_t kMessageBytes = 48;
+// An error message that does not fit a completion (kMessageBytes - 1 bytes) travels whole in
+// the channel's message slot of that completion (Channel::messages), up to this many bytes with
+// its NUL; the completion then carries kFlagLongMessage and the message's start.
+inline constexpr size_t kLongMessageBytes = 1024;
 inline constexpr size_t kPageBytes = 4096;
 
 enum class RingOp : uint16_t {
@@ -135,10 +140,12 @@ inline constexpr uint16_t kFlagWrite = 1u << 0;  // kPrefetch: make pages writab
 inline constexpr uint16_t kKnownRequestFlags = kFlagWrite;
 
 // RingCompletion::flags
-inline constexpr uint16_t kFlagHit = 1u << 0;      // the grant came from the daemon's cache
-inline constexpr uint16_t kFlagRevoked = 1u << 1;  // kQuery; a grant revoked before it went out
-inline constexpr uint16_t kFlagWindow = 1u << 2;   // kQuery: a window
-inline constexpr uint16_t kFlagSameKey = 1u << 3;  // kReregister: the rkey was kept
+inline constexpr uint16_t kFlagHit = 1u << 0;          // the grant came from the daemon's cache
+inline constexpr uint16_t kFlagRevoked = 1u << 1;      // kQuery; a grant revoked before it went out
+inline constexpr uint16_t kFlagWindow = 1u << 2;       // kQuery: a window
+inline constexpr uint16_t kFlagSameKey = 1u << 3;      // kReregister: the rkey was kept
+inline constexpr uint16_t kFlagLongMessage = 1u << 4;  // an error: the whole message is in
+                                                       // Channel::messages, same index
 
 // Prefetch values: those of the daemon's odp::PrefetchMode + 1 (0 = none); the daemon converts
 // at its edge, where a static_assert ties the two (service/internal/ring_server.cc).
@@ -227,6 +234,11 @@ struct Channel {
   ChannelControl control;
   RingRequest requests[kRingDepth];
   RingCompletion completions[kRingDepth];
+  // messages[i]: the whole message of completions[i] when it carries kFlagLongMessage, written
+  // by the daemon before it publishes the completion, NUL-terminated within the slot; the
+  // client reads it before it moves cpl_tail past the completion. Untouched otherwise (the
+  // file's pages stay unallocated until a long error needs them).
+  char messages[kRingDepth][kLongMessageBytes];
 };
 
 struct ChannelFileHeader {

@@ -14,6 +14,7 @@
 #include "base/errno_status.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "protocol/ring_codec.h"
 #include "protocol/shm_futex.h"
 
 namespace regcache::api::internal {
@@ -184,11 +185,43 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
   constexpr size_t kRestBytes = sizeof(out) - shm::kCompletionHeadBytes;
   if (out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery)) {
     std::memcpy(rest, reinterpret_cast<const char*>(&slot) + shm::kCompletionHeadBytes, kRestBytes);
+    if (out.code != 0) out.parent = 0;  // an error's: the token of its long message (StatusOf)
+    if (out.code != 0 && (out.flags & shm::kFlagLongMessage) != 0) {
+      // Read before cpl_tail moves past it: the daemon may reuse the slot after that.
+      const char* m = rings_[index].messages[c.cpl_tail % shm::kRingDepth];
+      out.parent = KeepText(std::string(m, strnlen(m, shm::kLongMessageBytes)));
+    }
   } else {
     std::memset(rest, 0, kRestBytes);
   }
   ++c.cpl_tail;  // published with the channel's next post (Run)
   return out;
+}
+
+uint64_t RingClient::KeepText(std::string text) {
+  base::MutexLock lock(&texts_mu_);
+  const uint64_t token = next_text_++;
+  texts_.emplace_back(token, std::move(text));
+  if (texts_.size() > kKeptTexts) texts_.pop_front();
+  return token;
+}
+
+absl::Status RingClient::StatusOf(const shm::RingCompletion& c) {
+  if (c.code == 0 || (c.flags & shm::kFlagLongMessage) == 0 || c.parent == 0) {
+    return shm::StatusFromCompletion(c);
+  }
+  std::string text;
+  {
+    base::MutexLock lock(&texts_mu_);
+    for (auto it = texts_.begin(); it != texts_.end(); ++it) {
+      if (it->first == c.parent) {
+        text = std::move(it->second);
+        texts_.erase(it);
+        break;
+      }
+    }
+  }
+  return shm::StatusFromCompletion(c, text);
 }
 
 absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, size_t n,

@@ -29,7 +29,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -73,6 +76,11 @@ class RingClient {
   absl::StatusOr<std::vector<shm::RingCompletion>> CallBatch(
       absl::Span<const shm::RingRequest> requests);
 
+  // The status a completion of this client carries, with its whole message: one too long for
+  // the completion came in the channel's message slot, kept here (by a token in the copy's
+  // `parent`, which error completions do not use) until this takes it.
+  absl::Status StatusOf(const shm::RingCompletion& c);
+
   uint32_t channels() const { return channels_; }
   // The state file (read-only): the header, `slots()` grant state words, the event ring.
   const shm::StateHeader* state() const { return state_; }
@@ -109,7 +117,14 @@ class RingClient {
   absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void RingDoorbell();
+  // Keeps `text` for StatusOf; returns its token. The oldest are dropped past kKeptTexts (an
+  // answer nobody reads: a call that gave up).
+  uint64_t KeepText(std::string text);
+  static constexpr size_t kKeptTexts = 256;
 
+  base::Mutex texts_mu_;
+  uint64_t next_text_ ABSL_GUARDED_BY(texts_mu_) = 1;
+  std::deque<std::pair<uint64_t, std::string>> texts_ ABSL_GUARDED_BY(texts_mu_);
   const uint64_t id_ = next_id_.fetch_add(1);  // tells this client apart in thread-locals
   static std::atomic<uint64_t> next_id_;
   absl::Duration timeout_;

@@ -19,7 +19,7 @@ shm::RingRequest Request(shm::RingOp op) {
 // The completion of `r`, or the transport's error, or the daemon's.
 absl::StatusOr<shm::RingCompletion> Run(RingClient& ring, const shm::RingRequest& r) {
   ASSIGN_OR_RETURN(shm::RingCompletion c, ring.Call(r));
-  RETURN_IF_ERROR(shm::StatusFromCompletion(c));
+  RETURN_IF_ERROR(ring.StatusOf(c));
   return c;
 }
 
@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RingRegisterBatch(
   std::vector<absl::StatusOr<Granted>> out;
   out.reserve(done.size());
   for (const shm::RingCompletion& c : done) {
-    absl::Status s = shm::StatusFromCompletion(c);
+    absl::Status s = ring.StatusOf(c);
     if (s.ok()) {
       out.emplace_back(GrantFromCompletion(c));
     } else {
@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<absl::Status>> RingReleaseBatch(RingClient& ring,
   ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
   std::vector<absl::Status> out;
   out.reserve(done.size());
-  for (const shm::RingCompletion& c : done) out.push_back(shm::StatusFromCompletion(c));
+  for (const shm::RingCompletion& c : done) out.push_back(ring.StatusOf(c));
   return out;
 }
 
@@ -160,7 +160,7 @@ absl::Status RingReleaseThenInvalidate(RingClient& ring, uint64_t handle, uint32
   requests.back().handle = handle;
   ASSIGN_OR_RETURN(std::vector<shm::RingCompletion> done, ring.CallBatch(requests));
   RETURN_IF_ERROR(CheckBatchReply(done.size(), requests.size()));
-  return shm::StatusFromCompletion(done.back());
+  return ring.StatusOf(done.back());
 }
 
 absl::StatusOr<KeyInfo> RingQuery(RingClient& ring, uint64_t handle) {

@@ -57,9 +57,10 @@ bool PastDeadline(const shm::DecodedRequest& d) {
   return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
 }
 
+// `text`: where a message too long for the completion goes (shm::CompletionFor).
 shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
-                                    const absl::StatusOr<SlottedGrant>& g) {
-  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), g.status());
+                                    const absl::StatusOr<SlottedGrant>& g, std::string* text) {
+  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), g.status(), text);
   if (!g.ok()) return c;
   c.handle = g->grant.handle;
   c.lkey = g->grant.lkey;
@@ -76,8 +77,9 @@ shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
 }
 
 shm::RingCompletion QueryCompletion(const shm::DecodedRequest& d,
-                                    const absl::StatusOr<cache::RegistrationInfo>& q) {
-  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), q.status());
+                                    const absl::StatusOr<cache::RegistrationInfo>& q,
+                                    std::string* text) {
+  shm::RingCompletion c = shm::CompletionFor(d.seq, static_cast<uint16_t>(d.op), q.status(), text);
   if (!q.ok()) return c;
   c.handle = q->handle;
   c.lkey = q->key;
@@ -235,6 +237,7 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
   uint32_t served = 0;
   shm::RingRequest copies[shm::kRingDepth];
   shm::RingCompletion answers[shm::kRingDepth];
+  std::string* const texts = texts_;  // answers[i]'s message when too long for it
   while (served < shm::kBurstPerChannel) {
     const uint32_t pending = c.req_head.load(std::memory_order_acquire) - v.req_tail;
     uint32_t unread = v.cpl_head - c.cpl_tail.load(std::memory_order_acquire);
@@ -269,11 +272,11 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
         ++run;
       }
       if (run > 1) {
-        ServeRegisters(absl::MakeConstSpan(copies + k, run), answers);
+        ServeRegisters(absl::MakeConstSpan(copies + k, run), answers, texts);
       } else {
-        answers[0] = Serve(copies[k]);
+        answers[0] = Serve(copies[k], &texts[0]);
       }
-      for (uint32_t a = 0; a < run; ++a) Complete(index, answers[a], unread++);
+      for (uint32_t a = 0; a < run; ++a) Complete(index, answers[a], texts[a], unread++);
       k += run;
       served += run;
     }
@@ -281,10 +284,17 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
   return served;
 }
 
-void RingServer::Complete(uint32_t index, const shm::RingCompletion& out, uint32_t unread) {
+void RingServer::Complete(uint32_t index, const shm::RingCompletion& out, const std::string& text,
+                          uint32_t unread) {
   ChannelView& v = view_[index];
   shm::Channel* ch = shm_->channel(index);
   shm::ChannelControl& c = ch->control;
+  if ((out.flags & shm::kFlagLongMessage) != 0) {  // before the completion is published
+    char* slot = ch->messages[v.cpl_head % shm::kRingDepth];
+    const size_t n = std::min(text.size(), shm::kLongMessageBytes - 1);
+    std::memcpy(slot, text.data(), n);
+    slot[n] = '\0';
+  }
   // An OK answer of an op other than kQuery leaves the completion's second half unwritten
   // (protocol/shm_protocol.h): one cache line less to move.
   const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
@@ -302,22 +312,22 @@ void RingServer::Complete(uint32_t index, const shm::RingCompletion& out, uint32
 // The texts are short enough for a completion's message (kMessageBytes).
 shm::RingCompletion RingServer::Expired(const shm::DecodedRequest& d, absl::string_view why) {
   stats_->expired.Inc();
-  return shm::CompletionFor(
+  return shm::CompletionFor(  // short: no long message
       d.seq, static_cast<uint16_t>(d.op),
       base::WithReason(absl::DeadlineExceededError(why), base::reason::kDeadlineTooShort));
 }
 
-shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
+shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy, std::string* text) {
   shm::DecodedRequest d;
   if (absl::Status s = shm::DecodeRequest(copy, d); !s.ok()) {
     stats_->bad_requests.Inc();
-    return shm::CompletionFor(copy.seq, copy.op, s);
+    return shm::CompletionFor(copy.seq, copy.op, s, text);
   }
   stats_->requests.Inc();
   // The caller's deadline, on the clock both sides share: a request past it does nothing, and
   // a grant made for one that passed it meanwhile is given back (the caller stopped waiting).
   if (PastDeadline(d)) return Expired(d, "the deadline passed before the work began");
-  shm::RingCompletion out = Answer(d);
+  shm::RingCompletion out = Answer(d, text);
   if (out.code == 0 && out.handle != 0 && shm::OpGrants(d.op) && PastDeadline(d)) {
     (void)backend_->Release(*session_, out.handle);
     return Expired(d, "the deadline passed; the key made was released");
@@ -326,8 +336,8 @@ shm::RingCompletion RingServer::Serve(const shm::RingRequest& copy) {
   return out;
 }
 
-void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies,
-                                shm::RingCompletion* out) {
+void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::RingCompletion* out,
+                                std::string* texts) {
   shm::DecodedRequest d[shm::kRingDepth];
   RegisterCall calls[shm::kRingDepth];
   uint32_t call_of[shm::kRingDepth];  // calls[j] answers copies[call_of[j]]
@@ -335,7 +345,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies,
   for (uint32_t i = 0; i < copies.size(); ++i) {
     if (absl::Status s = shm::DecodeRequest(copies[i], d[i]); !s.ok()) {
       stats_->bad_requests.Inc();
-      out[i] = shm::CompletionFor(copies[i].seq, copies[i].op, s);
+      out[i] = shm::CompletionFor(copies[i].seq, copies[i].op, s, &texts[i]);
       continue;
     }
     stats_->requests.Inc();
@@ -352,7 +362,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies,
   for (uint32_t j = 0; j < n; ++j) {
     const shm::DecodedRequest& r = d[call_of[j]];
     shm::RingCompletion& c = out[call_of[j]];
-    c = GrantCompletion(r, made[j]);
+    c = GrantCompletion(r, made[j], &texts[call_of[j]]);
     if (c.code == 0 && c.handle != 0 && PastDeadline(r)) {
       (void)backend_->Release(*session_, c.handle);
       c = Expired(r, "the deadline passed; the key made was released");
@@ -361,26 +371,26 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies,
   RC_KEY_TEST_HOOK(kAnswered);
 }
 
-shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d) {
+shm::RingCompletion RingServer::Answer(const shm::DecodedRequest& d, std::string* text) {
   const uint16_t op = static_cast<uint16_t>(d.op);
   Session& s = *session_;
   switch (d.op) {
     case shm::RingOp::kRegister:
       return GrantCompletion(
-          d, backend_->Register(s, d.va, d.length, d.access, PrefetchOf(d.prefetch)));
+          d, backend_->Register(s, d.va, d.length, d.access, PrefetchOf(d.prefetch)), text);
     case shm::RingOp::kWindow:
-      return GrantCompletion(d, backend_->Window(s, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->Window(s, d.handle, d.va, d.length, d.access), text);
     case shm::RingOp::kReregister:
-      return GrantCompletion(d, backend_->Reregister(s, d.handle, d.va, d.length, d.access));
+      return GrantCompletion(d, backend_->Reregister(s, d.handle, d.va, d.length, d.access), text);
     case shm::RingOp::kRelease:
-      return shm::CompletionFor(d.seq, op, backend_->Release(s, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->Release(s, d.handle), text);
     case shm::RingOp::kInvalidate:
-      return shm::CompletionFor(d.seq, op, backend_->Invalidate(s, d.handle));
+      return shm::CompletionFor(d.seq, op, backend_->Invalidate(s, d.handle), text);
     case shm::RingOp::kPrefetch:
       return shm::CompletionFor(
-          d.seq, op, backend_->Prefetch(s, d.va, d.length, d.write, PrefetchOf(d.prefetch)));
+          d.seq, op, backend_->Prefetch(s, d.va, d.length, d.write, PrefetchOf(d.prefetch)), text);
     case shm::RingOp::kQuery:
-      return QueryCompletion(d, backend_->Query(s, d.handle));
+      return QueryCompletion(d, backend_->Query(s, d.handle), text);
     case shm::RingOp::kNop:
       return shm::CompletionFor(d.seq, op, absl::OkStatus());
   }

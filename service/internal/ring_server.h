@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -128,23 +129,28 @@ class RingServer {
   // 64 idle sessions cost 64 wake-ups a second and nothing more).
   bool Sleep();
   void Break(uint32_t index);
-  shm::RingCompletion Serve(const shm::RingRequest& copy);
+  // `text` (Serve, Answer) and texts[i] (ServeRegisters): where an answer's message goes when it
+  // is too long for the completion (shm::CompletionFor); Complete puts it in the channel.
+  shm::RingCompletion Serve(const shm::RingRequest& copy, std::string* text);
   // A request past its caller's deadline: counted, and answered kDeadlineExceeded with `why`.
   shm::RingCompletion Expired(const shm::DecodedRequest& d, absl::string_view why);
   // Serves consecutive register requests (copies) as one batch: out[i] answers copies[i].
-  void ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::RingCompletion* out);
+  void ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::RingCompletion* out,
+                      std::string* texts);
   // Writes one completion to the channel and tells a waiting client; `unread`: completions the
   // client had not read before this one.
-  void Complete(uint32_t index, const shm::RingCompletion& out, uint32_t unread);
-  shm::RingCompletion Answer(const shm::DecodedRequest& d);
+  void Complete(uint32_t index, const shm::RingCompletion& out, const std::string& text,
+                uint32_t unread);
+  shm::RingCompletion Answer(const shm::DecodedRequest& d, std::string* text);
 
   Session* const session_;
   const SessionId id_;
   SessionShm* const shm_;
   KeyCalls* const backend_;
   RingStats* const stats_;
-  std::vector<ChannelView> view_;  // the worker's only
-  uint32_t next_channel_ = 0;      // where the next sweep starts; the worker's only
+  std::vector<ChannelView> view_;       // the worker's only
+  uint32_t next_channel_ = 0;           // where the next sweep starts; the worker's only
+  std::string texts_[shm::kRingDepth];  // long messages of a burst's answers; the worker's only
   std::atomic<bool> stop_{false};
   std::atomic<bool> joined_{false};
   pthread_t thread_{};

@@ -101,6 +101,8 @@ TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
       {"outside memory", fast->Register(reinterpret_cast<void*>(0x1000), 4096, kRw).status(),
        slow->Register(reinterpret_cast<void*>(0x1000), 4096, kRw).status()},
       {"unknown handle", fast->Release(1 << 30), slow->Release(1 << 30)},
+      {"made-up handle (a long message)", fast->Query(0x7fff000012345678).status(),
+       slow->Query(0x7fff000012345678).status()},
       {"bad access", fast->Register(fm->data, 4096, 1u << 9).status(),
        slow->Register(sm->data, 4096, 1u << 9).status()},
       {"window of nothing", fast->Window(0, 0, 10, kRw).status(),
@@ -110,7 +112,10 @@ TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
     EXPECT_FALSE(c.fast.ok()) << c.what;
     EXPECT_EQ(c.fast.code(), c.slow.code()) << c.what << ": " << c.fast << " vs " << c.slow;
     EXPECT_FALSE(c.fast.message().empty()) << c.what;
+    // Whole on the ring too: a message longer than a completion holds travels in the channel.
+    EXPECT_EQ(c.fast.message(), c.slow.message()) << c.what;
   }
+  EXPECT_GT(cases[3].fast.message().size(), 47u) << "the long-message path went untested";
 }
 
 TEST(FastPathE2e, ManyThreadsShareOneClient) {
