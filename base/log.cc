@@ -1,5 +1,6 @@
 #include "base/log.h"
 
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/ascii.h"
 
@@ -43,7 +45,39 @@ void WriteAll(int fd, const std::string& s) {
   }
 }
 
+// Whether stderr is the journal's stream, decided once.
+bool StderrIsJournal() {
+  static const bool journal = IsJournalStream(std::getenv("JOURNAL_STREAM"), STDERR_FILENO);
+  return journal;
+}
+
 }  // namespace
+
+bool IsJournalStream(const char* journal_stream, int fd) {
+  unsigned long long dev = 0, ino = 0;
+  if (journal_stream == nullptr || std::sscanf(journal_stream, "%llu:%llu", &dev, &ino) != 2) {
+    return false;
+  }
+  struct stat st;
+  return ::fstat(fd, &st) == 0 && static_cast<unsigned long long>(st.st_dev) == dev &&
+         static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+int SyslogPriority(LogSeverity s) {
+  switch (s) {
+    case LogSeverity::kDebug:
+      return 7;
+    case LogSeverity::kInfo:
+      return 6;
+    case LogSeverity::kWarning:
+      return 4;
+    case LogSeverity::kError:
+      return 3;
+    case LogSeverity::kFatal:
+      return 2;
+  }
+  return 6;
+}
 
 absl::string_view LogSeverityName(LogSeverity s) {
   switch (s) {
@@ -114,6 +148,7 @@ LogMessage::~LogMessage() {
       Sink()(severity_, line);
     } else {
       line.push_back('\n');
+      if (StderrIsJournal()) line.insert(0, "<" + std::to_string(SyslogPriority(severity_)) + ">");
       WriteAll(STDERR_FILENO, line);
     }
   }

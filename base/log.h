@@ -36,6 +36,13 @@ LogSeverity MinLogSeverity();
 // Parses "debug", "info", "warning", "error" (case-insensitive). Returns false if unknown.
 bool ParseLogSeverity(absl::string_view text, LogSeverity* out);
 
+// Under systemd, stderr goes to the journal (JOURNAL_STREAM names that stream's device and
+// inode): each line then starts with "<N>", N the syslog priority of its severity (debug 7,
+// info 6, warning 4, error 3, fatal 2), which journald takes as the entry's priority and strips.
+// `journal_stream` is JOURNAL_STREAM's value ("dev:ino"; null: unset); true when it names `fd`.
+bool IsJournalStream(const char* journal_stream, int fd);
+int SyslogPriority(LogSeverity s);
+
 // Where formatted lines go (each without its trailing newline). nullptr restores stderr.
 // Intended for tests; the sink must be thread-safe.
 using LogSink = std::function<void(LogSeverity, absl::string_view line)>;

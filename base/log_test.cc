@@ -1,5 +1,8 @@
 #include "base/log.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +43,26 @@ TEST_F(LogTest, FormatsSeverityLocationAndMessage) {
   EXPECT_EQ(lines[0][0], 'W');
   EXPECT_NE(lines[0].find("log_test.cc:"), std::string::npos);
   EXPECT_NE(lines[0].find("] pool low class=16"), std::string::npos);
+}
+
+TEST(JournalTest, AStreamIsTheJournalsOnlyWhenJournalStreamNamesIt) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  struct stat st;
+  ASSERT_EQ(::fstat(fds[1], &st), 0);
+  const std::string mine = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  EXPECT_TRUE(IsJournalStream(mine.c_str(), fds[1]));
+  EXPECT_FALSE(IsJournalStream(nullptr, fds[1]));
+  EXPECT_FALSE(IsJournalStream("", fds[1]));
+  EXPECT_FALSE(IsJournalStream("garbage", fds[1]));
+  EXPECT_FALSE(IsJournalStream((std::to_string(st.st_dev) + ":1").c_str(), fds[1]));
+  ::close(fds[0]);
+  ::close(fds[1]);
+  EXPECT_EQ(SyslogPriority(LogSeverity::kDebug), 7);
+  EXPECT_EQ(SyslogPriority(LogSeverity::kInfo), 6);
+  EXPECT_EQ(SyslogPriority(LogSeverity::kWarning), 4);
+  EXPECT_EQ(SyslogPriority(LogSeverity::kError), 3);
+  EXPECT_EQ(SyslogPriority(LogSeverity::kFatal), 2);
 }
 
 TEST_F(LogTest, BelowMinimumIsDroppedWithoutEvaluating) {

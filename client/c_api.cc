@@ -248,7 +248,6 @@ regcache_code_t regcache_connect_device(const char* socket_dir, const regcache_o
 regcache_code_t regcache_connect_ex(const char* socket_dir, const regcache_options_t* options,
                                     const char* device, uint32_t flags, regcache_client_t** out) {
   return Guard([&] {
-    if (socket_dir == nullptr) return Invalid("socket_dir");
     if (out == nullptr) return Invalid("out");
     if (const uint32_t unknown = flags & ~uint32_t{REGCACHE_CONNECT_OWN_DEVICE_CONTEXT}) {
       char why[80];
@@ -266,7 +265,8 @@ regcache_code_t regcache_connect_ex(const char* socket_dir, const regcache_optio
       opts.client_cache = options->no_client_cache == 0;
     }
     if (device != nullptr) opts.device = device;
-    absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(socket_dir, opts);
+    absl::StatusOr<std::unique_ptr<rc::Client>> c =
+        rc::Client::Connect(socket_dir != nullptr ? socket_dir : "", opts);
     if (!c.ok()) return FromStatus(c.status());
     *out = new regcache_client{std::move(*c)};
     return Ok();

@@ -108,7 +108,15 @@ static void StopDaemon(void) {
 
 static void TestConnectErrors(void) {
   regcache_client_t* c = NULL;
-  CHECK_CODE(regcache_connect(NULL, NULL, &c), REGCACHE_INVALID_ARGUMENT, "socket_dir");
+  /* No directory: REGCACHE_SOCKET_DIR names it. */
+  setenv("REGCACHE_SOCKET_DIR", "/nonexistent-regcache-env-dir", 1);
+  CHECK_CODE(regcache_connect(NULL, NULL, &c), REGCACHE_UNAVAILABLE, "regcache-env-dir");
+  CHECK_CODE(regcache_connect("", NULL, &c), REGCACHE_UNAVAILABLE, "regcache-env-dir");
+  setenv("REGCACHE_SOCKET_DIR", dir, 1);
+  CHECK(regcache_connect(NULL, NULL, &c) == REGCACHE_OK);
+  regcache_close(c);
+  c = NULL;
+  unsetenv("REGCACHE_SOCKET_DIR");
   CHECK_CODE(regcache_connect(dir, NULL, NULL), REGCACHE_INVALID_ARGUMENT, "out");
   CHECK_CODE(regcache_connect("/nonexistent-regcache-dir", NULL, &c), REGCACHE_UNAVAILABLE, NULL);
   CHECK(c == NULL);

@@ -351,8 +351,9 @@ std::shared_ptr<grpc::Channel> OpenChannel(const std::string& socket_dir,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_dir,
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& given_dir,
                                                         const ClientOptions& options) {
+  const std::string socket_dir = given_dir.empty() ? protocol::DefaultSocketDir() : given_dir;
   std::string path = absl::StrCat(socket_dir, "/", protocol::kControlSocketName);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

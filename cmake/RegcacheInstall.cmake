@@ -1,6 +1,8 @@
 # cmake --install: regcached and regcachectl, the client library libregcache.so with its public
 # headers, regcache.pc for pkg-config and the CMake package `regcache` (regcache::client, and
-# regcache::client_cpp for C++ users of regcache/client.h). Included from client/CMakeLists.txt,
+# regcache::client_cpp for C++ users of regcache/client.h); the systemd unit
+# (lib/systemd/system/regcached.service) and the sample flag file (etc/regcache/regcached.conf,
+# under the prefix), the unit's paths rewritten to the configured prefix. Included from client/CMakeLists.txt,
 # where the targets are. Nothing else of the project is installed: the client library needs no
 # other library of it (see the comment on libregcache.so there).
 #
@@ -39,3 +41,17 @@ file(RELATIVE_PATH regcache_pc_to_prefix /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" regcache_pc_to_prefix "${regcache_pc_to_prefix}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/regcache.pc.in ${PROJECT_BINARY_DIR}/regcache.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/regcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The unit names regcached and its flag file where a default install puts them (/usr/local/bin,
+# /etc/regcache); the installed copy names where this build's prefix puts them. The paths are
+# the configured prefix's (a unit cannot be relative): install with that prefix, or edit the two
+# paths after `--prefix`.
+file(READ ${PROJECT_SOURCE_DIR}/deploy/regcached.service regcache_unit)
+string(REPLACE "/usr/local/bin/regcached" "${CMAKE_INSTALL_FULL_BINDIR}/regcached" regcache_unit
+               "${regcache_unit}")
+string(REPLACE "/etc/regcache/regcached.conf" "${CMAKE_INSTALL_FULL_SYSCONFDIR}/regcache/regcached.conf"
+               regcache_unit "${regcache_unit}")
+file(WRITE ${PROJECT_BINARY_DIR}/regcached.service "${regcache_unit}")
+install(FILES ${PROJECT_BINARY_DIR}/regcached.service DESTINATION lib/systemd/system)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/regcached.conf
+        DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/regcache)

@@ -69,6 +69,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -99,6 +100,14 @@ inline constexpr uint32_t kOpenKnownFlags = kOpenObserver | kOpenOwnContext;
 inline constexpr absl::Duration kOpenTimeout = absl::Seconds(10);
 // Device names in Open and Welcome: NUL-padded, at most this many bytes.
 inline constexpr size_t kDeviceNameBytes = 64;
+// Where the daemon's sockets are when nobody says: REGCACHE_SOCKET_DIR if it is set and not
+// empty, else kDefaultSocketDir. Every program and library asks this when given no directory.
+inline constexpr char kDefaultSocketDir[] = "/run/regcache";
+inline constexpr char kSocketDirEnv[] = "REGCACHE_SOCKET_DIR";
+inline std::string DefaultSocketDir() {
+  const char* env = std::getenv(kSocketDirEnv);
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(kDefaultSocketDir);
+}
 inline constexpr char kControlSocketName[] = "control.sock";
 inline constexpr char kGrpcSocketName[] = "grpc.sock";
 inline constexpr char kSessionMetadataKey[] = "x-regcache-session";

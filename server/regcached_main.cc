@@ -35,6 +35,7 @@
 #include "hca/mlx5/mlx5_device.h"
 #include "hca/sim/sim_device.h"
 #include "hca/verbs/verbs_device.h"
+#include "protocol/control_protocol.h"
 #include "server/control_server.h"
 #include "server/grpc_service.h"
 #include "server/internal/sd_notify.h"
@@ -48,8 +49,9 @@ ABSL_FLAG(std::string, device, "auto",
           "sessions' default");
 ABSL_FLAG(uint32_t, max_sessions_per_device, 0,
           "most sessions open at once on one device (0: only --max_sessions limits them)");
-ABSL_FLAG(std::string, socket_dir, "/run/regcache",
-          "directory of control.sock and grpc.sock (created if missing)");
+ABSL_FLAG(std::string, socket_dir, "",
+          "directory of control.sock and grpc.sock, created if missing (empty: "
+          "REGCACHE_SOCKET_DIR, else /run/regcache)");
 ABSL_FLAG(uint16_t, grpc_tcp_port, 0, "also serve gRPC on 127.0.0.1:<port> (0: off)");
 ABSL_FLAG(std::string, metrics_address, "",
           "serve Prometheus /metrics on HOST:PORT (e.g. 0.0.0.0:9464 for a pod; empty: off; "
@@ -360,7 +362,8 @@ int main(int argc, char** argv) {
   regcache::hca::mlx5::RegisterBackend();
   regcache::hca::verbs::RegisterBackend();
 
-  const std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
+  std::string socket_dir = absl::GetFlag(FLAGS_socket_dir);
+  if (socket_dir.empty()) socket_dir = regcache::protocol::DefaultSocketDir();
   if (mkdir(socket_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     RC_LOG(ERROR) << regcache::base::ErrnoToStatus(errno, absl::StrCat("mkdir ", socket_dir));
     return 1;

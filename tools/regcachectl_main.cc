@@ -29,7 +29,8 @@
 #include "tools/internal/health_probe.h"
 #include "tools/internal/json_writer.h"
 
-ABSL_FLAG(std::string, socket_dir, "/run/regcache", "regcached's socket directory");
+ABSL_FLAG(std::string, socket_dir, "",
+          "regcached's socket directory (empty: REGCACHE_SOCKET_DIR, else /run/regcache)");
 ABSL_FLAG(std::string, output, "text", "output format: text or json (docs/cli.md)");
 ABSL_FLAG(std::string, o, "", "short for --output");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "deadline of each call to the daemon");
@@ -45,6 +46,12 @@ ABSL_FLAG(std::string, device, "",
           "the device regcachectl connects to (empty: the daemon's first); unknown names fail");
 
 namespace {
+
+// --socket_dir, or where every program looks without it (protocol/control_protocol.h).
+std::string SocketDir() {
+  const std::string flag = absl::GetFlag(FLAGS_socket_dir);
+  return flag.empty() ? regcache::protocol::DefaultSocketDir() : flag;
+}
 
 using regcache::api::Client;
 using regcache::tools::internal::JsonWriter;
@@ -68,7 +75,8 @@ Commands. Read-only ones connect as an observer: no session of their own.
                                (sim device, opens a session) act as a session's remote peer
 
 Flags:
-  --socket_dir=DIR             regcached's socket directory (default /run/regcache)
+  --socket_dir=DIR             regcached's socket directory (default: REGCACHE_SOCKET_DIR,
+                               else /run/regcache)
   -o, --output=text|json       output format (default text); JSON shapes in docs/cli.md
   --device=NAME                the device to connect to (default: the daemon's first)
   --timeout=DURATION           deadline of each call (default 10s)
@@ -405,10 +413,9 @@ int Peer(Client& c, const std::vector<std::string>& args) {
 int Health(const std::vector<std::string>& args) {
   if (args.size() != 1) return Usage("health takes no arguments (--service=NAME)");
   const std::string service = absl::GetFlag(FLAGS_service);
-  absl::StatusOr<std::string> status =
-      regcache::tools::internal::CheckHealth(absl::StrCat("unix:", absl::GetFlag(FLAGS_socket_dir),
-                                                          "/", regcache::protocol::kGrpcSocketName),
-                                             service, absl::GetFlag(FLAGS_timeout));
+  absl::StatusOr<std::string> status = regcache::tools::internal::CheckHealth(
+      absl::StrCat("unix:", SocketDir(), "/", regcache::protocol::kGrpcSocketName), service,
+      absl::GetFlag(FLAGS_timeout));
   int code = 0;
   std::string state;
   if (status.ok()) {
@@ -465,8 +472,7 @@ int Run(const std::vector<std::string>& args) {
   options.device = absl::GetFlag(FLAGS_device);
   options.call_timeout = absl::GetFlag(FLAGS_timeout);
   options.observer = it->second.observer;
-  absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Connect(absl::GetFlag(FLAGS_socket_dir), options);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(SocketDir(), options);
   if (!client.ok()) return Fail(client.status());
   return it->second.run(**client, args);
 }

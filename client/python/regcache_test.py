@@ -59,6 +59,21 @@ class ClientTest(unittest.TestCase):
         e = self.assertCode(regcache.UNAVAILABLE, regcache.Client, "/nonexistent-regcache-dir")
         self.assertEqual(e.code_name, "UNAVAILABLE")
 
+    def test_no_socket_dir_means_regcache_socket_dir(self):
+        old = os.environ.get("REGCACHE_SOCKET_DIR")
+        try:
+            os.environ["REGCACHE_SOCKET_DIR"] = self.daemon.dir
+            with regcache.Client(call_timeout_ms=5000) as c:
+                self.assertEqual(c.device.name, "sim0")
+            os.environ["REGCACHE_SOCKET_DIR"] = "/nonexistent-regcache-env-dir"
+            e = self.assertCode(regcache.UNAVAILABLE, regcache.Client)
+            self.assertIn("regcache-env-dir", e.message)
+        finally:
+            if old is None:
+                os.environ.pop("REGCACHE_SOCKET_DIR", None)
+            else:
+                os.environ["REGCACHE_SOCKET_DIR"] = old
+
     def test_the_session_names_its_device(self):
         d = self.client.device
         self.assertEqual((d.index, d.name, d.port), (0, "sim0", 1))

@@ -355,7 +355,8 @@ class REGCACHE_CPP_API KeyRef {
 class REGCACHE_CPP_API Client {
  public:
   // kPermissionDenied when this process's credentials are not on the daemon's allow-list;
-  // kUnavailable when no daemon listens there.
+  // kUnavailable when no daemon listens there. An empty `socket_dir`: REGCACHE_SOCKET_DIR when
+  // it is set and not empty, else /run/regcache (the daemon's default too).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_dir,
                                                          const ClientOptions& options = {});
   virtual ~Client() = default;

@@ -205,9 +205,10 @@ REGCACHE_API const char* regcache_code_name(int code);
  * (regcache_alloc), so their errors read like the client's. `message` NULL means "". */
 REGCACHE_API regcache_code_t regcache_set_last_error(regcache_code_t code, const char* message);
 
-/* Opens a session with the daemon listening in `socket_dir`. `options` may be NULL.
- * REGCACHE_UNAVAILABLE when no daemon listens there; REGCACHE_PERMISSION_DENIED when this
- * process's credentials are not on its allow-list. */
+/* Opens a session with the daemon listening in `socket_dir` (NULL or "": REGCACHE_SOCKET_DIR when
+ * it is set and not empty, else /run/regcache). `options` may be NULL. REGCACHE_UNAVAILABLE when
+ * no daemon listens there; REGCACHE_PERMISSION_DENIED when this process's credentials are not
+ * on its allow-list. */
 REGCACHE_API regcache_code_t regcache_connect(const char* socket_dir,
                                               const regcache_options_t* options,
                                               regcache_client_t** out);

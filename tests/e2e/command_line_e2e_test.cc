@@ -2,6 +2,8 @@
 // a usage error (unknown flag, bad or missing value, a stray argument, a value out of range)
 // says what is wrong on stderr and exits 2, before anything starts.
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,13 +29,19 @@ std::string Drain(int fd) {
 }
 
 // Runs `argv` to completion with stdout and stderr captured (they are small: it exits at once).
-Ran RunProgram(std::vector<std::string> argv) {
+// `journal`: its stderr poses as the journal's stream (JOURNAL_STREAM names it, as systemd does).
+Ran RunProgram(std::vector<std::string> argv, bool journal = false) {
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(out[1], 1);
     dup2(err[1], 2);
+    struct stat st;
+    if (journal && fstat(2, &st) == 0) {
+      const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      setenv("JOURNAL_STREAM", stream.c_str(), 1);
+    }
     std::vector<char*> args;
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
@@ -95,6 +103,28 @@ TEST(CommandLine, RegcachectlHelpExitsZeroAndUsageErrorsTwo) {
     EXPECT_EQ(r.code, 2) << (args.empty() ? "(none)" : args[0]) << ": " << r.err;
     EXPECT_FALSE(r.err.empty());
   }
+}
+
+// Without --socket_dir both programs look where REGCACHE_SOCKET_DIR says.
+TEST(CommandLine, WithoutSocketDirTheProgramsLookWhereTheEnvironmentSays) {
+  setenv("REGCACHE_SOCKET_DIR", "/nonexistent/regcache-env-dir", 1);
+  Ran ctl = RunProgram({REGCACHECTL_PATH, "status"});
+  EXPECT_NE(ctl.code, 0);
+  EXPECT_TRUE(absl::StrContains(ctl.err + ctl.out, "/nonexistent/regcache-env-dir")) << ctl.err;
+  // regcached cannot make its directory under a path that does not exist: it says which.
+  Ran daemon = RunProgram({REGCACHED_PATH, "--log_level=error"});
+  EXPECT_EQ(daemon.code, 1) << daemon.err;
+  EXPECT_TRUE(absl::StrContains(daemon.err, "/nonexistent/regcache-env-dir")) << daemon.err;
+  unsetenv("REGCACHE_SOCKET_DIR");
+}
+
+// Under systemd each log line carries its syslog priority for the journal.
+TEST(CommandLine, LogLinesCarryTheirPriorityForTheJournal) {
+  Ran r = RunProgram({REGCACHED_PATH, "--socket_dir=/nonexistent/regcache-journal"}, true);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(absl::StartsWith(r.err, "<3>E ")) << r.err;  // the failed mkdir, an error
+  Ran plain = RunProgram({REGCACHED_PATH, "--socket_dir=/nonexistent/regcache-journal"});
+  EXPECT_FALSE(absl::StrContains(plain.err, "<3>")) << plain.err;
 }
 
 }  // namespace

@@ -28,9 +28,13 @@ fail() { echo "install check: $*" >&2; exit 1; }
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || {
   cat "$work/install.log"; fail "cmake --install failed"; }
-for f in bin/regcached bin/regcachectl include/regcache/regcache.h include/regcache/client.h; do
+for f in bin/regcached bin/regcachectl include/regcache/regcache.h include/regcache/client.h \
+         lib/systemd/system/regcached.service etc/regcache/regcached.conf; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
+# The installed unit starts the installed daemon with the installed flag file.
+grep -q "^ExecStart=.*/bin/regcached --flagfile=.*/regcache/regcached.conf" \
+  "$prefix/lib/systemd/system/regcached.service" || fail "the unit's ExecStart names no regcached"
 pc=$(find "$prefix" -name regcache.pc | head -1)
 [ -n "$pc" ] || fail "regcache.pc not installed"
 libdir=$(dirname "$(dirname "$pc")")

@@ -353,9 +353,10 @@ _CONNECT_OWN_DEVICE_CONTEXT = 1  # REGCACHE_CONNECT_OWN_DEVICE_CONTEXT
 class Client:
     """One session with regcached (a connection). Use it as a context manager, or close()."""
 
-    def __init__(self, socket_dir, call_timeout_ms=0, tcp_port=0, fast_path=True,
+    def __init__(self, socket_dir=None, call_timeout_ms=0, tcp_port=0, fast_path=True,
                  client_cache=True, device=None, own_device_context=False):
-        """fast_path: key calls over the shared-memory rings; client_cache: a register that a
+        """socket_dir: the daemon's socket directory (None: REGCACHE_SOCKET_DIR when it is set
+        and not empty, else /run/regcache); fast_path: key calls over the shared-memory rings; client_cache: a register that a
         grant this process holds covers is answered here, without IPC (both default on);
         device: the daemon's device the session lives on, by name (None: its first);
         own_device_context: the session gets a device context of its own, which import_pd
@@ -364,7 +365,8 @@ class Client:
                            0 if client_cache else 1)
         handle = ctypes.c_void_p()
         flags = _CONNECT_OWN_DEVICE_CONTEXT if own_device_context else 0
-        _check(_lib.regcache_connect_ex(os.fsencode(socket_dir), ctypes.byref(options),
+        where = None if socket_dir is None else os.fsencode(socket_dir)
+        _check(_lib.regcache_connect_ex(where, ctypes.byref(options),
                                         None if device is None else device.encode(), flags,
                                         ctypes.byref(handle)))
         self._handle = handle
