@@ -16,10 +16,19 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/internal/c_abi.h"
 #include "regcache/client.h"
 #include "regcache/regcache.h"
 
 namespace rc = ::regcache::api;
+using rc::c_abi::FromC;
+using rc::c_abi::FromStatus;
+using rc::c_abi::Guard;
+using rc::c_abi::Invalid;
+using rc::c_abi::last_error;
+using rc::c_abi::last_reason;
+using rc::c_abi::Ok;
+using rc::c_abi::SetError;
 
 // The ABI's numbers are the C++ client's: one static_assert per shared value.
 static_assert(REGCACHE_LOCAL_READ == rc::kLocalRead);
@@ -41,57 +50,9 @@ static_assert(REGCACHE_OUT_OF_RANGE == static_cast<int>(absl::StatusCode::kOutOf
 static_assert(REGCACHE_UNAVAILABLE == static_cast<int>(absl::StatusCode::kUnavailable));
 static_assert(REGCACHE_UNAUTHENTICATED == static_cast<int>(absl::StatusCode::kUnauthenticated));
 
-struct regcache_client {
-  std::unique_ptr<rc::Client> impl;
-};
-
 namespace {
 
-// This thread's last message. A fixed buffer (trivially destructible: no thread-exit work in a
-// library that may be dlopen'ed and dlclose'd by an FFI host); long messages are truncated.
-thread_local char last_error[1024];
-// Its reason (rc::ErrorReason; reasons are at most 63 characters), "" when it has none.
-thread_local char last_reason[64];
-
-regcache_code_t SetError(regcache_code_t code, const char* message) {
-  std::snprintf(last_error, sizeof(last_error), "%s", message == nullptr ? "" : message);
-  last_reason[0] = '\0';
-  return code;
-}
-
-regcache_code_t Ok() {
-  last_error[0] = '\0';
-  last_reason[0] = '\0';
-  return REGCACHE_OK;
-}
-
-regcache_code_t FromStatus(const absl::Status& s) {
-  if (s.ok()) return Ok();
-  std::string msg(s.message());
-  const regcache_code_t code = SetError(static_cast<regcache_code_t>(s.code()), msg.c_str());
-  std::snprintf(last_reason, sizeof(last_reason), "%s", rc::ErrorReason(s).c_str());
-  return code;
-}
-
-regcache_code_t Invalid(const char* what) {
-  char buf[128];
-  std::snprintf(buf, sizeof(buf), "%s is NULL", what);
-  return SetError(REGCACHE_INVALID_ARGUMENT, buf);
-}
-
-// Runs `body` (which returns a regcache_code_t) with every exception turned into a code.
-template <typename Body>
-regcache_code_t Guard(Body body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return SetError(REGCACHE_RESOURCE_EXHAUSTED, "out of memory in the client library");
-  } catch (const std::exception& e) {
-    return SetError(REGCACHE_INTERNAL, e.what());
-  } catch (...) {
-    return SetError(REGCACHE_INTERNAL, "unknown exception in the client library");
-  }
-}
+using rc::c_abi::ToC;
 
 void ToC(const rc::Memory& m, regcache_memory_t* out) {
   out->id = m.id;
@@ -133,15 +94,6 @@ void ToC(const rc::SessionUsage& u, regcache_usage_t* out) {
   out->backed_bytes = u.backed_bytes;
   out->pool_outstanding = u.pool_outstanding;
   out->pool_total = u.pool_total;
-}
-
-void ToC(const rc::RemoteQp& q, regcache_qp_address_t* out) {
-  *out = regcache_qp_address_t{};
-  out->qpn = q.qpn;
-  out->psn = q.psn;
-  std::memcpy(out->gid, q.gid.data(), sizeof(out->gid));
-  out->lid = q.lid;
-  out->mtu = q.mtu;
 }
 
 void ToC(const rc::EndpointInfo& e, regcache_endpoint_t* out) {
@@ -456,15 +408,8 @@ regcache_code_t regcache_endpoint_create(regcache_client_t* client,
                                          const regcache_qp_address_t* peer, uint32_t access,
                                          regcache_endpoint_t* out) {
   if (client != nullptr && out != nullptr && peer == nullptr) return Invalid("peer");
-  return Fetch(client, out, "out", [&](rc::Client& c) {
-    rc::RemoteQp q;
-    q.qpn = peer->qpn;
-    q.psn = peer->psn;
-    std::memcpy(q.gid.data(), peer->gid, q.gid.size());
-    q.lid = peer->lid;
-    q.mtu = peer->mtu;
-    return c.CreateEndpoint(q, access);
-  });
+  return Fetch(client, out, "out",
+               [&](rc::Client& c) { return c.CreateEndpoint(FromC(*peer), access); });
 }
 
 regcache_code_t regcache_endpoint_destroy(regcache_client_t* client, uint64_t id) {

@@ -375,6 +375,86 @@ static void TestEndpoints(regcache_client_t* c) {
   /* `other` is left to the end of the session. */
 }
 
+/* Peer descriptors: a key and an endpoint described, packed, unpacked and back as text; NULLs,
+ * short buffers and malformed bytes refused. */
+static void TestDescriptors(regcache_client_t* c, const regcache_memory_t* m) {
+  regcache_key_t k;
+  CHECK_CODE(regcache_register(c, m->data, 8192, kRw, REGCACHE_PREFETCH_NONE, &k),
+             REGCACHE_OK, NULL);
+  regcache_qp_address_t peer;
+  memset(&peer, 0, sizeof(peer));
+  peer.qpn = 0x77;
+  peer.gid[0] = 0xfe;
+  peer.gid[1] = 0x80;
+  peer.gid[15] = 0x09;
+  peer.mtu = 1024;
+  regcache_endpoint_t ep;
+  CHECK_CODE(regcache_endpoint_create(c, &peer, REGCACHE_REMOTE_WRITE, &ep), REGCACHE_OK, NULL);
+  regcache_device_t dev;
+  CHECK_CODE(regcache_device(c, &dev), REGCACHE_OK, NULL);
+
+  regcache_descriptor_t d, back;
+  CHECK_CODE(regcache_describe_key(NULL, &k, NULL, &d), REGCACHE_INVALID_ARGUMENT, "client");
+  CHECK_CODE(regcache_describe_key(c, NULL, NULL, &d), REGCACHE_INVALID_ARGUMENT, "key");
+  CHECK_CODE(regcache_describe_key(c, &k, NULL, NULL), REGCACHE_INVALID_ARGUMENT, "out");
+  CHECK_CODE(regcache_describe_key(c, &k, &ep, &d), REGCACHE_OK, NULL);
+  CHECK(d.rkey == k.rkey && d.addr == k.va && d.length == k.length);
+  CHECK(d.access == REGCACHE_REMOTE_WRITE); /* no local right goes to a peer */
+  CHECK(d.node_guid == dev.node_guid && d.port == dev.port && d.key_bounds == dev.key_bounds);
+  CHECK(memcmp(d.gid, dev.gid, 16) == 0);
+  CHECK(d.has_endpoint == 1 && d.endpoint.qpn == ep.local.qpn && d.endpoint.mtu == ep.local.mtu);
+
+  uint8_t bytes[REGCACHE_DESCRIPTOR_MAX_BYTES];
+  size_t n = 0;
+  CHECK_CODE(regcache_descriptor_pack(&d, bytes, 95, &n), REGCACHE_OUT_OF_RANGE, "96 bytes");
+  CHECK_CODE(regcache_descriptor_pack(&d, NULL, sizeof(bytes), &n), REGCACHE_INVALID_ARGUMENT,
+             "buf");
+  CHECK_CODE(regcache_descriptor_pack(&d, bytes, sizeof(bytes), &n), REGCACHE_OK, NULL);
+  CHECK(n == 96 && memcmp(bytes, "RCKD", 4) == 0);
+  CHECK_CODE(regcache_descriptor_unpack(bytes, n, &back), REGCACHE_OK, NULL);
+  CHECK(memcmp(&back, &d, sizeof(d)) == 0);
+  CHECK_CODE(regcache_descriptor_unpack(bytes, n - 1, &back), REGCACHE_INVALID_ARGUMENT,
+             "truncated");
+  bytes[4] = 9;
+  CHECK_CODE(regcache_descriptor_unpack(bytes, n, &back), REGCACHE_FAILED_PRECONDITION, "newer");
+
+  char text[REGCACHE_DESCRIPTOR_MAX_TEXT];
+  CHECK_CODE(regcache_descriptor_to_text(&d, text, 20), REGCACHE_OUT_OF_RANGE, "134 bytes");
+  CHECK_CODE(regcache_descriptor_to_text(&d, text, sizeof(text)), REGCACHE_OK, NULL);
+  CHECK(strncmp(text, "rcd1:", 5) == 0 && strlen(text) == REGCACHE_DESCRIPTOR_MAX_TEXT - 1);
+  memset(&back, 0xff, sizeof(back));
+  CHECK_CODE(regcache_descriptor_from_text(text, &back), REGCACHE_OK, NULL);
+  CHECK(memcmp(&back, &d, sizeof(d)) == 0);
+  CHECK_CODE(regcache_descriptor_from_text("rcd1:!!", &back), REGCACHE_INVALID_ARGUMENT,
+             "base64url");
+  CHECK_CODE(regcache_descriptor_from_text(NULL, &back), REGCACHE_INVALID_ARGUMENT, "text");
+
+  regcache_descriptor_t odd = d;
+  odd.has_endpoint = 2;
+  CHECK_CODE(regcache_descriptor_pack(&odd, bytes, sizeof(bytes), &n), REGCACHE_INVALID_ARGUMENT,
+             "has_endpoint");
+  odd = d;
+  odd.access = REGCACHE_LOCAL_READ;
+  CHECK_CODE(regcache_descriptor_to_text(&odd, text, sizeof(text)), REGCACHE_INVALID_ARGUMENT,
+             "remote");
+  /* Without an endpoint: 64 bytes. */
+  CHECK_CODE(regcache_describe_key(c, &k, NULL, &d), REGCACHE_OK, NULL);
+  CHECK(d.has_endpoint == 0);
+  CHECK_CODE(regcache_descriptor_pack(&d, bytes, sizeof(bytes), &n), REGCACHE_OK, NULL);
+  CHECK(n == 64);
+  /* A key with no remote right describes nothing a peer could use. */
+  regcache_key_t local;
+  CHECK_CODE(regcache_register(c, m->data, 4096, REGCACHE_LOCAL_READ, REGCACHE_PREFETCH_NONE,
+                               &local),
+             REGCACHE_OK, NULL);
+  local.access &= ~(REGCACHE_REMOTE_READ | REGCACHE_REMOTE_WRITE | REGCACHE_REMOTE_ATOMIC);
+  CHECK_CODE(regcache_describe_key(c, &local, NULL, &d), REGCACHE_INVALID_ARGUMENT,
+             "no remote right");
+  CHECK_CODE(regcache_release(c, local.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_release(c, k.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_endpoint_destroy(c, ep.id), REGCACHE_OK, NULL);
+}
+
 int main(void) {
   if (!StartDaemon()) {
     fprintf(stderr, "regcached did not start (%s)\n", REGCACHED_PATH);
@@ -398,6 +478,7 @@ int main(void) {
       TestBatchesAndReregister(c, &m);
       TestFdAndOnDemand(c);
       TestEndpoints(c);
+      TestDescriptors(c, &m);
       CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
     }
     regcache_close(c);

@@ -255,6 +255,45 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.client.create_endpoint(regcache.QpAddress(1, 0, b"short"))
 
+    def test_descriptors(self):
+        peer = regcache.QpAddress(0x77, 0, bytes([0xFE, 0x80] + [0] * 13 + [9]), 0, 1024)
+        ep = self.client.create_endpoint(peer, regcache.REMOTE_WRITE)
+        rw = (regcache.LOCAL_READ | regcache.LOCAL_WRITE | regcache.REMOTE_READ |
+              regcache.REMOTE_WRITE)
+        with self.client.registered(self.mem.data, 8192, rw) as key:
+            d = self.client.describe(key, ep)
+            self.assertEqual((d.rkey, d.addr, d.length), (key.rkey, key.va, key.length))
+            self.assertEqual(d.access, regcache.REMOTE_WRITE)  # what the endpoint accepts
+            dev = self.client.device
+            self.assertEqual((d.node_guid, d.gid, d.port, d.key_bounds),
+                             (dev.node_guid, dev.gid, dev.port, dev.key_bounds))
+            self.assertEqual(d.endpoint, ep.local)
+            packed = d.pack()
+            self.assertEqual(len(packed), 96)
+            self.assertEqual(packed[:4], b"RCKD")
+            self.assertEqual(regcache.Descriptor.unpack(packed), d)
+            text = d.to_text()
+            self.assertTrue(text.startswith("rcd1:"))
+            self.assertEqual(regcache.Descriptor.from_text(text), d)
+            plain = self.client.describe(key)
+            self.assertIsNone(plain.endpoint)
+            self.assertEqual(len(plain.pack()), 64)
+            self.assertEqual(plain.access, regcache.REMOTE_READ | regcache.REMOTE_WRITE)
+        e = self.assertCode(regcache.INVALID_ARGUMENT, regcache.Descriptor.unpack, packed[:95])
+        self.assertIn("truncated", e.message)
+        newer = packed[:4] + bytes([2]) + packed[5:]
+        self.assertCode(regcache.FAILED_PRECONDITION, regcache.Descriptor.unpack, newer)
+        self.assertCode(regcache.INVALID_ARGUMENT, regcache.Descriptor.from_text, "rcd1:!")
+        self.assertCode(regcache.INVALID_ARGUMENT, regcache.Descriptor.from_text, "hello")
+        local_only = regcache.Descriptor(1, bytes(16), 1, "key", 5, 0x1000, 4096,
+                                         regcache.LOCAL_READ)
+        e = self.assertCode(regcache.INVALID_ARGUMENT, local_only.pack)
+        self.assertIn("remote", e.message)
+        with self.assertRaises(ValueError):
+            regcache.Descriptor(1, b"short", 1, "key", 5, 0x1000, 4096,
+                                regcache.REMOTE_READ).pack()
+        self.client.destroy_endpoint(ep)
+
     def test_pd_import_on_the_sim_says_why_not(self):
         with self.assertRaises(regcache.RegcacheError) as e:
             self.client.import_pd()

@@ -379,6 +379,58 @@ REGCACHE_API regcache_code_t regcache_endpoint_destroy(regcache_client_t* client
 /* This session's usage as the daemon counts it. */
 REGCACHE_API regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out);
 
+/* --- Peer descriptors (docs/descriptors.md; regcache/descriptor.h): what a remote peer needs to
+ * use one of this session's keys, as a compact versioned byte string or its text form, for the
+ * application to carry to the peer. These calls need no daemon (except
+ * regcache_describe_key, which reads the client's device) and may be called from any thread. */
+
+/* Largest packed descriptor (one with an endpoint); one without is 64 bytes. */
+#define REGCACHE_DESCRIPTOR_MAX_BYTES 96
+/* Largest text form, its NUL included: "rcd1:" and the bytes in unpadded base64url. */
+#define REGCACHE_DESCRIPTOR_MAX_TEXT 134
+
+typedef struct regcache_descriptor {
+  uint64_t node_guid;   /* the key's NIC, as regcache_device_t */
+  uint8_t gid[16];      /* its port's GID, network order */
+  uint8_t port;         /* 1-based */
+  uint8_t key_bounds;   /* REGCACHE_KEY_BOUNDS_* */
+  uint8_t has_endpoint; /* 1: `endpoint` is the daemon's queue pair to connect to */
+  uint8_t reserved;
+  uint32_t rkey;
+  uint64_t addr;   /* the first byte the peer may address */
+  uint64_t length; /* bytes from addr */
+  uint32_t access; /* REGCACHE_REMOTE_* only */
+  uint32_t reserved2;
+  regcache_qp_address_t endpoint;
+} regcache_descriptor_t;
+
+/* The descriptor of `key` (of `client`'s session), with `endpoint`'s address when it is not NULL
+ * (the access is then what both the key and the endpoint accept). REGCACHE_INVALID_ARGUMENT for a
+ * key with no remote right. */
+REGCACHE_API regcache_code_t regcache_describe_key(const regcache_client_t* client,
+                                                   const regcache_key_t* key,
+                                                   const regcache_endpoint_t* endpoint,
+                                                   regcache_descriptor_t* out);
+
+/* Packs `descriptor` into buf[0, capacity); *written is its size (64 or 96 bytes).
+ * REGCACHE_OUT_OF_RANGE when capacity is too small (nothing written); REGCACHE_INVALID_ARGUMENT
+ * for a descriptor that regcache_descriptor_unpack would refuse. */
+REGCACHE_API regcache_code_t regcache_descriptor_pack(const regcache_descriptor_t* descriptor,
+                                                      void* buf, size_t capacity, size_t* written);
+
+/* The descriptor in `length` bytes at `buf`. REGCACHE_INVALID_ARGUMENT for bytes that are not a
+ * well-formed descriptor (the message names what is wrong); REGCACHE_FAILED_PRECONDITION for one
+ * of a newer format version than this library reads. */
+REGCACHE_API regcache_code_t regcache_descriptor_unpack(const void* buf, size_t length,
+                                                        regcache_descriptor_t* out);
+
+/* The text form ("rcd1:...", NUL-terminated) into buf[0, capacity) (REGCACHE_DESCRIPTOR_MAX_TEXT is
+ * always enough; REGCACHE_OUT_OF_RANGE when it is smaller than needed), and back. */
+REGCACHE_API regcache_code_t regcache_descriptor_to_text(const regcache_descriptor_t* descriptor,
+                                                         char* buf, size_t capacity);
+REGCACHE_API regcache_code_t regcache_descriptor_from_text(const char* text,
+                                                           regcache_descriptor_t* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -139,6 +139,21 @@ class _Endpoint(ctypes.Structure):
                 ("reserved", ctypes.c_uint32)]
 
 
+class _Descriptor(ctypes.Structure):
+    _fields_ = [("node_guid", ctypes.c_uint64), ("gid", ctypes.c_uint8 * 16),
+                ("port", ctypes.c_uint8), ("key_bounds", ctypes.c_uint8),
+                ("has_endpoint", ctypes.c_uint8), ("reserved", ctypes.c_uint8),
+                ("rkey", ctypes.c_uint32), ("addr", ctypes.c_uint64), ("length", ctypes.c_uint64),
+                ("access", ctypes.c_uint32), ("reserved2", ctypes.c_uint32),
+                ("endpoint", _QpAddress)]
+
+
+_KEY_BOUNDS_NAMES = {0: "unknown", 1: "key", 2: "cut", 3: "attachment"}
+_KEY_BOUNDS_VALUES = {v: k for k, v in _KEY_BOUNDS_NAMES.items()}
+DESCRIPTOR_MAX_BYTES = 96
+DESCRIPTOR_MAX_TEXT = 134  # the text form's longest, its NUL included
+
+
 # --- What the Python side hands out. ---
 
 @dataclass(frozen=True)
@@ -175,6 +190,82 @@ class Endpoint:
     id: int
     local: QpAddress  # hand it to the peer
     access: int
+
+
+def _qp_from_c(q):
+    return QpAddress(q.qpn, q.psn, bytes(q.gid), q.lid, q.mtu)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """What a remote peer needs to use one of the session's keys (docs/descriptors.md): the NIC
+    (node_guid, gid, port), the key (rkey, and [addr, addr + length) with the remote rights in
+    access) and, where the key is used through a target endpoint, the daemon's queue pair to
+    connect to. pack() gives its bytes (64, or 96 with an endpoint), to_text() its text form
+    ("rcd1:..."); Descriptor.unpack and Descriptor.from_text read them back, refusing anything
+    malformed with RegcacheError (INVALID_ARGUMENT; FAILED_PRECONDITION for a newer format).
+    A descriptor describes a key; it does not extend its life: once the key is revoked, the
+    peer's next access through it fails."""
+    node_guid: int
+    gid: bytes  # 16 raw bytes, network order
+    port: int
+    key_bounds: str  # "key", "cut", "attachment" or "unknown" (docs/key_bounds.md)
+    rkey: int
+    addr: int
+    length: int
+    access: int  # REMOTE_* bits only
+    endpoint: "QpAddress | None" = None
+
+    def _c(self):
+        if len(self.gid) != 16:
+            raise ValueError("a GID is 16 bytes")
+        if self.key_bounds not in _KEY_BOUNDS_VALUES:
+            raise ValueError(f"key_bounds must be one of {sorted(_KEY_BOUNDS_VALUES)}")
+        d = _Descriptor()
+        d.node_guid = self.node_guid
+        d.gid = (ctypes.c_uint8 * 16)(*self.gid)
+        d.port = self.port
+        d.key_bounds = _KEY_BOUNDS_VALUES[self.key_bounds]
+        d.rkey = self.rkey
+        d.addr = self.addr
+        d.length = self.length
+        d.access = self.access
+        if self.endpoint is not None:
+            d.has_endpoint = 1
+            d.endpoint = self.endpoint._c()
+        return d
+
+    @staticmethod
+    def _from_c(d):
+        return Descriptor(d.node_guid, bytes(d.gid), d.port,
+                          _KEY_BOUNDS_NAMES.get(d.key_bounds, "unknown"), d.rkey, d.addr,
+                          d.length, d.access,
+                          _qp_from_c(d.endpoint) if d.has_endpoint else None)
+
+    def pack(self) -> bytes:
+        buf = (ctypes.c_uint8 * DESCRIPTOR_MAX_BYTES)()
+        n = ctypes.c_size_t()
+        _check(_lib.regcache_descriptor_pack(ctypes.byref(self._c()), buf, len(buf),
+                                             ctypes.byref(n)))
+        return bytes(buf[:n.value])
+
+    @staticmethod
+    def unpack(data: bytes) -> "Descriptor":
+        data = bytes(data)
+        d = _Descriptor()
+        _check(_lib.regcache_descriptor_unpack(data, len(data), ctypes.byref(d)))
+        return Descriptor._from_c(d)
+
+    def to_text(self) -> str:
+        buf = ctypes.create_string_buffer(DESCRIPTOR_MAX_TEXT)
+        _check(_lib.regcache_descriptor_to_text(ctypes.byref(self._c()), buf, len(buf)))
+        return buf.value.decode()
+
+    @staticmethod
+    def from_text(text: str) -> "Descriptor":
+        d = _Descriptor()
+        _check(_lib.regcache_descriptor_from_text(text.encode(), ctypes.byref(d)))
+        return Descriptor._from_c(d)
 
 
 @dataclass(frozen=True)
@@ -270,6 +361,14 @@ def _declare(lib):
                                           P(_Memory)]),
         "regcache_endpoint_create": (cint, [c_client, P(_QpAddress), u32, P(_Endpoint)]),
         "regcache_endpoint_destroy": (cint, [c_client, u64]),
+        "regcache_describe_key": (cint, [c_client, P(_Key), P(_Endpoint), P(_Descriptor)]),
+        "regcache_descriptor_pack": (cint, [P(_Descriptor), ctypes.c_void_p, ctypes.c_size_t,
+                                            P(ctypes.c_size_t)]),
+        "regcache_descriptor_unpack": (cint, [ctypes.c_char_p, ctypes.c_size_t,
+                                              P(_Descriptor)]),
+        "regcache_descriptor_to_text": (cint, [P(_Descriptor), ctypes.c_char_p,
+                                               ctypes.c_size_t]),
+        "regcache_descriptor_from_text": (cint, [ctypes.c_char_p, P(_Descriptor)]),
         "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
         "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
         "regcache_release": (cint, [c_client, u64]),
@@ -410,7 +509,7 @@ class Client:
         """The device this session lives on (a Device)."""
         d = _Device()
         _check(_lib.regcache_device(self._h(), ctypes.byref(d)))
-        bounds = {1: "key", 2: "cut", 3: "attachment"}.get(d.key_bounds, "unknown")
+        bounds = _KEY_BOUNDS_NAMES.get(d.key_bounds, "unknown")
         return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid), bounds)
 
     # --- Memory ---
@@ -481,8 +580,23 @@ class Client:
         e = _Endpoint()
         _check(_lib.regcache_endpoint_create(self._h(), ctypes.byref(peer._c()), access,
                                              ctypes.byref(e)))
-        local = QpAddress(e.local.qpn, e.local.psn, bytes(e.local.gid), e.local.lid, e.local.mtu)
-        return Endpoint(e.id, local, e.access)
+        return Endpoint(e.id, _qp_from_c(e.local), e.access)
+
+    def describe(self, key, endpoint=None) -> Descriptor:
+        """The Descriptor of `key` (a Key of this session) for a remote peer, with `endpoint`'s
+        address (an Endpoint of this session) when the peer uses the key through it: the
+        access is then what both the key and the endpoint accept. INVALID_ARGUMENT for a key
+        with no remote right."""
+        k = _Key(key.handle, key.lkey, key.rkey, key.va, key.length, key.access, int(key.hit),
+                 int(key.same_key), 0)
+        e = None
+        if endpoint is not None:
+            e = _Endpoint(endpoint.id, endpoint.local._c(), endpoint.access, 0)
+        d = _Descriptor()
+        _check(_lib.regcache_describe_key(self._h(), ctypes.byref(k),
+                                          ctypes.byref(e) if e is not None else None,
+                                          ctypes.byref(d)))
+        return Descriptor._from_c(d)
 
     def destroy_endpoint(self, endpoint):
         _check(_lib.regcache_endpoint_destroy(
