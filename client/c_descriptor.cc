@@ -9,6 +9,7 @@
 #include "regcache/client.h"
 #include "regcache/descriptor.h"
 #include "regcache/regcache.h"
+#include "regcache/sim_peer.h"
 
 namespace rc = ::regcache::api;
 using rc::c_abi::FromC;
@@ -153,5 +154,39 @@ regcache_code_t regcache_descriptor_from_text(const char* text, regcache_descrip
     if (text == nullptr) return Invalid("text");
     if (out == nullptr) return Invalid("out");
     return Deliver(rc::DescriptorFromText(text), out);
+  });
+}
+
+regcache_code_t regcache_sim_peer_write(regcache_client_t* client,
+                                        const regcache_descriptor_t* descriptor,
+                                        const regcache_qp_address_t* self, uint64_t addr,
+                                        const void* data, size_t length) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (descriptor == nullptr) return Invalid("descriptor");
+    if (self == nullptr) return Invalid("self");
+    if (data == nullptr && length != 0) return Invalid("data");
+    if (regcache_code_t c = CheckC(*descriptor); c != REGCACHE_OK) return c;
+    const std::string bytes(static_cast<const char*>(data), length);
+    return FromStatus(
+        rc::SimPeerWrite(*client->impl, FromC(*descriptor), FromC(*self), addr, bytes));
+  });
+}
+
+regcache_code_t regcache_sim_peer_read(regcache_client_t* client,
+                                       const regcache_descriptor_t* descriptor,
+                                       const regcache_qp_address_t* self, uint64_t addr, void* out,
+                                       size_t length) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (descriptor == nullptr) return Invalid("descriptor");
+    if (self == nullptr) return Invalid("self");
+    if (out == nullptr && length != 0) return Invalid("out");
+    if (regcache_code_t c = CheckC(*descriptor); c != REGCACHE_OK) return c;
+    absl::StatusOr<std::string> data =
+        rc::SimPeerRead(*client->impl, FromC(*descriptor), FromC(*self), addr, length);
+    if (!data.ok()) return FromStatus(data.status());
+    std::memcpy(out, data->data(), std::min(data->size(), length));
+    return Ok();
   });
 }

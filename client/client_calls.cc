@@ -204,25 +204,29 @@ absl::Status ClientImpl::Drain() {
 }
 
 absl::Status ClientImpl::PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
-                                   uint64_t session, uint64_t endpoint) {
+                                   const PeerRoute& route) {
   pb::PeerWriteRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);
   req.set_data(data);
-  req.set_session_id(session);
-  req.set_endpoint_id(endpoint);
+  req.set_session_id(route.session);
+  req.set_endpoint_id(route.endpoint);
+  req.set_endpoint_qpn(route.endpoint_qpn);
+  req.set_peer_qpn(route.peer_qpn);
   pb::PeerWriteResponse resp;
   return Call(&pb::SimPeerService::Stub::PeerWrite, req, &resp);
 }
 
 absl::StatusOr<std::string> ClientImpl::PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                                 uint64_t session, uint64_t endpoint) {
+                                                 const PeerRoute& route) {
   pb::PeerReadRequest req;
   req.set_rkey(rkey);
   req.set_addr(addr);
   req.set_length(length);
-  req.set_session_id(session);
-  req.set_endpoint_id(endpoint);
+  req.set_session_id(route.session);
+  req.set_endpoint_id(route.endpoint);
+  req.set_endpoint_qpn(route.endpoint_qpn);
+  req.set_peer_qpn(route.peer_qpn);
   pb::PeerReadResponse resp;
   RETURN_IF_ERROR(Call(&pb::SimPeerService::Stub::PeerRead, req, &resp));
   return resp.data();

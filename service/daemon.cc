@@ -29,6 +29,7 @@
 #include "service/internal/session_shm.h"
 #include "service/internal/session_table.h"
 #include "service/internal/shared_memory.h"
+#include "service/internal/sim_peer_port.h"
 #include "service/internal/tenant_stats.h"
 
 namespace regcache::service {
@@ -45,7 +46,7 @@ using internal::Session;
 using internal::SessionRef;
 using internal::SlottedGrant;
 
-class DaemonImpl final : public Daemon, public SimPeerPort {
+class DaemonImpl final : public Daemon {
  public:
   DaemonImpl(const DaemonConfig& config, base::stats::Registry* registry)
       : config_(config), registry_(registry), started_(absl::Now()), access_(config, ::getuid()) {
@@ -181,13 +182,7 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
     });
   }
 
-  SimPeerPort* sim_peer() override { return devices_->SimulatesPeer() ? this : nullptr; }
-  absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                         absl::Span<const uint8_t> data,
-                         std::optional<EndpointId> endpoint) override;
-  absl::StatusOr<std::vector<uint8_t>> PeerRead(SessionId session, hca::Key rkey, uint64_t addr,
-                                                uint64_t length,
-                                                std::optional<EndpointId> endpoint) override;
+  SimPeerPort* sim_peer() override { return devices_->SimulatesPeer() ? &sim_peer_ : nullptr; }
 
   DaemonStatus Status() override;
   absl::StatusOr<std::vector<SessionInfo>> Sessions(SessionId caller) override;
@@ -216,11 +211,6 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
   // Counts and logs (rate-limited) a refused OpenSession; returns `why`.
   absl::Status RefuseSession(const PeerCredentials& peer, absl::Status why);
   absl::Status CloseLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.ops);
-  // The sim's peer port for the session's PD, or (with `endpoint`) the sim's remote node
-  // connected to that endpoint of the session, kept in `*through` for the call. REQUIRES s.mu.
-  absl::StatusOr<hca::Peer*> PeerPort(Session& s, std::optional<EndpointId> endpoint,
-                                      std::unique_ptr<hca::Peer>* through)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // Length limits, the session's quota and the daemon's budget for a new mapping (its charge).
   absl::StatusOr<internal::MemoryCharge> AdmitMemory(const Session& s, uint64_t length)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
@@ -242,6 +232,8 @@ class DaemonImpl final : public Daemon, public SimPeerPort {
   internal::SessionTable sessions_;
   base::stats::Registration tenant_registration_;  // reads sessions_: unregistered first
   internal::ObserverTable observers_;              // ids from sessions_
+  internal::SessionsSimPeer sim_peer_{&sessions_, &config_.remote_node,
+                                      [this](SessionId id) { return Pin(id); }};
 };
 
 absl::Status DaemonImpl::RefuseSession(const PeerCredentials& peer, absl::Status why) {
@@ -480,53 +472,6 @@ absl::StatusOr<std::vector<MemoryInfo>> DaemonImpl::ListMemory(SessionId session
                    m.mem->hugetlb(), false, m.log_page_size});
   }
   internal::ListClientRegions(s, &out);
-  return out;
-}
-
-absl::StatusOr<hca::Peer*> DaemonImpl::PeerPort(Session& s, std::optional<EndpointId> endpoint,
-                                                std::unique_ptr<hca::Peer>* through) {
-  hca::Device* device = s.device->device.get();
-  if (!s.device->SimulatesPeer()) {
-    return absl::UnimplementedError(
-        "the peer data path is only exposed with --device=sim, or --peer_on_any_device for a "
-        "device's own requester (a real peer is a remote node)");
-  }
-  if (endpoint.has_value()) {
-    ASSIGN_OR_RETURN(*through, s.endpoints->RemotePeer(*endpoint, device, config_.remote_node));
-    return through->get();
-  }
-  if (s.peer_port == nullptr) {
-    ASSIGN_OR_RETURN(cache::TenantUsage u, s.device->cache->Usage(s.tenant));
-    ASSIGN_OR_RETURN(s.peer_port, device->CreatePeer(u.pd));
-  }
-  return s.peer_port.get();
-}
-
-absl::Status DaemonImpl::PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
-                                   absl::Span<const uint8_t> data,
-                                   std::optional<EndpointId> endpoint) {
-  ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
-  base::MutexLock lock(&s.mu);
-  std::unique_ptr<hca::Peer> through;
-  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s, endpoint, &through));
-  return peer->Write(rkey, addr, data);
-}
-
-absl::StatusOr<std::vector<uint8_t>> DaemonImpl::PeerRead(SessionId session, hca::Key rkey,
-                                                          uint64_t addr, uint64_t length,
-                                                          std::optional<EndpointId> endpoint) {
-  ASSIGN_OR_RETURN(auto pin, Pin(session));
-  Session& s = **pin;
-  if (length > kMaxRead) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a peer read of %d bytes: at most %d", length, kMaxRead));
-  }
-  base::MutexLock lock(&s.mu);
-  std::unique_ptr<hca::Peer> through;
-  ASSIGN_OR_RETURN(hca::Peer * peer, PeerPort(s, endpoint, &through));
-  std::vector<uint8_t> out(length);
-  RETURN_IF_ERROR(peer->Read(rkey, addr, absl::MakeSpan(out)));
   return out;
 }
 

@@ -36,6 +36,17 @@ class SimPeerPort {
   virtual absl::Status PeerWrite(SessionId session, hca::Key rkey, uint64_t addr,
                                  absl::Span<const uint8_t> data,
                                  std::optional<EndpointId> endpoint = std::nullopt) = 0;
+  // The endpoint a remote node reaches with queue pair `peer_qpn` connected to the daemon's
+  // queue pair `endpoint_qpn`, among the endpoints of every session on `caller`'s device: the
+  // session and endpoint to name to PeerWrite / PeerRead. This lets a second client play the
+  // remote node a session handed a peer descriptor to. kNotFound when no endpoint there has that
+  // pair of queue pairs.
+  struct EndpointRef {
+    SessionId session = 0;
+    EndpointId endpoint = 0;
+  };
+  virtual absl::StatusOr<EndpointRef> FindEndpoint(SessionId caller, uint32_t endpoint_qpn,
+                                                   uint32_t peer_qpn) = 0;
   // kInvalidArgument above kMaxRead bytes.
   virtual absl::StatusOr<std::vector<uint8_t>> PeerRead(
       SessionId session, hca::Key rkey, uint64_t addr, uint64_t length,

@@ -120,11 +120,18 @@ class ClientImpl final : public Client {
   absl::Status DestroyEndpoint(uint64_t id) override;
   absl::StatusOr<std::vector<EndpointInfo>> ListEndpoints(uint64_t session) override;
 
-  // regcache/sim_peer.h (client/sim_peer.cc).
-  absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data, uint64_t session,
-                         uint64_t endpoint);
+  // regcache/sim_peer.h (client/sim_peer.cc): whom the simulated peer's access reaches (the
+  // fields of regcache.v1.PeerWriteRequest of the same names).
+  struct PeerRoute {
+    uint64_t session = 0;
+    uint64_t endpoint = 0;
+    uint32_t endpoint_qpn = 0;
+    uint32_t peer_qpn = 0;
+  };
+  absl::Status PeerWrite(uint32_t rkey, uint64_t addr, const std::string& data,
+                         const PeerRoute& route);
   absl::StatusOr<std::string> PeerRead(uint32_t rkey, uint64_t addr, uint64_t length,
-                                       uint64_t session, uint64_t endpoint);
+                                       const PeerRoute& route);
 
   // client/internal/client_testing.h.
   absl::Status RawCall(const std::string& method, const std::string& bytes);

@@ -431,6 +431,26 @@ REGCACHE_API regcache_code_t regcache_descriptor_to_text(const regcache_descript
 REGCACHE_API regcache_code_t regcache_descriptor_from_text(const char* text,
                                                            regcache_descriptor_t* out);
 
+/* --- The simulated peer (regcache/sim_peer.h), on a daemon whose device simulates one
+ * (--device=sim; REGCACHE_UNIMPLEMENTED elsewhere): what the remote node a descriptor was
+ * handed to does with it, for tests, demos and docs/integrating.md. `client` stands in for that
+ * node's NIC (any session on the same daemon and device); `self` is the queue pair the node
+ * named to the key's owner (regcache_endpoint_create's peer), connected to the descriptor's
+ * endpoint. A failed access returns the code the device's completion maps to (a revoked or
+ * unknown rkey, a range or right outside the key: REGCACHE_PERMISSION_DENIED and friends, as
+ * the message says); REGCACHE_INVALID_ARGUMENT for a descriptor without an endpoint;
+ * REGCACHE_NOT_FOUND when no endpoint has that queue pair connected to `self`. */
+REGCACHE_API regcache_code_t regcache_sim_peer_write(regcache_client_t* client,
+                                                     const regcache_descriptor_t* descriptor,
+                                                     const regcache_qp_address_t* self,
+                                                     uint64_t addr, const void* data,
+                                                     size_t length);
+/* Reads `length` bytes (at most 1 MiB) at `addr` into `out` the same way. */
+REGCACHE_API regcache_code_t regcache_sim_peer_read(regcache_client_t* client,
+                                                    const regcache_descriptor_t* descriptor,
+                                                    const regcache_qp_address_t* self,
+                                                    uint64_t addr, void* out, size_t length);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

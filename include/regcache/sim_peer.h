@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "regcache/client.h"
+#include "regcache/descriptor.h"
 
 namespace regcache::api {
 
@@ -44,6 +45,22 @@ REGCACHE_CPP_API absl::StatusOr<std::string> SimPeerRead(Client& client, uint32_
                                                          uint64_t addr, uint64_t length,
                                                          uint64_t session = 0,
                                                          uint64_t endpoint = 0);
+
+// As the remote node that holds queue pair `self` (the address its owner gave CreateEndpoint)
+// and connected it to `descriptor.endpoint` — what a real peer does after UnpackDescriptor —
+// writes `data` at `addr` through descriptor.rkey. `client` stands in for that node's own NIC:
+// any session of the same daemon on the same device (docs/integrating.md). Besides the errors
+// above: kInvalidArgument for a descriptor without an endpoint or a `self.qpn` outside
+// 1..2^24-1; kNotFound when no endpoint on the client's device has that queue pair connected to
+// `self` (never created, destroyed, or its session ended).
+REGCACHE_CPP_API absl::Status SimPeerWrite(Client& client, const PeerDescriptor& descriptor,
+                                           const RemoteQp& self, uint64_t addr,
+                                           const std::string& data);
+// Reads `length` bytes (at most 1 MiB) at `addr` the same way.
+REGCACHE_CPP_API absl::StatusOr<std::string> SimPeerRead(Client& client,
+                                                         const PeerDescriptor& descriptor,
+                                                         const RemoteQp& self, uint64_t addr,
+                                                         uint64_t length);
 
 }  // namespace regcache::api
 #endif  // REGCACHE_SIM_PEER_H_

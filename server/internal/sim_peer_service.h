@@ -2,7 +2,9 @@
 // session's rkeys (PeerWrite, PeerRead), on a device that simulates one (the sim): the gRPC face
 // of service::SimPeerPort. GrpcServer registers it only when the daemon has one
 // (Daemon::sim_peer()), so a production daemon does not offer it at all. A call may name
-// another session (admin only) or go through one of the session's target endpoints.
+// another session (admin only) or go through one of the session's target endpoints; or, as the
+// remote node a peer descriptor was handed to, go through whichever endpoint on the caller's
+// device has the queue pair it names connected to the peer queue pair it names.
 #ifndef REGCACHE_SERVER_INTERNAL_SIM_PEER_SERVICE_H_
 #define REGCACHE_SERVER_INTERNAL_SIM_PEER_SERVICE_H_
 

@@ -106,6 +106,14 @@ std::vector<EndpointInfo> SessionEndpoints::List() const {
   return out;
 }
 
+std::optional<EndpointId> SessionEndpoints::FindConnected(uint32_t local_qpn,
+                                                          uint32_t peer_qpn) const {
+  for (const auto& [id, e] : entries_) {
+    if (e.info.local.qpn == local_qpn && e.info.remote.qpn == peer_qpn) return id;
+  }
+  return std::nullopt;
+}
+
 void SessionEndpoints::Clear() {
   if (entries_.empty()) return;  // a closed session's destructor: the stats may be gone
   stats_->endpoints_destroyed.Inc(entries_.size());

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +54,8 @@ class SessionEndpoints {
   absl::Status Destroy(EndpointId id);
   absl::StatusOr<EndpointInfo> Find(EndpointId id) const;
   std::vector<EndpointInfo> List() const;
+  // The endpoint whose queue pair is `local_qpn`, connected to the peer queue pair `peer_qpn`.
+  std::optional<EndpointId> FindConnected(uint32_t local_qpn, uint32_t peer_qpn) const;
   size_t size() const { return entries_.size(); }
   // Destroys every endpoint: the session is closing (this must happen before its PD goes).
   void Clear();

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "regcache/client.h"
+#include "regcache/descriptor.h"
 #include "regcache/sim_peer.h"
 #include "regcache/v1/regcache.pb.h"
 #include "tests/e2e/regcached_process.h"
@@ -127,6 +128,62 @@ TEST(EndpointE2e, ThePeersWritesReachTheClientsMemoryOnlyThroughItsEndpoint) {
   EXPECT_TRUE(SimPeerRead(*c, k->rkey, addr, 8, 0, ro->id).ok());
   EXPECT_EQ(SimPeerWrite(*c, k->rkey, addr, "x", 0, ro->id).code(),
             absl::StatusCode::kPermissionDenied);
+}
+
+// A second session plays the remote node a peer descriptor was handed to: it reaches the owner's
+// memory through the endpoint connected to its queue pair, and only that way.
+TEST(EndpointE2e, ARemoteNodeWritesThroughTheEndpointItsDescriptorNames) {
+  Regcached d;
+  std::unique_ptr<rc::Client> owner = Connect(d);
+  std::unique_ptr<rc::Client> node = Connect(d);
+  ASSERT_NE(owner, nullptr);
+  ASSERT_NE(node, nullptr);
+  auto mem = owner->AllocateMemory(1 << 20);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto* base = static_cast<uint8_t*>(mem->data);
+  auto k = owner->Register(base, 8192, kRw);
+  ASSERT_TRUE(k.ok()) << k.status();
+  auto ep = owner->CreateEndpoint(Peer(0x5150), rc::kRemoteWrite | rc::kRemoteRead);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  auto desc = rc::DescribeKey(owner->device(), *k, &*ep);
+  ASSERT_TRUE(desc.ok()) << desc.status();
+
+  ASSERT_TRUE(SimPeerWrite(*node, *desc, Peer(0x5150), desc->addr + 16, "from the node").ok());
+  EXPECT_EQ(std::memcmp(base + 16, "from the node", 13), 0);
+  auto back = SimPeerRead(*node, *desc, Peer(0x5150), desc->addr + 16, 13);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, "from the node");
+
+  // Another queue pair is not connected to the endpoint; a descriptor without one names none.
+  EXPECT_THAT(SimPeerWrite(*node, *desc, Peer(0x5151), desc->addr, "x"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("0x5151")));
+  rc::PeerDescriptor bare = *desc;
+  bare.endpoint.reset();
+  EXPECT_THAT(SimPeerWrite(*node, bare, Peer(0x5150), desc->addr, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no endpoint")));
+  // The wire: peer_qpn alone, or endpoint_qpn with a session or endpoint id, is malformed.
+  regcache::v1::PeerWriteRequest req;
+  req.set_rkey(desc->rkey);
+  req.set_addr(desc->addr);
+  req.set_data("x");
+  req.set_peer_qpn(0x5150);
+  EXPECT_THAT(
+      rc::testing::RawCall(*node, "/regcache.v1.SimPeerService/PeerWrite", req.SerializeAsString()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("peer_qpn")));
+  req.set_endpoint_qpn(desc->endpoint->qpn);
+  req.set_endpoint_id(ep->id);
+  EXPECT_THAT(
+      rc::testing::RawCall(*node, "/regcache.v1.SimPeerService/PeerWrite", req.SerializeAsString()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be 0")));
+
+  // Revoked: refused by the device, through the same endpoint. Ended: no endpoint.
+  ASSERT_TRUE(owner->Invalidate(k->handle).ok());
+  EXPECT_THAT(SimPeerWrite(*node, *desc, Peer(0x5150), desc->addr, "stale"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("REMOTE_ACCESS")));
+  EXPECT_EQ(base[0], 0);
+  owner.reset();
+  EXPECT_THAT(SimPeerWrite(*node, *desc, Peer(0x5150), desc->addr, "x"),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(EndpointE2e, LimitAndTheWiresChecks) {

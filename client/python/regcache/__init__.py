@@ -369,6 +369,10 @@ def _declare(lib):
         "regcache_descriptor_to_text": (cint, [P(_Descriptor), ctypes.c_char_p,
                                                ctypes.c_size_t]),
         "regcache_descriptor_from_text": (cint, [ctypes.c_char_p, P(_Descriptor)]),
+        "regcache_sim_peer_write": (cint, [c_client, P(_Descriptor), P(_QpAddress), u64,
+                                           ctypes.c_char_p, ctypes.c_size_t]),
+        "regcache_sim_peer_read": (cint, [c_client, P(_Descriptor), P(_QpAddress), u64,
+                                          ctypes.c_void_p, ctypes.c_size_t]),
         "regcache_register": (cint, [c_client, ctypes.c_void_p, u64, u32, u32, P(_Key)]),
         "regcache_window": (cint, [c_client, u64, u64, u64, u32, P(_Key)]),
         "regcache_release": (cint, [c_client, u64]),
@@ -597,6 +601,25 @@ class Client:
                                           ctypes.byref(e) if e is not None else None,
                                           ctypes.byref(d)))
         return Descriptor._from_c(d)
+
+    # --- The simulated peer (a daemon on --device=sim): docs/integrating.md ---
+    def sim_peer_write(self, descriptor: Descriptor, peer_qp: QpAddress, addr: int,
+                       data: bytes) -> None:
+        """As the remote node holding queue pair `peer_qp` (the address it named to the key's
+        owner) connected to descriptor.endpoint, RDMA-writes `data` at `addr` with the
+        descriptor's rkey; this session stands in for that node's NIC. Raises RegcacheError
+        with the device's answer when the access fails (a revoked key, say)."""
+        data = bytes(data)
+        _check(_lib.regcache_sim_peer_write(self._h(), ctypes.byref(descriptor._c()),
+                                            ctypes.byref(peer_qp._c()), addr, data, len(data)))
+
+    def sim_peer_read(self, descriptor: Descriptor, peer_qp: QpAddress, addr: int,
+                      length: int) -> bytes:
+        """The read of sim_peer_write: `length` bytes (at most 1 MiB) at `addr`."""
+        buf = ctypes.create_string_buffer(length)
+        _check(_lib.regcache_sim_peer_read(self._h(), ctypes.byref(descriptor._c()),
+                                           ctypes.byref(peer_qp._c()), addr, buf, length))
+        return buf.raw
 
     def destroy_endpoint(self, endpoint):
         _check(_lib.regcache_endpoint_destroy(
