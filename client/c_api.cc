@@ -41,6 +41,15 @@ static_assert(REGCACHE_PREFETCH_SYNC == static_cast<int>(rc::PrefetchMode::kSync
 static_assert(REGCACHE_PREFETCH_ASYNC == static_cast<int>(rc::PrefetchMode::kAsync));
 static_assert(REGCACHE_OK == static_cast<int>(absl::StatusCode::kOk));
 static_assert(REGCACHE_MAX_BATCH_ITEMS == rc::kMaxBatchItems);
+static_assert(REGCACHE_REVOKED_INVALIDATED == static_cast<int>(rc::RevocationReason::kInvalidated));
+static_assert(REGCACHE_REVOKED_PARENT_INVALIDATED ==
+              static_cast<int>(rc::RevocationReason::kParentInvalidated));
+static_assert(REGCACHE_REVOKED_MEMORY_DETACHED ==
+              static_cast<int>(rc::RevocationReason::kMemoryDetached));
+static_assert(REGCACHE_REVOKED_REREGISTERED ==
+              static_cast<int>(rc::RevocationReason::kReregistered));
+static_assert(REGCACHE_REVOKED_RECLAIMED == static_cast<int>(rc::RevocationReason::kReclaimed));
+static_assert(REGCACHE_REVOKED_UNKNOWN == static_cast<int>(rc::RevocationReason::kUnknown));
 static_assert(sizeof(regcache_qp_address_t{}.gid) == sizeof(rc::RemoteQp{}.gid));
 static_assert(REGCACHE_INVALID_ARGUMENT == static_cast<int>(absl::StatusCode::kInvalidArgument));
 static_assert(REGCACHE_NOT_FOUND == static_cast<int>(absl::StatusCode::kNotFound));
@@ -414,6 +423,22 @@ regcache_code_t regcache_endpoint_create(regcache_client_t* client,
 
 regcache_code_t regcache_endpoint_destroy(regcache_client_t* client, uint64_t id) {
   return Do(client, [&](rc::Client& c) { return c.DestroyEndpoint(id); });
+}
+
+regcache_code_t regcache_set_revocation_callback(regcache_client_t* client,
+                                                 regcache_revocation_fn fn, void* user_data) {
+  return Guard([&] {
+    if (client == nullptr) return Invalid("client");
+    if (fn == nullptr) {
+      client->impl->SetRevocationCallback(nullptr);
+      return Ok();
+    }
+    client->impl->SetRevocationCallback([fn, user_data](const rc::Revocation& r) {
+      const regcache_revocation_t c{r.handle, r.key, static_cast<uint32_t>(r.reason)};
+      fn(&c, user_data);
+    });
+    return Ok();
+  });
 }
 
 regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out) {

@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +456,57 @@ static void TestDescriptors(regcache_client_t* c, const regcache_memory_t* m) {
   CHECK_CODE(regcache_endpoint_destroy(c, ep.id), REGCACHE_OK, NULL);
 }
 
+/* What the revocation callback saw (it runs on a thread of the library). */
+typedef struct Seen {
+  atomic_int calls;
+  atomic_uint_least64_t handle;
+  atomic_uint reason;
+} Seen;
+
+static void OnRevoked(const regcache_revocation_t* r, void* user_data) {
+  Seen* seen = (Seen*)user_data;
+  atomic_store(&seen->handle, r->handle);
+  atomic_store(&seen->reason, r->reason);
+  atomic_fetch_add(&seen->calls, 1);
+}
+
+static int WaitForCalls(Seen* seen, int want) { /* bounded: 10 s */
+  for (int i = 0; i < 10000 && atomic_load(&seen->calls) < want; ++i) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  return atomic_load(&seen->calls) >= want;
+}
+
+/* The revocation callback: called with the handle and reason of a key this process held, from
+ * a thread of the library; removed, never again. */
+static void TestRevocationCallback(regcache_client_t* c, const regcache_memory_t* m) {
+  static Seen seen;
+  CHECK_CODE(regcache_set_revocation_callback(NULL, OnRevoked, &seen), REGCACHE_INVALID_ARGUMENT,
+             "client");
+  CHECK_CODE(regcache_set_revocation_callback(c, OnRevoked, &seen), REGCACHE_OK, NULL);
+  regcache_key_t k;
+  CHECK_CODE(regcache_register(c, (char*)m->data + (1 << 20), 4096, kRw, REGCACHE_PREFETCH_NONE,
+                               &k),
+             REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_invalidate(c, k.handle), REGCACHE_OK, NULL);
+  CHECK(WaitForCalls(&seen, 1));
+  CHECK(atomic_load(&seen.handle) == k.handle);
+  CHECK(atomic_load(&seen.reason) == REGCACHE_REVOKED_INVALIDATED);
+  CHECK_CODE(regcache_release(c, k.handle), REGCACHE_OK, NULL);
+
+  CHECK_CODE(regcache_set_revocation_callback(c, NULL, NULL), REGCACHE_OK, NULL);
+  const int before = atomic_load(&seen.calls);
+  CHECK_CODE(regcache_register(c, (char*)m->data + (1 << 20), 8192, kRw, REGCACHE_PREFETCH_NONE,
+                               &k),
+             REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_invalidate(c, k.handle), REGCACHE_OK, NULL);
+  CHECK_CODE(regcache_release(c, k.handle), REGCACHE_OK, NULL);
+  struct timespec settle = {0, 200000000}; /* time for an event the watcher would have seen */
+  nanosleep(&settle, NULL);
+  CHECK(atomic_load(&seen.calls) == before);
+}
+
 int main(void) {
   if (!StartDaemon()) {
     fprintf(stderr, "regcached did not start (%s)\n", REGCACHED_PATH);
@@ -479,6 +531,7 @@ int main(void) {
       TestFdAndOnDemand(c);
       TestEndpoints(c);
       TestDescriptors(c, &m);
+      TestRevocationCallback(c, &m);
       CHECK_CODE(regcache_detach(c, &m), REGCACHE_OK, NULL);
     }
     regcache_close(c);

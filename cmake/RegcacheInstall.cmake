@@ -1,6 +1,7 @@
 # cmake --install: regcached and regcachectl, the client library libregcache.so with its public
 # headers, regcache.pc for pkg-config and the CMake package `regcache` (regcache::client, and
-# regcache::client_cpp for C++ users of regcache/client.h); the systemd unit
+# regcache::client_cpp for C++ users of regcache/client.h); the Python package (importable from
+# the prefix, and a pip-installable copy: below); the systemd unit
 # (lib/systemd/system/regcached.service) and the sample flag file (etc/regcache/regcached.conf,
 # under the prefix), the unit's paths rewritten to the configured prefix. Included from client/CMakeLists.txt,
 # where the targets are. Nothing else of the project is installed: the client library needs no
@@ -21,6 +22,7 @@ install(TARGETS regcache EXPORT regcacheTargets
 # only for now.
 install(FILES ${PROJECT_SOURCE_DIR}/include/regcache/regcache.h
               ${PROJECT_SOURCE_DIR}/include/regcache/client.h
+              ${PROJECT_SOURCE_DIR}/include/regcache/descriptor.h
               ${PROJECT_SOURCE_DIR}/include/regcache/sim_peer.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/regcache)
 
@@ -55,3 +57,28 @@ file(WRITE ${PROJECT_BINARY_DIR}/regcached.service "${regcache_unit}")
 install(FILES ${PROJECT_BINARY_DIR}/regcached.service DESTINATION lib/systemd/system)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/regcached.conf
         DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/regcache)
+
+# The Python client (client/python): the package where this interpreter looks under the prefix
+# (REGCACHE_PYTHON_DIR; lib/python3.<minor>/dist-packages: Debian's python3 has it on its path for
+# /usr/local), and a copy with its pyproject.toml in share/regcache/python for
+# `pip install --no-build-isolation --no-index` into a virtual environment. Both get an
+# _installed.py naming the installed libregcache.so, written at install time so that
+# `--prefix` and DESTDIR are honoured; the package loads that library first.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  set(regcache_python_default "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/dist-packages")
+else()
+  set(regcache_python_default "lib/python3/dist-packages")
+endif()
+set(REGCACHE_PYTHON_DIR "${regcache_python_default}" CACHE STRING
+    "where `cmake --install` puts the Python package, relative to the prefix")
+foreach(dir ${REGCACHE_PYTHON_DIR} ${CMAKE_INSTALL_DATADIR}/regcache/python)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/python/regcache DESTINATION ${dir}
+          PATTERN __pycache__ EXCLUDE)
+  install(CODE "
+    file(WRITE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${dir}/regcache/_installed.py\"
+         \"# Written by cmake --install: the library this installed package loads first.\\n\"
+         \"LIBRARY = '\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/libregcache.so.0'\\n\")")
+endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/client/python/pyproject.toml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/regcache/python)

@@ -10,6 +10,7 @@ packages=(
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
   libucx-dev ccache clang-format python3-yaml lld
+  python3-venv python3-wheel  # tests/install: the Python package pip-installed into a venv
   prometheus  # promtool: the /metrics test runs `promtool check metrics` (docs/metrics.md)
   golang-github-gogo-googleapis-dev npm  # google/rpc protos (error details); buf for the API tests
   "$@"

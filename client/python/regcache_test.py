@@ -5,6 +5,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 import unittest
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -293,6 +294,36 @@ class ClientTest(unittest.TestCase):
             regcache.Descriptor(1, b"short", 1, "key", 5, 0x1000, 4096,
                                 regcache.REMOTE_READ).pack()
         self.client.destroy_endpoint(ep)
+
+    def test_revocation_callback(self):
+        seen = []
+        arrived = threading.Event()
+
+        def on_revoke(r):
+            seen.append(r)
+            arrived.set()
+
+        self.client.on_revoke(on_revoke)
+        rw = regcache.LOCAL_READ | regcache.LOCAL_WRITE
+        key = self.client.register(self.mem.data + (1 << 20), 4096, rw)
+        self.client.invalidate(key)
+        self.assertTrue(arrived.wait(10), "no revocation callback within 10 s")
+        self.assertEqual(seen[0].handle, key.handle)
+        self.assertEqual(seen[0].reason, regcache.RevocationReason.INVALIDATED)
+        self.assertNotEqual(seen[0].key, 0)
+        self.client.release(key)
+        # Removed: never called again; an exception in a callback does not reach the library.
+        self.client.on_revoke(None)
+        key = self.client.register(self.mem.data + (1 << 20), 8192, rw)
+        self.client.invalidate(key)
+        self.client.release(key)
+        time.sleep(0.2)
+        self.assertEqual(len(seen), 1)
+
+    def test_version(self):
+        self.assertEqual(regcache.__version__, os.environ.get("REGCACHE_VERSION",
+                                                              regcache.__version__))
+        self.assertRegex(regcache.__version__, r"^\d+\.\d+\.\d+$")
 
     def test_pd_import_on_the_sim_says_why_not(self):
         with self.assertRaises(regcache.RegcacheError) as e:

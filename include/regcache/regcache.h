@@ -376,6 +376,38 @@ REGCACHE_API regcache_code_t regcache_endpoint_create(regcache_client_t* client,
  * session does not hold. */
 REGCACHE_API regcache_code_t regcache_endpoint_destroy(regcache_client_t* client, uint64_t id);
 
+/* Why a key stopped working (the values of regcache::api::RevocationReason). */
+enum {
+  REGCACHE_REVOKED_INVALIDATED = 1,        /* regcache_invalidate, from any thread (or an admin) */
+  REGCACHE_REVOKED_PARENT_INVALIDATED = 2, /* a window whose registration was invalidated */
+  REGCACHE_REVOKED_MEMORY_DETACHED = 3,    /* the memory under it was detached */
+  REGCACHE_REVOKED_REREGISTERED = 4,       /* a re-registration narrowed it */
+  REGCACHE_REVOKED_RECLAIMED = 5,          /* the daemon took it back under key pressure */
+  REGCACHE_REVOKED_UNKNOWN = 100,          /* the library lost track of events (fell behind) */
+};
+
+typedef struct regcache_revocation {
+  uint64_t handle;
+  uint32_t key;    /* 0 with REGCACHE_REVOKED_UNKNOWN */
+  uint32_t reason; /* REGCACHE_REVOKED_* */
+} regcache_revocation_t;
+
+typedef void (*regcache_revocation_fn)(const regcache_revocation_t* revocation, void* user_data);
+
+/* Calls `fn(revocation, user_data)` for every key this process holds through the client cache
+ * that the daemon revoked, after the library stopped handing it out (Client::
+ * SetRevocationCallback). Replaces the previous callback; `fn` NULL removes it. Needs the fast
+ * path and the client cache (the default options); without them it is never called.
+ * Threading: `fn` runs on one thread of the library, never the caller's, one revocation at a
+ * time and in the order the daemon published them. It may call this library's functions on the
+ * client (regcache_release of the revoked handle, say) except regcache_close; while it runs,
+ * later revocations and the client cache's reclaim wait, so keep it short. After this function
+ * returns, the previous callback may still be running, or about to run, once more: `user_data`
+ * must stay valid until regcache_close. */
+REGCACHE_API regcache_code_t regcache_set_revocation_callback(regcache_client_t* client,
+                                                              regcache_revocation_fn fn,
+                                                              void* user_data);
+
 /* This session's usage as the daemon counts it. */
 REGCACHE_API regcache_code_t regcache_usage(regcache_client_t* client, regcache_usage_t* out);
 

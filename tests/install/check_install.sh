@@ -10,7 +10,11 @@
 #   5. a C++ program with its own copy of google.rpc's generated code (as every program using
 #      the googleapis protos has) loads next to libregcache.so and reads a daemon error's
 #      reason through the client (the library must carry no generated google.rpc code: two
-#      copies abort at load).
+#      copies abort at load);
+#   6. the Python package: pip-installed offline from the install tree into a fresh virtual
+#      environment, its version the project's, it loads the installed library and registers,
+#      describes, revokes (callback) and releases against the installed daemon; and the copy in
+#      the prefix's dist-packages imports as it is.
 # Usage: check_install.sh <source-root> <build-dir> <c-compiler> <c++-compiler> <googleapis-dir>
 set -euo pipefail
 src=$1 build=$2 cc=$3 cxx=$4 googleapis=$5
@@ -29,7 +33,9 @@ prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || {
   cat "$work/install.log"; fail "cmake --install failed"; }
 for f in bin/regcached bin/regcachectl include/regcache/regcache.h include/regcache/client.h \
-         lib/systemd/system/regcached.service etc/regcache/regcached.conf; do
+         include/regcache/descriptor.h include/regcache/sim_peer.h \
+         lib/systemd/system/regcached.service etc/regcache/regcached.conf \
+         share/regcache/python/pyproject.toml share/regcache/python/regcache/_installed.py; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
 done
 # The installed unit starts the installed daemon with the installed flag file.
@@ -106,6 +112,33 @@ echo "$out"
 # early and ldd dies of SIGPIPE.)
 loaded=$(ldd "$work/hello_c")
 grep -qF "$libdir/libregcache.so.0" <<<"$loaded" || fail "hello_c did not load $lib"
+
+# 6. The Python package, as a user installs it: a virtual environment, pip with no index. The
+# environment sees the system's packages for the build's setuptools and wheel (Debian's
+# python3-setuptools, python3-wheel: pip builds without fetching them); Debian's interpreter,
+# whose packages those are.
+python=python3
+[ -x /usr/bin/python3 ] && python=/usr/bin/python3
+"$python" -m venv --system-site-packages "$work/venv" >"$work/venv.log" 2>&1 || {
+  cat "$work/venv.log"; fail "python3 -m venv failed (Debian: python3-venv)"; }
+"$work/venv/bin/pip" install --no-build-isolation --no-index "$prefix/share/regcache/python" \
+  >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; fail "pip install of the Python package failed"; }
+want_version=$(sed -n 's/^project(regcache VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+shown=$(cd "$work" && env -u REGCACHE_LIB -u LD_LIBRARY_PATH -u PYTHONPATH \
+        "$work/venv/bin/pip" show regcache) || fail "pip does not show the regcache package"
+grep -qx "Version: $want_version" <<<"$shown" || fail "the pip package's version is not $want_version"
+out=$(cd "$work" && env -u REGCACHE_LIB -u LD_LIBRARY_PATH -u PYTHONPATH \
+      "$work/venv/bin/python" "$here/hello.py" "$sock" "$prefix") || {
+  cat "$work/regcached.log"; fail "the Python program failed in the virtual environment"; }
+echo "$out"
+[ "$out" = "python: version=$want_version rkey=${out#*rkey=}" ] && grep -q " revoked$" <<<"$out" ||
+  fail "the Python program printed '$out'"
+site=$(find "$prefix/lib" -path '*dist-packages/regcache/__init__.py' | head -1)
+[ -n "$site" ] || fail "the Python package is not under the prefix's dist-packages"
+(cd "$work" && env -u REGCACHE_LIB -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$(dirname "$site")")" \
+  "$python" -c "import regcache, sys; sys.exit(not regcache.library_path.startswith('$prefix'))") ||
+  fail "the package in the prefix's dist-packages does not load the installed library"
+
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?

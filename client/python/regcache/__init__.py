@@ -17,10 +17,18 @@ absl::StatusCode numbers, e.g. regcache.NOT_FOUND) and .message the daemon's exp
 """
 import ctypes
 import ctypes.util
+import enum
 import os
 import pathlib
+import sys
 import threading
+import traceback
 from dataclasses import dataclass
+from typing import Callable, Optional
+
+# The package's version: the project's (CMakeLists.txt), the same as pyproject.toml's and the
+# library's (libregcache.so.0.1.0); tests/install checks that the three agree.
+__version__ = "0.1.0"
 
 # Canonical status codes (absl::StatusCode / gRPC numbering), as in regcache.h.
 OK = 0
@@ -146,6 +154,30 @@ class _Descriptor(ctypes.Structure):
                 ("rkey", ctypes.c_uint32), ("addr", ctypes.c_uint64), ("length", ctypes.c_uint64),
                 ("access", ctypes.c_uint32), ("reserved2", ctypes.c_uint32),
                 ("endpoint", _QpAddress)]
+
+
+class _Revocation(ctypes.Structure):
+    _fields_ = [("handle", ctypes.c_uint64), ("key", ctypes.c_uint32), ("reason", ctypes.c_uint32)]
+
+
+_RevocationFn = ctypes.CFUNCTYPE(None, ctypes.POINTER(_Revocation), ctypes.c_void_p)
+
+
+class RevocationReason(enum.IntEnum):
+    """Why a key stopped working (REGCACHE_REVOKED_* in regcache.h)."""
+    INVALIDATED = 1         # invalidate(), from any thread of this process (or an admin)
+    PARENT_INVALIDATED = 2  # a window whose registration was invalidated
+    MEMORY_DETACHED = 3     # the memory under it was detached
+    REREGISTERED = 4        # a re-registration narrowed it
+    RECLAIMED = 5           # the daemon took it back under key pressure
+    UNKNOWN = 100           # the library lost track of events (it fell behind)
+
+
+@dataclass(frozen=True)
+class Revocation:
+    handle: int
+    key: int  # 0 with UNKNOWN
+    reason: RevocationReason
 
 
 _KEY_BOUNDS_NAMES = {0: "unknown", 1: "key", 2: "cut", 3: "attachment"}
@@ -307,12 +339,18 @@ class Usage:
 
 
 def _candidates():
-    """Where libregcache.so is looked for, in order: $REGCACHE_LIB; next to this package; the
+    """Where libregcache.so is looked for, in order: $REGCACHE_LIB; where `cmake --install` put
+    it (regcache/_installed.py, written by the install); next to this package; the
     build folders of the source tree this module sits in (client/python/regcache); the loader's
     own search path (LD_LIBRARY_PATH, ldconfig)."""
     env = os.environ.get("REGCACHE_LIB")
     if env:
         yield env
+    try:  # written by `cmake --install` next to the installed package: the installed library
+        from . import _installed
+        yield _installed.LIBRARY
+    except ImportError:
+        pass
     here = pathlib.Path(__file__).resolve().parent
     yield str(here / "libregcache.so")
     root = here.parents[2]
@@ -384,6 +422,7 @@ def _declare(lib):
         "regcache_register_batch": (cint, [c_client, P(_RegisterItem), ctypes.c_size_t,
                                            P(_Key), P(cint)]),
         "regcache_release_batch": (cint, [c_client, P(u64), ctypes.c_size_t, P(cint)]),
+        "regcache_set_revocation_callback": (cint, [c_client, _RevocationFn, ctypes.c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -474,6 +513,8 @@ class Client:
                                         ctypes.byref(handle)))
         self._handle = handle
         self._close_lock = threading.Lock()
+        self._on_revoke = None  # the revocation callback's ctypes function (on_revoke)
+        self._on_revoke_kept = []  # and every earlier one: the library may call it once more
 
     def __enter__(self):
         return self
@@ -491,12 +532,14 @@ class Client:
         except Exception:
             pass
 
-    def close(self):
+    def close(self) -> None:
         """Closes the session: the daemon invalidates every key of it; memory is unmapped."""
         with self._close_lock:
             handle, self._handle = self._handle, None
         if handle is not None:
-            _lib.regcache_close(handle)
+            _lib.regcache_close(handle)  # joins the library's threads: no callback after this
+            self._on_revoke = None
+            self._on_revoke_kept = []
 
     def _h(self):
         h = self._handle
@@ -505,11 +548,11 @@ class Client:
         return h
 
     @property
-    def session_id(self):
+    def session_id(self) -> int:
         return _lib.regcache_session_id(self._h())
 
     @property
-    def device(self):
+    def device(self) -> Device:
         """The device this session lives on (a Device)."""
         d = _Device()
         _check(_lib.regcache_device(self._h(), ctypes.byref(d)))
@@ -517,7 +560,7 @@ class Client:
         return Device(d.index, d.name.decode(), d.node_guid, d.port, bytes(d.gid), bounds)
 
     # --- Memory ---
-    def allocate(self, length, hugetlb=False, on_demand=False):
+    def allocate(self, length: int, hugetlb: bool = False, on_demand: bool = False) -> Memory:
         m = _Memory()
         _check(_lib.regcache_allocate(self._h(), length, int(hugetlb), int(on_demand),
                                       ctypes.byref(m)))
@@ -557,12 +600,12 @@ class Client:
                                            length, access, ctypes.byref(m)))
         return Memory(m.id, m.data, m.length)
 
-    def detach(self, memory):
+    def detach(self, memory: Memory) -> None:
         m = _Memory(memory.id, memory.data, memory.length)
         _check(_lib.regcache_detach(self._h(), ctypes.byref(m)))
 
     # --- Keys ---
-    def register(self, addr, length, access, prefetch=PREFETCH_NONE):
+    def register(self, addr, length: int, access: int, prefetch: int = PREFETCH_NONE) -> Key:
         k = _Key()
         _check(_lib.regcache_register(self._h(), _address(addr), length, access, prefetch,
                                       ctypes.byref(k)))
@@ -576,7 +619,7 @@ class Client:
         return self.register(addr, length, access, prefetch)
 
     # --- Target endpoints (docs/endpoints.md) ---
-    def create_endpoint(self, peer, access=None):
+    def create_endpoint(self, peer: QpAddress, access: Optional[int] = None) -> Endpoint:
         """An RC queue pair of the daemon's in this session's PD, connected to `peer` (a
         QpAddress); hand the returned Endpoint.local to the peer."""
         if access is None:
@@ -621,7 +664,7 @@ class Client:
                                            ctypes.byref(peer_qp._c()), addr, buf, length))
         return buf.raw
 
-    def destroy_endpoint(self, endpoint):
+    def destroy_endpoint(self, endpoint) -> None:
         _check(_lib.regcache_endpoint_destroy(
             self._h(), endpoint.id if isinstance(endpoint, Endpoint) else int(endpoint)))
 
@@ -661,19 +704,19 @@ class Client:
         """register() as a context manager: the key is released when the block ends."""
         return _HeldKey(self, self.register(addr, length, access, prefetch))
 
-    def window(self, parent, offset, length, access):
+    def window(self, parent, offset: int, length: int, access: int) -> Key:
         k = _Key()
         _check(_lib.regcache_window(self._h(), _handle(parent), offset, length, access,
                                     ctypes.byref(k)))
         return _key(k)
 
-    def release(self, key):
+    def release(self, key) -> None:
         _check(_lib.regcache_release(self._h(), _handle(key)))
 
-    def invalidate(self, key):
+    def invalidate(self, key) -> None:
         _check(_lib.regcache_invalidate(self._h(), _handle(key)))
 
-    def query(self, key):
+    def query(self, key) -> KeyInfo:
         i = _KeyInfo()
         _check(_lib.regcache_query(self._h(), _handle(key), ctypes.byref(i)))
         return KeyInfo(i.handle, i.key, i.access, i.va, i.length, i.holders, bool(i.revoked),
@@ -682,7 +725,36 @@ class Client:
     def prefetch(self, addr, length, write=False, mode=PREFETCH_SYNC):
         _check(_lib.regcache_prefetch(self._h(), _address(addr), length, int(write), mode))
 
-    def usage(self):
+    def on_revoke(self, callback: Optional[Callable[[Revocation], None]]) -> None:
+        """Calls callback(Revocation) for every key this process holds through the client cache
+        that the daemon revoked (another thread's invalidate, an admin, detach, reclaim), after
+        the library stopped handing it out; None removes it. Needs the fast path and the client
+        cache (the defaults). Threading: the callback runs on a thread of the library (holding
+        the GIL, as ctypes callbacks do), one revocation at a time; it may call this client's
+        methods (release the revoked key, say) but not close(), and later revocations wait
+        while it runs. An exception it raises is printed to stderr and otherwise ignored."""
+        if callback is None:
+            _check(_lib.regcache_set_revocation_callback(self._h(), _RevocationFn(), None))
+            return
+
+        def trampoline(revocation, _user_data):
+            r = revocation.contents
+            try:
+                reason = RevocationReason(r.reason)
+            except ValueError:
+                reason = RevocationReason.UNKNOWN
+            try:
+                callback(Revocation(r.handle, r.key, reason))
+            except BaseException:  # noqa: B036 - nothing may unwind into the C library
+                traceback.print_exc(file=sys.stderr)
+
+        fn = _RevocationFn(trampoline)
+        _check(_lib.regcache_set_revocation_callback(self._h(), fn, None))
+        # Kept until close(): the library may still call the previous one once, or this one.
+        self._on_revoke_kept.append(fn)
+        self._on_revoke = fn
+
+    def usage(self) -> Usage:
         u = _Usage()
         _check(_lib.regcache_usage(self._h(), ctypes.byref(u)))
         return Usage(*(getattr(u, f) for f, _ in _Usage._fields_))
