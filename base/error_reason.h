@@ -46,6 +46,7 @@ inline constexpr absl::string_view kDeadlineTooShort = "DEADLINE_TOO_SHORT";
 inline constexpr absl::string_view kCallAbandoned = "CALL_ABANDONED";
 inline constexpr absl::string_view kInvalidPageToken = "INVALID_PAGE_TOKEN";
 inline constexpr absl::string_view kDeviceFailed = "DEVICE_FAILED";
+inline constexpr absl::string_view kRangeNotAttached = "RANGE_NOT_ATTACHED";
 }  // namespace reason
 
 struct ErrorReason {

@@ -1,8 +1,10 @@
 #include "cache/backing_set.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_format.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 
 namespace regcache::cache {
@@ -60,17 +62,26 @@ absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint6
   const uint64_t end = va + length;
   // The backing containing va is the last one starting at or before it.
   auto it = by_va_.upper_bound(va);
+  // Both refusals name the first address attached memory does not cover.
+  const auto not_attached = [&](uint64_t outside, std::string message) {
+    return base::WithReason(absl::OutOfRangeError(std::move(message)),
+                            base::reason::kRangeNotAttached,
+                            {{"addr", absl::StrFormat("0x%x", va)},
+                             {"length", absl::StrFormat("%d", length)},
+                             {"first_outside", absl::StrFormat("0x%x", outside)}});
+  };
   if (it == by_va_.begin()) {
-    return absl::OutOfRangeError(absl::StrFormat("address 0x%x is not in attached memory", va));
+    return not_attached(va, absl::StrFormat("address 0x%x is not in attached memory", va));
   }
   --it;
   uint64_t cursor = va;
   while (cursor < end) {
     if (it == by_va_.end() || it->second.va > cursor ||
         it->second.va + it->second.length <= cursor) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "range [0x%x, 0x%x) is not covered by attached memory: 0x%x is outside it", va, end,
-          cursor));
+      return not_attached(
+          cursor, absl::StrFormat(
+                      "range [0x%x, 0x%x) is not covered by attached memory: 0x%x is outside it",
+                      va, end, cursor));
     }
     const BackingRecord& b = it->second;
     if (b.removing) {

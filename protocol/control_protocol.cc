@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/errno_status.h"
+#include "base/error_reason.h"
 #include "base/status_code.h"
+#include "protocol/reason_numbers.h"
 
 namespace regcache::protocol {
 
@@ -66,6 +69,9 @@ ErrorMsg MakeErrorMessage(const absl::Status& status, uint64_t nonce, uint16_t i
   m.nonce = nonce;
   m.code = static_cast<uint32_t>(status.code());
   m.in_reply_to = in_reply_to;
+  if (std::optional<base::ErrorReason> r = base::GetErrorReason(status)) {
+    m.reason = ReasonNumber(r->reason);
+  }
   absl::string_view text = status.message();
   size_t n = std::min(text.size(), sizeof(m.message));
   std::memcpy(m.message, text.data(), n);
@@ -78,7 +84,9 @@ absl::Status StatusFromErrorMessage(const ErrorMsg& m) {
   const absl::StatusCode code =
       m.code == 0 ? absl::StatusCode::kUnknown : base::CanonicalCode(m.code);
   size_t n = std::min<size_t>(m.message_length, sizeof(m.message));
-  return absl::Status(code, absl::string_view(m.message, n));
+  absl::Status s(code, absl::string_view(m.message, n));
+  const absl::string_view reason = NumberedReason(m.reason);
+  return reason.empty() ? s : base::WithReason(std::move(s), reason);
 }
 
 absl::Status ValidateControlDatagram(const uint8_t* data, size_t size, bool truncated,

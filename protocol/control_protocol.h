@@ -88,8 +88,9 @@ inline constexpr uint32_t kControlMagic = 0x52434353;  // "RCCS"
 // with Open, naming its device, and the Welcome says which device the session lives on.
 // 4: Open carries flags (kOpenObserver) and the Welcome says whether it is an observer's; a
 // version-3 daemon would have refused the flag as a non-zero reserved field, a version-3 client
-// would not know a Welcome without fds may be an observer's.
-inline constexpr uint16_t kControlVersion = 4;
+// would not know a Welcome without fds may be an observer's. 5: an Error carries the number of
+// its reason (protocol/reason_numbers.h), so a refused Open says PEER_NOT_ALLOWED, DRAINING...
+inline constexpr uint16_t kControlVersion = 5;
 // OpenMsg::flags.
 inline constexpr uint32_t kOpenObserver = 1;  // a read-only observer, not a session
 // A session with a device context of its own (Daemon::OpenSession's own_context), whose PD
@@ -174,7 +175,8 @@ struct ErrorMsg {
   uint32_t code = 0;         // absl::StatusCode
   uint16_t in_reply_to = 0;  // ControlType of the offending message, 0 if none
   uint16_t message_length = 0;
-  char message[232] = {};
+  uint32_t reason = 0;  // the reason's number (protocol/reason_numbers.h), 0: none
+  char message[228] = {};
 };
 struct MemoryFdMsg {
   ControlHeader header;
@@ -242,7 +244,8 @@ Msg MakeControlMessage(ControlType type) {
 }
 
 ErrorMsg MakeErrorMessage(const absl::Status& status, uint64_t nonce, uint16_t in_reply_to);
-// The status an Error message carries (its code validated: unknown codes become kUnknown).
+// The status an Error message carries (its code validated: unknown codes become kUnknown), with
+// its reason when the number is one this build knows.
 absl::Status StatusFromErrorMessage(const ErrorMsg& m);
 
 // A received datagram, validated: `bytes` holds exactly ControlMessageSize(type) bytes.

@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/error_reason.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
+#include "protocol/reason_numbers.h"
 
 using ::regcache::base::StatusIs;
 
@@ -85,7 +88,7 @@ TEST_F(SocketPair, WelcomeCarriesTheGeometryAndBothFastPathFiles) {
   ASSERT_EQ(pipe(a), 0);
   ASSERT_EQ(pipe(b), 0);
   WelcomeMsg w = MakeControlMessage<WelcomeMsg>(ControlType::kWelcome);
-  EXPECT_EQ(w.header.version, 4) << "the Welcome that may be an observer's is version 4";
+  EXPECT_EQ(w.header.version, 5) << "version 5: Errors carry reasons (4: observers)";
   w.session_id = 9;
   w.device_index = 1;
   w.node_guid = 0x0002c90300abcdefull;
@@ -244,6 +247,22 @@ TEST(ErrorMessage, RoundTripsCodeAndMessage) {
   EXPECT_THAT(StatusFromErrorMessage(e), StatusIs(absl::StatusCode::kUnknown));
   e.message_length = 60000;  // clamped to the buffer
   EXPECT_LE(StatusFromErrorMessage(e).message().size(), sizeof(e.message));
+}
+
+TEST(ErrorMessage, CarriesTheReasonByNumber) {
+  ErrorMsg e = MakeErrorMessage(base::WithReason(absl::PermissionDeniedError("not allowed"),
+                                                 base::reason::kPeerNotAllowed, {{"uid", "7"}}),
+                                0, 1);
+  EXPECT_EQ(e.reason, ReasonNumber(base::reason::kPeerNotAllowed));
+  std::optional<base::ErrorReason> r = base::GetErrorReason(StatusFromErrorMessage(e));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->reason, base::reason::kPeerNotAllowed);
+  EXPECT_TRUE(r->metadata.empty()) << "the numbers stay with gRPC";
+  e.reason = 0;
+  EXPECT_FALSE(base::GetErrorReason(StatusFromErrorMessage(e)).has_value());
+  e.reason = 60000;  // from a newer daemon: unknown here, so none
+  EXPECT_FALSE(base::GetErrorReason(StatusFromErrorMessage(e)).has_value());
+  EXPECT_EQ(MakeErrorMessage(absl::InternalError("x"), 0, 0).reason, 0u);
 }
 
 }  // namespace

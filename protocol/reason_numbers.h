@@ -34,6 +34,7 @@ inline constexpr absl::string_view kNumberedReasons[] = {
     base::reason::kInvalidPageToken,
     base::reason::kObserverReadOnly,
     base::reason::kDeviceFailed,
+    base::reason::kRangeNotAttached,
 };
 
 // The number of `reason` (1...), 0 for a reason not in kNumberedReasons.

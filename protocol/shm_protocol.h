@@ -289,6 +289,9 @@ struct StateHeader {
   uint64_t slot_offset;                             // of slot word 0 in the file
   alignas(64) std::atomic<uint32_t> session_state;  // kSessionOpen / kSessionClosing
   std::atomic<uint32_t> reclaim;                    // raised under pressure
+  // Why the session is closing, written before session_state: a reason's number
+  // (protocol/reason_numbers.h: DRAINING), 0 for the session's own end.
+  std::atomic<uint32_t> close_reason;
   alignas(64) std::atomic<uint32_t> event_head;  // events written; a futex the client may wait on
 };
 static_assert(sizeof(StateHeader) <= kPageBytes);

@@ -14,6 +14,7 @@
 #include "base/mutex.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "protocol/reason_numbers.h"
 #include "service/internal/access_policy.h"
 #include "service/internal/attach_memory.h"
 #include "service/internal/backing_page.h"
@@ -314,6 +315,8 @@ absl::StatusOr<SessionId> DaemonImpl::Authenticate(absl::string_view token) {
   std::optional<SessionId> id = sessions_.FindToken(token);
   if (!id.has_value()) id = observers_.FindToken(token);
   if (token.size() != 32 || !id.has_value()) {
+    // A drain closes every session: their tokens are unknown now for that reason.
+    if (draining()) return Draining();
     stats_.auth_failures.Inc();
     return base::WithReason(absl::UnauthenticatedError("missing or unknown session token"),
                             base::reason::kSessionUnknown);
@@ -524,7 +527,9 @@ std::vector<SessionInfo> DaemonImpl::AllSessions() {
 
 absl::Status DaemonImpl::Drain() {
   draining_.store(true, std::memory_order_release);
-  for (auto& s : sessions_.All()) s->grants->Closing();  // every client learns it at once
+  for (auto& s : sessions_.All()) {  // every client learns it at once, and why
+    s->grants->Closing(protocol::ReasonNumber(base::reason::kDraining));
+  }
   absl::Status first;
   for (SessionId id : sessions_.Ids()) {
     absl::Status s = CloseSession(id);

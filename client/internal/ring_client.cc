@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/errno_status.h"
+#include "base/error_reason.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "protocol/reason_numbers.h"
 #include "protocol/ring_codec.h"
 #include "protocol/shm_futex.h"
 
@@ -31,6 +33,18 @@ absl::StatusOr<uint64_t> FileBytes(int fd) {
 
 absl::Status Mismatch(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("fast path files: ", what));
+}
+
+// Why a call the daemon did not answer ends once the session is closing: the daemon's reason
+// when it gave one (DRAINING), with the daemon's own words for it.
+absl::Status ClosingStatus(const shm::StateHeader& st) {
+  const absl::string_view reason =
+      protocol::NumberedReason(st.close_reason.load(std::memory_order_relaxed));
+  if (reason == base::reason::kDraining) {
+    return base::WithReason(absl::UnavailableError("regcached is draining"), reason);
+  }
+  absl::Status s = absl::UnavailableError("the session is closing");
+  return reason.empty() ? s : base::WithReason(std::move(s), reason);
 }
 
 }  // namespace
@@ -171,7 +185,7 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     if (ctl.cpl_head.load(std::memory_order_relaxed) == c.cpl_tail) {
       if (closing) {
         ctl.client_waiting.store(0, std::memory_order_relaxed);
-        return absl::UnavailableError("the session is closing");
+        return ClosingStatus(*state_);
       }
       shm::FutexWait(&ctl.cpl_head, c.cpl_tail, std::min(left, absl::Milliseconds(100)));
     }

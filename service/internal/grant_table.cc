@@ -163,7 +163,11 @@ std::function<void(cache::Handle)> GrantTable::Reclaimer() {
   return [this](cache::Handle h) { RevokeHandle(h, shm::RevokeReason::kReclaimed); };
 }
 
-void GrantTable::Closing() {
+void GrantTable::Closing(uint32_t reason_number) {
+  // The first reason given stays (a drain's, then the session's own close).
+  if (reason_number != 0) {
+    shm_->state_header()->close_reason.store(reason_number, std::memory_order_relaxed);
+  }
   shm_->state_header()->session_state.store(shm::kSessionClosing, std::memory_order_seq_cst);
   shm::FutexWakeAll(&shm_->state_header()->event_head);
 }

@@ -84,8 +84,9 @@ class GrantTable {
   // The session's cache::TenantOptions::reclaiming: RevokeHandle with reason kReclaimed. The
   // table must outlive the tenant (the daemon closes the tenant first).
   std::function<void(cache::Handle)> Reclaimer();
-  // Before the session closes or the daemon drains it.
-  void Closing();
+  // Before the session closes or the daemon drains it; `reason_number` tells the client why
+  // (protocol/reason_numbers.h; 0: the session's own end).
+  void Closing(uint32_t reason_number = 0);
   // The session's key quota or the device's pool is under pressure.
   void RaiseReclaim();
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/internal/client_testing.h"
@@ -114,8 +115,55 @@ TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
     EXPECT_FALSE(c.fast.message().empty()) << c.what;
     // Whole on the ring too: a message longer than a completion holds travels in the channel.
     EXPECT_EQ(c.fast.message(), c.slow.message()) << c.what;
+    EXPECT_EQ(rc::ErrorReason(c.fast), rc::ErrorReason(c.slow)) << c.what;
   }
+  EXPECT_EQ(rc::ErrorReason(cases[1].fast), "RANGE_NOT_ATTACHED");
+  EXPECT_EQ(cases[1].fast.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(rc::ErrorReason(cases[2].fast), "HANDLE_NOT_OWNED");
+  EXPECT_EQ(cases[2].fast.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(rc::ErrorReason(cases[3].fast), "HANDLE_NOT_OWNED");
   EXPECT_GT(cases[3].fast.message().size(), 47u) << "the long-message path went untested";
+}
+
+// The refusals an integrator meets outside a call's own arguments, with their reasons, on both
+// transports: a range past the attached memory's end, a daemon that is draining, and (at
+// connect, on the control socket) credentials the daemon does not allow.
+TEST(FastPathE2e, ReasonsReachTheCallerOnEveryTransport) {
+  Regcached d({absl::StrCat("--admin_uids=", getuid())});
+  std::unique_ptr<rc::Client> fast = Connect(d, true);
+  std::unique_ptr<rc::Client> slow = Connect(d, false);
+  ASSERT_TRUE(fast != nullptr && slow != nullptr);
+  auto fm = fast->AllocateMemory(1 << 16);
+  auto sm = slow->AllocateMemory(1 << 16);
+  ASSERT_TRUE(fm.ok() && sm.ok());
+  // Starts inside, ends past the end: the reason names the first address outside.
+  absl::Status f = fast->Register(static_cast<char*>(fm->data) + 4096, 1 << 16, kRw).status();
+  absl::Status g = slow->Register(static_cast<char*>(sm->data) + 4096, 1 << 16, kRw).status();
+  for (const absl::Status& s : {f, g}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    EXPECT_EQ(rc::ErrorReason(s), "RANGE_NOT_ATTACHED") << s;
+    EXPECT_NE(s.message().find("not covered by attached memory"), std::string::npos) << s;
+  }
+  EXPECT_EQ(rc::ErrorMetadata(g).count("first_outside"), 1u) << "gRPC carries the numbers";
+
+  ASSERT_TRUE(slow->Drain().ok());
+  f = fast->Register(fm->data, 4096, kRw).status();
+  g = slow->Register(sm->data, 4096, kRw).status();
+  for (const absl::Status& s : {f, g}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_EQ(rc::ErrorReason(s), "DRAINING") << s;
+  }
+
+  Regcached strict({"--allow_uids=65534", "--allow_gids=65534"});
+  if (getuid() == 65534 || getgid() == 65534) GTEST_SKIP() << "this test runs as uid/gid 65534";
+  for (bool fast_path : {true, false}) {
+    rc::ClientOptions o;
+    o.fast_path = fast_path;
+    absl::StatusOr<std::unique_ptr<rc::Client>> c = rc::Client::Connect(strict.dir(), o);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kPermissionDenied) << c.status();
+    EXPECT_EQ(rc::ErrorReason(c.status()), "PEER_NOT_ALLOWED") << c.status();
+  }
 }
 
 TEST(FastPathE2e, ManyThreadsShareOneClient) {
