@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace regcache::base::stats {
@@ -254,6 +255,25 @@ Registration& Registration::operator=(Registration&& other) noexcept {
 
 Registration::~Registration() {
   if (registry_ != nullptr) registry_->Unregister(id_);
+}
+
+absl::StatusOr<int64_t> FindValue(const std::vector<Sample>& samples, absl::string_view component,
+                                  absl::string_view name) {
+  for (const Sample& s : samples) {
+    if (s.component == component && s.name == name) return s.value;
+  }
+  const Sample* only = nullptr;
+  for (const Sample& s : samples) {
+    if (s.name != name || !absl::StartsWith(s.component, absl::StrCat(component, "{"))) continue;
+    if (only != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("stat ", component, "/", name,
+                                                        " has several series (", only->component,
+                                                        ", ", s.component, "): name one"));
+    }
+    only = &s;
+  }
+  if (only != nullptr) return only->value;
+  return absl::NotFoundError(absl::StrCat("no stat ", component, "/", name));
 }
 
 }  // namespace regcache::base::stats

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/mutex.h"
 
@@ -165,6 +166,13 @@ class Visitor {
 // Copies every stat of `stats` (a struct made by RC_DEFINE_STATS) into samples.
 template <typename StatsStruct>
 std::vector<Sample> SnapshotOf(absl::string_view component, const StatsStruct& stats);
+
+// The value of stat `name` of `component` in `samples`: the series whose component is exactly
+// `component` (labels included, if given), else the one series whose component is `component`
+// with labels (`cache` finds `cache{device="sim0"}`). kFailedPrecondition when several labelled
+// series match (name one with its labels); kNotFound when none does.
+absl::StatusOr<int64_t> FindValue(const std::vector<Sample>& samples, absl::string_view component,
+                                  absl::string_view name);
 
 class Registry {
  public:

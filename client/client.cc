@@ -80,6 +80,18 @@ absl::StatusOr<int64_t> StatsSnapshot::Get(const std::string& component,
   for (const StatValue& s : stats) {
     if (s.component == component && s.name == name) return s.value;
   }
+  // A labelled component (`cache{device="sim0"}`) by its plain name, when one series has it.
+  const StatValue* only = nullptr;
+  for (const StatValue& s : stats) {
+    if (s.name != name || !s.component.starts_with(component + "{")) continue;
+    if (only != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("stat ", component, "/", name, " has several series (", only->component,
+                       ", ", s.component, "): name one with its labels"));
+    }
+    only = &s;
+  }
+  if (only != nullptr) return only->value;
   return absl::NotFoundError(absl::StrCat("no stat ", component, "/", name));
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/stats.h"
 #include "server/internal/http_endpoint.h"
@@ -31,6 +32,16 @@ std::string Scrape(service::Daemon* daemon, const std::string& build_labels) {
   text.AddStats(daemon->Stats());
   for (const service::DeviceStatus& d : daemon->Status().devices) {
     const hca::KeyBounds b = d.capabilities.key_bounds;
+    const service::DeviceIdentity& id = d.identity;
+    text.AddGauge(
+        "regcache_device_info",
+        "one series per device the daemon serves, naming it in its labels; the value is always 1",
+        absl::StrFormat("device=\"%s\",backend=\"%s\",index=\"%d\",node_guid=\"0x%016x\","
+                        "port=\"%d\"",
+                        internal::PrometheusText::EscapeLabelValue(id.name),
+                        internal::PrometheusText::EscapeLabelValue(id.backend), id.index,
+                        id.node_guid, id.port),
+        1);
     text.AddGauge(
         "regcache_device_key_range_enforced",
         "1 when the device confines a peer holding a key to the key's own range; the "

@@ -42,10 +42,9 @@ class DaemonTest : public ::testing::Test {
   }
 
   int64_t Stat(absl::string_view component, absl::string_view name) {
-    for (const auto& s : daemon_->Stats()) {
-      if (s.component == component && s.name == name) return s.value;
-    }
-    ADD_FAILURE() << "no stat " << component << "." << name;
+    absl::StatusOr<int64_t> v = base::stats::FindValue(daemon_->Stats(), component, name);
+    if (v.ok()) return *v;
+    ADD_FAILURE() << v.status();
     return -1;
   }
 

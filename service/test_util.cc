@@ -186,10 +186,9 @@ RingFixture::Sess& RingFixture::Open(uint64_t length) {
 }
 
 int64_t RingFixture::Stat(absl::string_view component, absl::string_view name) {
-  for (const auto& s : daemon_->Stats()) {
-    if (s.component == component && s.name == name) return s.value;
-  }
-  ADD_FAILURE() << "no stat " << component << "." << name;
+  absl::StatusOr<int64_t> v = base::stats::FindValue(daemon_->Stats(), component, name);
+  if (v.ok()) return *v;
+  ADD_FAILURE() << v.status();
   return -1;
 }
 

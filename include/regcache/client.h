@@ -239,7 +239,9 @@ struct SessionUsage {
 struct REGCACHE_CPP_API StatsSnapshot {
   std::vector<StatValue> stats;
   SessionUsage session;
-  // The value of component/name ("cache", "live_registrations"); kNotFound if absent.
+  // The value of component/name ("cache", "live_registrations"); a component whose series carry
+  // labels (`cache{device="sim0"}`) matches its plain name when exactly one series has the stat
+  // (kFailedPrecondition when several do: name one with its labels); kNotFound if absent.
   absl::StatusOr<int64_t> Get(const std::string& component, const std::string& name) const;
 };
 

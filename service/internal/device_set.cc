@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<std::string>> SplitDeviceList(absl::string_view list)
 namespace {
 
 // Opens one device and builds its cache and servicer. `registry`: where they register (the
-// daemon's, or the slot's own with several devices).
+// slot's own, which the daemon's holds under the device label).
 absl::Status Build(DeviceSlot& slot, const DaemonConfig& config, base::stats::Registry* registry,
                    const std::atomic<bool>* draining) {
   hca::OpenOptions open;
@@ -92,11 +92,9 @@ absl::StatusOr<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DaemonConfig& c
     slot->index = static_cast<uint32_t>(i);
     slot->spec = specs[i];
     slot->peer_on_any_device = config.peer_on_any_device;
-    // With one device its components keep their plain names; with several each device's go to
-    // its own registry, labelled with the device's name once it is known (after opening).
-    base::stats::Registry* target = registry == nullptr ? nullptr
-                                    : several           ? &slot->stats
-                                                        : registry;
+    // Each device's components go to its own registry, labelled with the device's name once it
+    // is known (after opening): `device` is on every series of a device, one or several.
+    base::stats::Registry* target = registry == nullptr ? nullptr : &slot->stats;
     absl::Status built = Build(*slot, config, target, draining);
     if (!built.ok()) {
       return several ? base::Annotate(built, absl::StrCat("device '", specs[i], "'")) : built;
@@ -106,7 +104,7 @@ absl::StatusOr<std::unique_ptr<DeviceSet>> DeviceSet::Open(const DaemonConfig& c
           "device list '%s': two devices are named '%s' (give each a name, e.g. sim:sim1)",
           config.device, slot->name()));
     }
-    if (several && registry != nullptr) {
+    if (registry != nullptr) {
       slot->stats_registration = base::stats::Registration(
           *registry, absl::StrFormat("device=\"%s\"", slot->name()), &slot->stats);
     }

@@ -536,7 +536,7 @@ TEST(E2E, RegcachectlCommands) {
   EXPECT_NE(out.find("handle=" + key["handle"]), std::string::npos) << out;
   std::tie(rc, out) = d.Ctl({"stats"});
   EXPECT_EQ(rc, 0);
-  EXPECT_NE(out.find("cache.live_registrations"), std::string::npos) << out;
+  EXPECT_NE(out.find("cache{device=\"sim0\"}.live_registrations"), std::string::npos) << out;
   std::tie(rc, out) = d.Ctl({"peer", "write", "--rkey=" + key["rkey"], "--addr=" + Addr(a.ptr),
                              "--data=from-regcachectl", absl::StrCat("--session=", a.id)});
   EXPECT_EQ(rc, 0) << out;
@@ -609,7 +609,14 @@ TEST(E2E, MetricsOfTwoTenantsPassPromtool) {
   const std::string answer = Scrape(port);
   ASSERT_NE(answer.find("200 OK"), std::string::npos) << answer.substr(0, 200);
   const std::string body = answer.substr(answer.find("\r\n\r\n") + 4);
-  EXPECT_NE(body.find("\nregcache_cache_live_registrations "), std::string::npos);
+  // Every series of a device carries its name, with one device as with several.
+  EXPECT_NE(body.find("\nregcache_cache_live_registrations{device=\"sim0\"} "), std::string::npos)
+      << body;
+  EXPECT_EQ(body.find("\nregcache_cache_live_registrations "), std::string::npos) << body;
+  EXPECT_NE(body.find("\nregcache_device_info{device=\"sim0\",backend=\"sim\",index=\"0\","
+                      "node_guid=\"0x"),
+            std::string::npos)
+      << body;
   EXPECT_NE(body.find("\nregcache_daemon_sessions_opened_total 2\n"), std::string::npos) << body;
   EXPECT_NE(body.find("\nregcache_build_info{version=\""), std::string::npos);
   EXPECT_NE(body.find("\nregcache_device_key_range_enforced{device=\""), std::string::npos) << body;
