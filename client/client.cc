@@ -27,6 +27,7 @@
 #include "base/unique_fd.h"
 #include "client/internal/client_impl.h"
 #include "client/internal/client_testing.h"
+#include "client/internal/populate.h"
 #include "protocol/control_protocol.h"
 #include "protocol/shm_futex.h"
 
@@ -295,12 +296,16 @@ absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t of
     (void)Call(&pb::RegCacheService::Stub::DetachMemory, req, &resp);
     return s;
   }
+  // Pinned memory: faulted in here first, so it is charged to this process's cgroup, not to the
+  // daemon that registers (pins) it (docs/operations.md, "Whose memory is it"). On-demand
+  // memory is faulted in as it is prefetched (PopulateIfMappedHere) or used.
+  absl::Status attached = on_demand ? absl::OkStatus() : PopulateHere(p, length, /*write=*/true);
   pb::AttachMemoryRequest req;
   req.set_memory_id(id);
   req.set_client_va(reinterpret_cast<uint64_t>(p));
   req.set_on_demand(on_demand);
   pb::AttachMemoryResponse resp;
-  absl::Status attached = Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);
+  if (attached.ok()) attached = Call(&pb::RegCacheService::Stub::AttachMemory, req, &resp);
   if (!attached.ok()) {
     munmap(p, length);
     pb::DetachMemoryRequest dreq;
@@ -313,6 +318,24 @@ absl::StatusOr<Memory> ClientImpl::MapAndAttach(uint64_t id, int fd, uint64_t of
   base::MutexLock l(&maps_mu_);
   maps_[id] = m;
   return m;
+}
+
+void ClientImpl::PopulateIfMappedHere(const void* addr, uint64_t length, bool write) {
+  const uint64_t start = reinterpret_cast<uint64_t>(addr);
+  {
+    base::MutexLock l(&maps_mu_);
+    bool inside = false;
+    for (const auto& [id, m] : maps_) {
+      const uint64_t base = reinterpret_cast<uint64_t>(m.data);
+      if (start >= base && length <= m.length && start - base <= m.length - length) {
+        inside = true;
+        break;
+      }
+    }
+    if (!inside) return;
+  }
+  // A failure here (the memory cannot be had) is the daemon's to report, as it would be.
+  (void)PopulateHere(addr, length, write);
 }
 
 void ClientImpl::Close() {

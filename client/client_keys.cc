@@ -90,6 +90,10 @@ absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint
     }
     ReclaimIfAsked();
   }
+  if (prefetch != PrefetchMode::kNone) {
+    PopulateIfMappedHere(addr, length,
+                         (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) != 0);
+  }
   absl::StatusOr<Granted> g = keys_->Register(addr, length, access, prefetch);
   if (!g.ok() && g.status().code() == absl::StatusCode::kResourceExhausted && grants_ != nullptr) {
     // Our own unreferenced grants may be what fills the quota: give them back, try once more.
@@ -179,6 +183,7 @@ absl::StatusOr<Key> ClientImpl::Window(uint64_t parent, uint64_t offset, uint64_
 
 absl::Status ClientImpl::Prefetch(const void* addr, uint64_t length, bool write,
                                   PrefetchMode mode) {
+  if (mode != PrefetchMode::kNone) PopulateIfMappedHere(addr, length, write);
   return keys_->Prefetch(addr, length, write, mode);
 }
 

@@ -218,6 +218,11 @@ class ClientImpl final : public Client {
   absl::StatusOr<uint64_t> ImportFd(int fd, uint64_t offset, uint64_t length);
   absl::StatusOr<Memory> MapAndAttach(uint64_t id, int fd, uint64_t offset, uint64_t length,
                                       bool on_demand) ABSL_LOCKS_EXCLUDED(maps_mu_);
+  // Before the daemon prefetches [addr, +length): its pages faulted in here when the range is
+  // memory this client mapped (client/internal/populate.h); nothing for other memory (a
+  // dma-buf, a region of the application's own).
+  void PopulateIfMappedHere(const void* addr, uint64_t length, bool write)
+      ABSL_LOCKS_EXCLUDED(maps_mu_);
 
   // --- Keys (client/client_keys.cc) ---
   // A grant the daemon returned: into the cache when it can be cached.
