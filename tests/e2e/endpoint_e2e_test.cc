@@ -181,7 +181,13 @@ TEST(EndpointE2e, ARemoteNodeWritesThroughTheEndpointItsDescriptorNames) {
   EXPECT_THAT(SimPeerWrite(*node, *desc, Peer(0x5150), desc->addr, "stale"),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("REMOTE_ACCESS")));
   EXPECT_EQ(base[0], 0);
+  // The owner goes: its session ends when the daemon sees the connection close, which is after
+  // reset() returns, so wait (bounded) for the teardown to destroy the endpoint.
   owner.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline && Stat(*node, "hca_sim", "live_endpoints") != 0) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   EXPECT_THAT(SimPeerWrite(*node, *desc, Peer(0x5150), desc->addr, "x"),
               StatusIs(absl::StatusCode::kNotFound));
 }
