@@ -1,11 +1,12 @@
-# cmake --install: regcached and regcachectl, the client library libregcache.so with its public
-# headers, regcache.pc for pkg-config and the CMake package `regcache` (regcache::client, and
-# regcache::client_cpp for C++ users of regcache/client.h); the Python package (importable from
-# the prefix, and a pip-installable copy: below); the systemd unit
+# cmake --install: regcached and regcachectl; the client library libregcache.so and the
+# registered allocator libregcache_alloc.so with their public headers, regcache.pc and
+# regcache_alloc.pc for pkg-config and the CMake package `regcache` (regcache::client,
+# regcache::client_cpp for C++ users of regcache/client.h, regcache::alloc); the Python package
+# (importable from the prefix, and a pip-installable copy: below); the systemd unit
 # (lib/systemd/system/regcached.service) and the sample flag file (etc/regcache/regcached.conf,
-# under the prefix), the unit's paths rewritten to the configured prefix. Included from client/CMakeLists.txt,
-# where the targets are. Nothing else of the project is installed: the client library needs no
-# other library of it (see the comment on libregcache.so there).
+# under the prefix), the unit's paths rewritten to the configured prefix. Included from
+# client/CMakeLists.txt, where the targets are. Nothing else of the project is installed: the
+# client library needs no other library of it (see the comment on libregcache.so there).
 #
 # The installed files are relocatable (the .pc file's prefix is ${pcfiledir}-relative, the CMake
 # package's paths are relative to itself), so `cmake --install <build> --prefix <dir>` works for
@@ -15,13 +16,12 @@ include(CMakePackageConfigHelpers)
 
 install(TARGETS regcached regcachectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 set_target_properties(regcache PROPERTIES EXPORT_NAME client)
-install(TARGETS regcache EXPORT regcacheTargets
+install(TARGETS regcache regcache_alloc EXPORT regcacheTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# regcache_alloc.h is not installed: its library (jemalloc as the process's malloc) is in-tree
-# only for now.
 install(FILES ${PROJECT_SOURCE_DIR}/include/regcache/regcache.h
               ${PROJECT_SOURCE_DIR}/include/regcache/client.h
+              ${PROJECT_SOURCE_DIR}/include/regcache/regcache_alloc.h
               ${PROJECT_SOURCE_DIR}/include/regcache/descriptor.h
               ${PROJECT_SOURCE_DIR}/include/regcache/sim_peer.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/regcache)
@@ -41,8 +41,10 @@ install(FILES ${PROJECT_BINARY_DIR}/regcacheConfig.cmake
 # regcache.pc: prefix relative to the .pc file's own folder (pkg-config's ${pcfiledir}).
 file(RELATIVE_PATH regcache_pc_to_prefix /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" regcache_pc_to_prefix "${regcache_pc_to_prefix}")
-configure_file(${PROJECT_SOURCE_DIR}/cmake/regcache.pc.in ${PROJECT_BINARY_DIR}/regcache.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/regcache.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+foreach(pc regcache regcache_alloc)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/${pc}.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/${pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endforeach()
 
 # The unit names regcached and its flag file where a default install puts them (/usr/local/bin,
 # /etc/regcache); the installed copy names where this build's prefix puts them. The paths are

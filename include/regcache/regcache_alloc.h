@@ -10,10 +10,12 @@
  *   regcache_release(client, k.handle);
  *   regcache_free(buf);
  *
- * OPT-IN, AND IT REPLACES malloc: this library (regcache_alloc) is built on jemalloc, and
- * Debian's jemalloc is unprefixed — linking it replaces the whole process's malloc, free,
- * new and delete with jemalloc's. Only programs that link regcache_alloc are affected; the
- * client library (libregcache.so, regcache_api) does not link jemalloc.
+ * OPT-IN, AND IT REPLACES malloc: this library (libregcache_alloc.so; pkg-config
+ * regcache_alloc, CMake regcache::alloc) is built on jemalloc, and Debian's jemalloc is
+ * unprefixed — linking it (both name jemalloc among the libraries to link, so it comes before
+ * libc) replaces the whole process's malloc, free, new and delete with jemalloc's. Only
+ * programs that link regcache_alloc are affected; the client library (libregcache.so) does not
+ * link jemalloc.
  *
  * How: regcache_alloc_init obtains one region of `arena_bytes` with regcache_allocate (daemon
  * memory, mapped here and attached) and creates a jemalloc arena whose extent hooks carve
@@ -57,29 +59,29 @@ typedef struct regcache_alloc_info {
  * metadata takes the first 2 MiB block). REGCACHE_FAILED_PRECONDITION when already set up;
  * REGCACHE_INVALID_ARGUMENT for a NULL client or a size below the minimum; the daemon's
  * errors of regcache_allocate (REGCACHE_RESOURCE_EXHAUSTED beyond the session's quota). */
-regcache_code_t regcache_alloc_init(regcache_client_t* client, uint64_t arena_bytes);
+REGCACHE_API regcache_code_t regcache_alloc_init(regcache_client_t* client, uint64_t arena_bytes);
 
 /* `size` bytes (0 counts as 1) of registered-ready memory, aligned as malloc's. NULL with errno
  * ENOMEM when the region is used up, EINVAL before regcache_alloc_init. */
-void* regcache_malloc(size_t size);
+REGCACHE_API void* regcache_malloc(size_t size);
 
 /* Gives back memory of regcache_malloc. NULL is a no-op. Only pointers regcache_malloc
  * returned (anything else is undefined, as with free). Keys over the memory stay valid until
  * released: freeing does not invalidate them. */
-void regcache_free(void* ptr);
+REGCACHE_API void regcache_free(void* ptr);
 
 /* regcache_register over the allocator's client, for [ptr, ptr + length) inside the region.
  * REGCACHE_OUT_OF_RANGE when the range is not inside the region; REGCACHE_FAILED_PRECONDITION
  * before regcache_alloc_init. */
-regcache_code_t regcache_malloc_key(const void* ptr, uint64_t length, uint32_t access,
-                                    regcache_key_t* out);
+REGCACHE_API regcache_code_t regcache_malloc_key(const void* ptr, uint64_t length, uint32_t access,
+                                                 regcache_key_t* out);
 
 /* The region and how much of it jemalloc has taken. */
-regcache_code_t regcache_alloc_info(regcache_alloc_info_t* out);
+REGCACHE_API regcache_code_t regcache_alloc_info(regcache_alloc_info_t* out);
 
 /* Destroys the arena and detaches the region (keys over it are invalidated). REQUIRES: every
  * allocation was freed. REGCACHE_FAILED_PRECONDITION when not set up. */
-regcache_code_t regcache_alloc_fini(void);
+REGCACHE_API regcache_code_t regcache_alloc_fini(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

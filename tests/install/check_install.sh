@@ -11,7 +11,10 @@
 #      the googleapis protos has) loads next to libregcache.so and reads a daemon error's
 #      reason through the client (the library must carry no generated google.rpc code: two
 #      copies abort at load);
-#   6. the Python package: pip-installed offline from the install tree into a fresh virtual
+#   6. the registered allocator: a C program built with `pkg-config ... regcache_alloc` and a C++
+#      one through regcache::alloc allocate, register and free against the installed daemon,
+#      with jemalloc as the process's malloc (as regcache_alloc.h says);
+#   7. the Python package: pip-installed offline from the install tree into a fresh virtual
 #      environment, its version the project's, it loads the installed library and registers,
 #      describes, revokes (callback) and releases against the installed daemon; and the copy in
 #      the prefix's dist-packages imports as it is.
@@ -34,6 +37,7 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || {
   cat "$work/install.log"; fail "cmake --install failed"; }
 for f in bin/regcached bin/regcachectl include/regcache/regcache.h include/regcache/client.h \
          include/regcache/descriptor.h include/regcache/sim_peer.h \
+         include/regcache/regcache_alloc.h \
          lib/systemd/system/regcached.service etc/regcache/regcached.conf \
          share/regcache/python/pyproject.toml share/regcache/python/regcache/_installed.py; do
   [ -e "$prefix/$f" ] || fail "$f not installed"
@@ -71,6 +75,14 @@ fi
 if ldd "$lib" | grep -E 'libregcache_|libjemalloc|not found'; then
   fail "libregcache.so needs a library it should not"
 fi
+alloc_lib=$libdir/libregcache_alloc.so
+[ -e "$alloc_lib" ] || fail "libregcache_alloc.so not next to libregcache.so"
+alloc_needs=$(ldd "$alloc_lib")
+grep -q 'libjemalloc' <<<"$alloc_needs" || fail "libregcache_alloc.so does not need jemalloc"
+if grep -E 'not found' <<<"$alloc_needs"; then fail "libregcache_alloc.so misses a library"; fi
+alloc_exports=$(nm -D --defined-only "$alloc_lib" | awk '$2 == "T" {print $3}' | sort | tr '\n' ' ')
+[ "$alloc_exports" = "regcache_alloc_fini regcache_alloc_info regcache_alloc_init regcache_free regcache_malloc regcache_malloc_key " ] ||
+  fail "libregcache_alloc.so exports '$alloc_exports'"
 echo "libregcache.so: client only ($(wc -l <"$work/symbols") regcache:: symbols), SONAME $soname"
 
 # 3. Build outside the tree against the installed files only.
@@ -79,6 +91,10 @@ flags=$(pkg-config --cflags --libs regcache) || fail "pkg-config does not find r
 echo "pkg-config --cflags --libs regcache: $flags"
 # shellcheck disable=SC2086  # the flags are words
 "$cc" -std=c11 -Wall -Wextra -Werror -pedantic-errors "$here/hello.c" -o "$work/hello_c" $flags
+alloc_flags=$(pkg-config --cflags --libs regcache_alloc) || fail "pkg-config does not find regcache_alloc"
+echo "pkg-config --cflags --libs regcache_alloc: $alloc_flags"
+# shellcheck disable=SC2086
+"$cc" -std=c11 -Wall -Wextra -Werror "$here/hello_alloc.c" -o "$work/hello_alloc" $alloc_flags -ldl
 cmake -S "$here/cpp" -B "$work/cpp" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release -DGOOGLEAPIS_DIR="$googleapis" \
   >"$work/cpp.log" 2>&1 || {
@@ -107,11 +123,19 @@ out=$("$work/cpp/coexist" "$sock") || { cat "$work/regcached.log"; fail "the pro
 echo "$out"
 [ "$out" = "coexist: own google.rpc.Status code=5; Sessions refused with ADMIN_REQUIRED" ] ||
   fail "coexist printed '$out'"
+for prog in "$work/hello_alloc" "$work/cpp/hello_alloc_cmake"; do
+  out=$("$prog" "$sock") || { cat "$work/regcached.log"; fail "$(basename "$prog") failed"; }
+  echo "$out"
+  grep -qE '^alloc: rkey=0x[0-9a-f]+ malloc=libjemalloc\.so' <<<"$out" ||
+    fail "$(basename "$prog") printed '$out' (want an rkey and jemalloc as malloc)"
+done
 # The programs resolved the installed library, not the build tree's.
 # (ldd's output taken whole first: `ldd | grep -q` under pipefail fails when grep stops reading
 # early and ldd dies of SIGPIPE.)
 loaded=$(ldd "$work/hello_c")
 grep -qF "$libdir/libregcache.so.0" <<<"$loaded" || fail "hello_c did not load $lib"
+loaded=$(ldd "$work/hello_alloc")
+grep -qF "$libdir/libregcache_alloc.so.0" <<<"$loaded" || fail "hello_alloc did not load $alloc_lib"
 
 # 6. The Python package, as a user installs it: a virtual environment, pip with no index. The
 # environment sees the system's packages for the build's setuptools and wheel (Debian's
