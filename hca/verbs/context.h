@@ -151,12 +151,12 @@ class Context {
   void ReleaseCut(ibv_mr* cut);
 
   // Checks `request` against the tables and, if it may go, applies its effect to the window's
-  // record and posts it with ibv_bind_mw on `qp` (signalled, wr_id `wr_id`), all under the lock.
-  // `cut`: PrepareCut's region for this request (a map with cut backings). A refusal is
-  // DeviceError(kMwBind, why) and changes nothing; a failed post is the errno's status (the
-  // window keeps its record).
+  // record and posts it with ibv_bind_mw on `qp` (wr_id `wr_id`; signalled or not as asked),
+  // all under the lock. `cut`: PrepareCut's region for this request (a map with cut backings).
+  // A refusal is DeviceError(kMwBind, why) and changes nothing; a failed post is the errno's
+  // status (the window keeps its record).
   absl::StatusOr<BindPlan> PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& request,
-                                    uint64_t wr_id, ibv_mr* cut = nullptr);
+                                    uint64_t wr_id, ibv_mr* cut = nullptr, bool signaled = true);
   // A bind completed successfully: the window has left the region it was bound on before, so a
   // cut region of its own it had then is released.
   void BindDone(const BindPlan& plan);

@@ -121,7 +121,6 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
   plan.before = w;
   plan.after = w;
   plan.after.key = NextVariant(w.key);
-  plan.bind.send_flags = IBV_SEND_SIGNALED;
   if (rq.invalidate) {  // a zero-length bind: no range, no rights
     PlanInvalidate(queue_pd, w, &plan);
     return plan;
@@ -190,7 +189,7 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
 }
 
 absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& rq,
-                                           uint64_t wr_id, ibv_mr* cut) {
+                                           uint64_t wr_id, ibv_mr* cut, bool signaled) {
   base::MutexLock lock(&mu_);
   absl::StatusOr<BindPlan> plan = Plan(queue_pd, rq, cut);
   if (!plan.ok()) {
@@ -199,6 +198,7 @@ absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRe
   }
   if (plan->mw == nullptr) return plan;  // nothing to post (see Plan)
   plan->bind.wr_id = wr_id;
+  plan->bind.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
   if (int err = ibv_bind_mw(qp, plan->mw, &plan->bind); err != 0) {
     stats_.bind_errors.Inc();
     return ErrnoStatus(err, absl::StrFormat("ibv_bind_mw of window 0x%08x", rq.key));

@@ -43,8 +43,8 @@ class VerbsDevice final : public Device {
     caps_.max_indirection = 2;  // a window on a registration, both bound on the backing's MR
     caps_.page_size_mask = uint64_t{1} << 12;
     caps_.max_key_length = a.max_mr_size;
-    uint32_t depth = 1;
-    while (depth * 2 <= static_cast<uint32_t>(a.max_qp_wr) &&
+    uint32_t depth = 1;  // a bind queue's pair holds one work request more (its marker)
+    while (depth * 2 < static_cast<uint32_t>(a.max_qp_wr) &&
            depth * 2 <= c_->options().max_queue_depth) {
       depth *= 2;
     }

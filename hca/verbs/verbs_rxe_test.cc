@@ -235,6 +235,74 @@ TEST_F(VerbsRxeTest, RefusedBindsCompleteWithMwBindAndLeaveTheQueueWorking) {
   EXPECT_TRUE(absl::IsFailedPrecondition(twice.status())) << twice.status();
 }
 
+// Selective signalling: only signalled requests complete, a completion covers the unsignalled
+// binds before it, and a refusal with nothing signalled behind it is covered by a marker.
+TEST_F(VerbsRxeTest, ABatchCompletesOnceAndARefusalAtItsEndIsCoveredByAMarker) {
+  std::vector<KlmEntry> entries(4);
+  std::vector<MapRequest> maps(4);
+  for (size_t i = 0; i < 4; ++i) {
+    entries[i] = KlmEntry{backing_.key, kTenantVa + i * 4096, 4096};
+    MapRequest& r = maps[i];
+    r.key = keys_[i];
+    r.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(keys_[i])));
+    r.klm = absl::MakeConstSpan(&entries[i], 1);
+    r.access = kRemoteRead | kRemoteWrite;
+    r.start_addr = entries[i].addr;
+    r.length = 4096;
+    r.require_free = true;
+    r.options.signaled = false;
+  }
+  maps[3].new_variant = static_cast<uint8_t>(maps[3].new_variant + 5);  // refused
+  maps[3].options.signaled = true;
+  const int64_t posted = Stat("binds_posted");
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(queue_->PostMap(100 + i, maps[i]).ok());
+  ASSERT_TRUE(queue_->Doorbell().ok());
+  ASSERT_TRUE(queue_->Flush(absl::Seconds(20)).ok());
+  Completion c[4];
+  ASSERT_EQ(queue_->Poll(absl::MakeSpan(c)), 1u);
+  EXPECT_EQ(c[0].request_id, 103u);
+  EXPECT_EQ(c[0].syndrome, Syndrome::kMwBind) << c[0].status;
+  EXPECT_EQ(Stat("binds_posted"), posted + 3);
+  EXPECT_EQ(Stat("bind_markers"), 1);
+  std::vector<Key> live(3);
+  for (size_t i = 0; i < 3; ++i) {
+    live[i] = MakeKey(KeyIndex(keys_[i]), maps[i].new_variant);
+    auto info = dev_->QueryKey(live[i]);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_FALSE(info->free);
+    EXPECT_TRUE(PeerReads(live[i], kTenantVa + i * 4096));
+  }
+
+  // Invalidations: three unsignalled, the last signalled: one completion, no marker.
+  for (size_t i = 0; i < 3; ++i) {
+    PostOptions o;
+    o.signaled = i == 2;
+    ASSERT_TRUE(queue_->PostInvalidate(200 + i, live[i], o).ok());
+  }
+  ASSERT_TRUE(queue_->Doorbell().ok());
+  ASSERT_TRUE(queue_->Flush(absl::Seconds(20)).ok());
+  ASSERT_EQ(queue_->Poll(absl::MakeSpan(c)), 1u);
+  EXPECT_EQ(c[0].request_id, 202u);
+  EXPECT_TRUE(c[0].status.ok()) << c[0].status;
+  EXPECT_EQ(Stat("bind_markers"), 1);
+  for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(PeerReads(live[i], kTenantVa + i * 4096));
+
+  // An unsignalled bind alone: Flush covers it with a marker; nothing is reported.
+  MapRequest again = maps[0];
+  again.key = NextVariant(live[0]);
+  again.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(again.key)));
+  ASSERT_TRUE(queue_->PostMap(300, again).ok());
+  ASSERT_TRUE(queue_->Doorbell().ok());
+  ASSERT_TRUE(queue_->Flush(absl::Seconds(20)).ok());
+  EXPECT_EQ(queue_->Poll(absl::MakeSpan(c)), 0u);
+  EXPECT_EQ(Stat("bind_markers"), 2);
+  const Key remapped = MakeKey(KeyIndex(again.key), again.new_variant);
+  auto info = dev_->QueryKey(remapped);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->free);
+  EXPECT_TRUE(PeerReads(remapped, kTenantVa));
+}
+
 TEST_F(VerbsRxeTest, MalformedRequestsAreRefusedAtPost) {
   MapRequest r;
   r.key = keys_[0];

@@ -1,5 +1,6 @@
 #include "hca/verbs/internal/bind_queue.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -18,15 +19,36 @@ constexpr absl::Duration kRecoverWait = absl::Seconds(2);
 absl::StatusOr<std::unique_ptr<BindQueue>> BindQueue::Create(Context* c, Pd pd, uint32_t depth) {
   ASSIGN_OR_RETURN(ibv_pd * vpd, c->FindPd(pd));
   std::unique_ptr<BindQueue> q(new BindQueue(c, pd, depth));
-  q->cq_ = ibv_create_cq(c->ctx(), static_cast<int>(depth), nullptr, nullptr, 0);
+  // One work request (and completion) more than the depth: room for a marker (CoverTail) when
+  // the requests fill the queue. At most one is in flight beyond the depth: FreeSlots counts
+  // markers among the entries in flight.
+  q->cq_ = ibv_create_cq(c->ctx(), static_cast<int>(depth + 1), nullptr, nullptr, 0);
   if (q->cq_ == nullptr) return ErrnoStatus(errno, "ibv_create_cq for a bind queue");
-  ASSIGN_OR_RETURN(q->qp_, CreateRcQp(vpd, q->cq_, depth));
+  ASSIGN_OR_RETURN(q->qp_, CreateRcQp(vpd, q->cq_, depth + 1));
   q->psn_ = RandomPsn();
   RETURN_IF_ERROR(q->Connect());
+  constexpr size_t kMarkerBytes = 64;
+  q->marker_buf_ = std::make_unique<char[]>(kMarkerBytes);
+  q->marker_mr_ = ibv_reg_mr(vpd, q->marker_buf_.get(), kMarkerBytes, IBV_ACCESS_MW_BIND);
+  if (q->marker_mr_ == nullptr) return ErrnoStatus(errno, "ibv_reg_mr of a bind queue's marker");
+  q->marker_mw_ = ibv_alloc_mw(vpd, IBV_MW_TYPE_1);
+  if (q->marker_mw_ == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw of a bind queue's marker");
   return q;
 }
 
-BindQueue::~BindQueue() { DestroyQpAndCq(qp_, cq_, "destroying a bind queue"); }
+BindQueue::~BindQueue() {
+  DestroyQpAndCq(qp_, cq_, "destroying a bind queue");
+  if (marker_mw_ != nullptr) {
+    if (int err = ibv_dealloc_mw(marker_mw_); err != 0) {
+      RC_LOG(ERROR) << ErrnoStatus(err, "ibv_dealloc_mw of a bind queue's marker");
+    }
+  }
+  if (marker_mr_ != nullptr) {
+    if (int err = ibv_dereg_mr(marker_mr_); err != 0) {
+      RC_LOG(ERROR) << ErrnoStatus(err, "ibv_dereg_mr of a bind queue's marker");
+    }
+  }
+}
 
 absl::Status BindQueue::Connect() {
   return base::Annotate(ConnectToSelf(*c_, qp_, 0, psn_), "bind queue pair");
@@ -125,7 +147,7 @@ absl::Status BindQueue::Doorbell() {
     const uint64_t wr = next_wr_++;
     absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
     absl::StatusOr<BindPlan> plan =
-        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut) : cut.status();
+        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
     if (!plan.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
     if (plan.ok() && plan->mw == nullptr) {
       f.refusal = absl::OkStatus();  // done without posting: completes in its turn
@@ -139,6 +161,37 @@ absl::Status BindQueue::Doorbell() {
     in_flight_.push_back(std::move(f));
   }
   held_.clear();
+  return CoverTail(/*always=*/false);
+}
+
+absl::Status BindQueue::CoverTail(bool always) {
+  bool behind = false;  // a request not posted is behind the newest posted bind
+  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
+    if (!it->posted) {
+      behind = true;
+      continue;
+    }
+    if (it->signaled || it->marker || it->undone || (!always && !behind)) return absl::OkStatus();
+    break;
+  }
+  if (!always && !behind) return absl::OkStatus();
+  if (in_flight_.empty() || std::none_of(in_flight_.begin(), in_flight_.end(),
+                                         [](const InFlight& f) { return f.posted; })) {
+    return absl::OkStatus();  // refusals only: they reach the front by themselves
+  }
+  ibv_mw_bind b{};
+  b.wr_id = next_wr_++;
+  b.send_flags = IBV_SEND_SIGNALED;
+  b.bind_info.mr = marker_mr_;  // zero length: no range, no rights
+  if (int err = ibv_bind_mw(qp_, marker_mw_, &b); err != 0) {
+    return ErrnoStatus(err, "ibv_bind_mw of a bind queue's marker");
+  }
+  InFlight f;
+  f.posted = true;
+  f.marker = true;
+  f.wr = b.wr_id;
+  in_flight_.push_back(std::move(f));
+  c_->stats().bind_markers.Inc();
   return absl::OkStatus();
 }
 
@@ -158,9 +211,26 @@ void BindQueue::Complete(uint64_t id, absl::Status status) {
 void BindQueue::UndoInFlight() {
   for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
     if (it->posted && !it->undone) {
-      c_->UndoBind(it->plan);
+      if (!it->marker) c_->UndoBind(it->plan);
       it->undone = true;
     }
+  }
+}
+
+void BindQueue::RetireCovered() {
+  InFlight g = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (g.marker) return;
+  if (!g.posted) {
+    Complete(g.id, g.refusal);
+  } else if (g.undone) {
+    // Behind a failed bind, and its flush was not reported (a provider should report it).
+    Complete(g.id,
+             absl::AbortedError(absl::StrFormat(
+                 "bind of window 0x%08x flushed after an earlier bind failed", g.plan.before.key)));
+  } else {
+    c_->BindDone(g.plan);
+    if (g.signaled) Complete(g.id, absl::OkStatus());
   }
 }
 
@@ -182,22 +252,28 @@ void BindQueue::Pump() {
     for (int i = 0; i < n; ++i) {
       deliver_refusals();
       const ibv_wc& wc = wcs[i];
-      if (in_flight_.empty() || in_flight_.front().wr != wc.wr_id) {
+      auto match = std::find_if(in_flight_.begin(), in_flight_.end(),
+                                [&](const InFlight& f) { return f.posted && f.wr == wc.wr_id; });
+      if (match == in_flight_.end()) {
         RC_LOG(ERROR) << "bind queue: completion for unknown work request " << wc.wr_id;
         continue;
       }
+      // In order: everything posted before this work request has completed.
+      for (auto covered = match - in_flight_.begin(); covered > 0; --covered) RetireCovered();
       InFlight f = std::move(in_flight_.front());
       in_flight_.pop_front();
       if (wc.status == IBV_WC_SUCCESS) {
+        if (f.marker) continue;
         c_->BindDone(f.plan);
         if (f.signaled) Complete(f.id, absl::OkStatus());
         continue;
       }
       if (!f.undone) {  // the first error: it and everything behind it did not happen
         UndoInFlight();
-        c_->UndoBind(f.plan);
+        if (!f.marker) c_->UndoBind(f.plan);
       }
       broken_ = true;
+      if (f.marker) continue;
       Complete(f.id,
                StatusForWc(wc.status, absl::StrFormat("bind of window 0x%08x", f.plan.before.key)));
     }
@@ -218,6 +294,8 @@ size_t BindQueue::Poll(absl::Span<Completion> out) {
 
 absl::Status BindQueue::Flush(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
+  Pump();
+  if (!broken_) RETURN_IF_ERROR(CoverTail(/*always=*/true));
   for (;;) {
     Pump();
     if (in_flight_.empty()) return absl::OkStatus();

@@ -3,9 +3,13 @@
 //
 // Post* check the request's form and hold it; Doorbell() plans and posts each held request in
 // order (Context::PostBind: the key-state checks run there, in posting order, as a device would
-// run them); a refused request becomes an error completion in its place. Every bind is posted
-// signalled, so completions arrive one per request in order; successes of requests posted
-// unsignalled are not reported, as the device boundary promises.
+// run them); a refused request becomes an error completion in its place. A bind is posted
+// signalled only if its request was (PostOptions::signaled): a batch of binds costs one
+// completion. A completion covers every bind posted before it (the requester executes them in
+// order, and a failed bind always completes): those succeeded. A refusal waits for its turn,
+// so a refusal with only unsignalled binds before it and none signalled after would wait
+// forever: the queue then posts a marker, a signalled zero-length bind of a window of its own
+// (bound to nothing, so it changes nothing), whose completion covers them; Flush does the same.
 //
 // A bind that completes with an error leaves the queue pair in the error state: the binds
 // behind it are flushed and undone (Context::UndoBind, newest first), and the queue pair is
@@ -30,7 +34,8 @@ namespace regcache::hca::verbs {
 
 class BindQueue final : public Queue {
  public:
-  // REQUIRES: depth is a power of two no larger than the device's max_qp_wr.
+  // REQUIRES: depth is a power of two smaller than the device's max_qp_wr (the queue pair holds
+  // one work request more, for a marker).
   static absl::StatusOr<std::unique_ptr<BindQueue>> Create(Context* c, Pd pd, uint32_t depth);
   ~BindQueue() override;
 
@@ -57,6 +62,7 @@ class BindQueue final : public Queue {
     uint64_t wr = 0;  // the work request id the completion carries (posted ones)
     bool signaled = true;
     bool posted = false;
+    bool marker = false;  // the queue's own signalled bind (no request)
     bool undone = false;
     absl::Status refusal;
     BindPlan plan;
@@ -68,6 +74,12 @@ class BindQueue final : public Queue {
   // Moves work completions into ready_ and delivers refusals that reached the front.
   void Pump();
   void Complete(uint64_t id, absl::Status status);
+  // Retires the front entry, which a later completion covered: a refusal is delivered, a bind
+  // posted unsignalled succeeded (or, undone after an error, failed).
+  void RetireCovered();
+  // Posts a marker when the newest posted bind is unsignalled and anything (with `always`) or a
+  // request not posted (without) is behind it: a completion then covers them all.
+  absl::Status CoverTail(bool always);
   // After an error: undoes every posted bind still in flight (newest first).
   void UndoInFlight();
   // Waits (bounded) until nothing posted is in flight, then resets and reconnects the queue pair.
@@ -79,6 +91,9 @@ class BindQueue final : public Queue {
   const uint32_t depth_;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
+  std::unique_ptr<char[]> marker_buf_;  // the marker's region: a zero-length bind still names one
+  ibv_mr* marker_mr_ = nullptr;
+  ibv_mw* marker_mw_ = nullptr;
   uint32_t psn_ = 0;
   bool broken_ = false;  // an error completion was seen: recover before posting
   uint64_t next_wr_ = 1;
