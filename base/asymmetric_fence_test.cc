@@ -1,5 +1,9 @@
 #include "base/asymmetric_fence.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -9,12 +13,23 @@
 namespace regcache::base {
 namespace {
 
+bool KernelHasPrivateExpedited() {
+  const long supported = ::syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return supported > 0 && (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0;
+}
+
+// The daemon's functions are symmetric unless REGCACHE_MEMBARRIER=1; a user preferring
+// membarrier gets it where the kernel has it, unless REGCACHE_MEMBARRIER=0.
 TEST(AsymmetricFenceTest, ModeFollowsTheEnvironment) {
   const char* on = std::getenv("REGCACHE_MEMBARRIER");
-  if (on == nullptr || *on == '\0' || *on == '0') {
-    EXPECT_FALSE(AsymmetricFenceUsesMembarrier());
-  }
-  // Otherwise membarrier is used where the kernel has it; either mode must be correct.
+  const int choice = on == nullptr || *on == '\0' ? -1 : *on == '0' ? 0 : 1;
+  const bool kernel = KernelHasPrivateExpedited();
+  EXPECT_EQ(AsymmetricFenceUsesMembarrier(), choice == 1 && kernel);
+  const FenceMode membarrier =
+      choice != 0 && kernel ? FenceMode::kMembarrier : FenceMode::kSymmetric;
+  EXPECT_EQ(ChooseFenceMode(FenceMode::kMembarrier), membarrier);
+  EXPECT_EQ(ChooseFenceMode(FenceMode::kSymmetric),
+            choice == 1 ? membarrier : FenceMode::kSymmetric);
   HeavyFence();
   LightFence();
 }
@@ -22,7 +37,7 @@ TEST(AsymmetricFenceTest, ModeFollowsTheEnvironment) {
 // Dekker: each side stores its flag, fences, then reads the other's. With the pair of fences
 // at least one side must see the other's store, round after round. Without them x86 lets both
 // reads miss (store buffering), which this loop finds within a few thousand rounds.
-TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSides) {
+int BothMissed(FenceMode mode) {
   constexpr int kRounds = 20000;
   std::atomic<int> fast_flag{0}, slow_flag{0};
   std::atomic<int> round{0};
@@ -35,7 +50,7 @@ TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSides) {
       while (round.load(std::memory_order_acquire) != r) {
       }
       fast_flag.store(r, std::memory_order_relaxed);
-      LightFence();
+      LightFence(mode);
       fast_saw.store(slow_flag.load(std::memory_order_relaxed), std::memory_order_relaxed);
       fast_done.store(r, std::memory_order_release);
     }
@@ -43,7 +58,7 @@ TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSides) {
   for (int r = 1; r <= kRounds; ++r) {
     round.store(r, std::memory_order_release);
     slow_flag.store(r, std::memory_order_relaxed);
-    HeavyFence();
+    HeavyFence(mode);
     slow_saw.store(fast_flag.load(std::memory_order_relaxed), std::memory_order_relaxed);
     while (fast_done.load(std::memory_order_acquire) != r) {
     }
@@ -53,7 +68,16 @@ TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSides) {
     }
   }
   fast.join();
-  EXPECT_EQ(both_missed, 0);
+  return both_missed;
+}
+
+TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSidesSymmetric) {
+  EXPECT_EQ(BothMissed(FenceMode::kSymmetric), 0);
+}
+
+// The mode a client's grant cache takes (membarrier where the kernel has it).
+TEST(AsymmetricFenceTest, StoreThenLoadIsOrderedOnBothSidesPreferringMembarrier) {
+  EXPECT_EQ(BothMissed(ChooseFenceMode(FenceMode::kMembarrier)), 0);
 }
 
 }  // namespace

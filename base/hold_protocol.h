@@ -48,13 +48,17 @@ struct HoldWord {
 // The holder's fence: after a store to its own word, before it reads the object's state (or
 // whatever a reaper marks) again. Also orders the holder's earlier loads of the object's fields
 // before that read, so a recheck that finds the state unchanged vouches for them.
-inline void HolderFence() {
-  LightFence();
+// `mode`: the protocol instance's (base/asymmetric_fence.h); both sides of one instance must
+// use the same. Without it, the daemon's default.
+inline void HolderFence(FenceMode mode) {
+  LightFence(mode);
   std::atomic_thread_fence(std::memory_order_acquire);
 }
+inline void HolderFence() { HolderFence(internal_fence::default_mode); }
 
 // The reaper's fence: after its mark, before it reads any thread's word.
-inline void ReaperFence() { HeavyFence(); }
+inline void ReaperFence(FenceMode mode) { HeavyFence(mode); }
+inline void ReaperFence() { ReaperFence(internal_fence::default_mode); }
 
 }  // namespace regcache::base
 #endif  // REGCACHE_BASE_HOLD_PROTOCOL_H_

@@ -83,13 +83,19 @@ std::unique_ptr<KeyTransport> ClosedTransport() { return std::make_unique<Closed
 
 absl::StatusOr<Key> ClientImpl::Register(const void* addr, uint64_t length, uint32_t access,
                                          PrefetchMode prefetch) {
-  if (grants_ != nullptr) {
-    if (prefetch == PrefetchMode::kNone) {
-      std::optional<Key> k = grants_->Acquire(reinterpret_cast<uint64_t>(addr), length, access);
-      if (k.has_value()) return *k;
-    }
-    ReclaimIfAsked();
+  // One returned object (named return value): a hit is written into the caller's StatusOr.
+  absl::StatusOr<Key> out(absl::in_place);
+  if (grants_ != nullptr && prefetch == PrefetchMode::kNone &&
+      grants_->AcquireInto(reinterpret_cast<uint64_t>(addr), length, access, &*out)) [[likely]] {
+    return out;
   }
+  out = RegisterMiss(addr, length, access, prefetch);
+  return out;
+}
+
+absl::StatusOr<Key> ClientImpl::RegisterMiss(const void* addr, uint64_t length, uint32_t access,
+                                             PrefetchMode prefetch) {
+  if (grants_ != nullptr) ReclaimIfAsked();
   if (prefetch != PrefetchMode::kNone) {
     PopulateIfMappedHere(addr, length,
                          (access & (kLocalWrite | kRemoteWrite | kRemoteAtomic)) != 0);

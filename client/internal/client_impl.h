@@ -225,6 +225,9 @@ class ClientImpl final : public Client {
       ABSL_LOCKS_EXCLUDED(maps_mu_);
 
   // --- Keys (client/client_keys.cc) ---
+  // Register when the client cache did not answer: the daemon's (through the key transport).
+  absl::StatusOr<Key> RegisterMiss(const void* addr, uint64_t length, uint32_t access,
+                                   PrefetchMode prefetch);
   // A grant the daemon returned: into the cache when it can be cached.
   Key Keep(const Granted& g);
   // When the daemon raised reclaim since we last looked: gives back every unreferenced grant.

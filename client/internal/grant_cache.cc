@@ -107,6 +107,19 @@ inline ThreadRefs* GrantCache::MyRefs(bool create) {
   return MyRefsSlow(create);
 }
 
+void GrantCache::ReaperFenceLocked() {
+  const std::vector<ThreadRefs*>& tables = registry_->tables;
+  if (fence_ == base::FenceMode::kMembarrier &&
+      (tables.empty() || (tables.size() == 1 && tables[0] == MyRefs(/*create=*/false)))) {
+    // No other thread counts holds here: the caller's own words are in its program order, and
+    // a thread that registers a table later does so under registry_->mu, after this reaper's
+    // marks. (The common case of Invalidate from a single-threaded user: no IPI.)
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return;
+  }
+  base::ReaperFence(fence_);
+}
+
 ThreadRefs* GrantCache::MyRefsSlow(bool create) {
   if (tls_exiting) return nullptr;
   auto& items = grant_cache_detail::Tables().items;
@@ -170,7 +183,7 @@ std::optional<Key> GrantCache::TryHit(ThreadRefs* t, uint32_t idx, uint64_t addr
       e.shared.load(std::memory_order_relaxed) >= 0) [[likely]] {
     w = WordInc(w) == inc ? w + 1 : HoldWord::Make(inc, 1);  // a stale word counts for nobody
     mine->store(w, std::memory_order_relaxed);
-    base::HolderFence();  // the count and the range loads, before the recheck
+    base::HolderFence(fence_);  // the count and the range loads, before the recheck
   } else {
     mine = nullptr;
     e.shared.fetch_add(1, std::memory_order_seq_cst);
@@ -243,7 +256,7 @@ void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
   if (t != nullptr) {
     std::atomic<uint64_t>& mine = t->Mine(idx);
     mine.store(mine.load(std::memory_order_relaxed) - 1, std::memory_order_release);
-    base::HolderFence();
+    base::HolderFence(fence_);
   } else {
     e.shared.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -384,7 +397,7 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseProbe(uint64_t handle) {
       return false;
     }
     mine->store(w - 1, std::memory_order_release);
-    base::HolderFence();  // the count, before the state read
+    base::HolderFence(fence_);  // the count, before the state read
     out = Released(idx, mine, w, handle);
     return true;
   };
@@ -424,7 +437,7 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
   const uint32_t idx = it->second;
   Entry& e = At(idx);
   const uint32_t inc = Inc(e.state.load(std::memory_order_acquire));
-  base::ReaperFence();
+  ReaperFenceLocked();
   if (Holders(idx, inc) <= 0) {
     out.no_reference = true;
     return out;
@@ -439,7 +452,7 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
     e.shared.fetch_sub(1, std::memory_order_seq_cst);
   }
   if ((e.state.load(std::memory_order_acquire) & kForgotten) != 0) {
-    base::ReaperFence();
+    ReaperFenceLocked();
     if (Holders(idx, inc) <= 0) out.daemon_releases = ReapLocked(idx);
   }
   return out;
@@ -478,7 +491,7 @@ uint32_t GrantCache::ReapLocked(uint32_t idx) {
 uint32_t GrantCache::ForgetLocked(uint32_t idx) {
   const uint64_t s = At(idx).state.fetch_or(kForgotten, std::memory_order_seq_cst);
   if ((s & kLive) == 0) return 0;
-  base::ReaperFence();  // every hit that will succeed, and every release, is counted below
+  ReaperFenceLocked();  // every hit that will succeed, and every release, is counted below
   return Holders(idx, Inc(s)) <= 0 ? ReapLocked(idx) : 0;
 }
 
@@ -489,7 +502,7 @@ std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
   Entry& e = At(idx);
   const uint64_t s = e.state.load(std::memory_order_acquire);
   if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
-  base::ReaperFence();
+  ReaperFenceLocked();
   if (Holders(idx, inc) > 0) return {0, 0};
   return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
 }
@@ -509,7 +522,7 @@ std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
   std::vector<std::pair<uint64_t, uint32_t>> out = std::exchange(pending_, {});
   has_pending_.store(false, std::memory_order_relaxed);
   if (marked.empty()) return out;
-  base::ReaperFence();  // one for all of them
+  ReaperFenceLocked();  // one for all of them
   for (const auto& [idx, s] : marked) {
     const uint64_t handle = At(idx).handle.load(std::memory_order_relaxed);
     if (Holders(idx, Inc(s)) > 0) {
@@ -532,7 +545,7 @@ GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
   const uint32_t idx = it->second;
   Entry& e = At(idx);
   const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
-  base::ReaperFence();
+  ReaperFenceLocked();
   if (Holders(idx, Inc(s)) == 1) {
     out.daemon_holds = ReapLocked(idx);
     out.sole = out.daemon_holds > 0;

@@ -142,6 +142,9 @@ class GrantCache {
   // daemon. REQUIRES length > 0.
   // Inline: the front path (see the header comment), then the rest out of line.
   std::optional<Key> Acquire(uint64_t addr, uint64_t length, uint32_t access);
+  // The same, into *out (left as it was on a miss): the client's Register writes the hit
+  // straight into the StatusOr it returns, with no copy of an optional between.
+  bool AcquireInto(uint64_t addr, uint64_t length, uint32_t access, Key* out);
 
   // A grant the daemon just returned, with one daemon hold the caller took. Caches it and takes
   // one local reference for the caller; returns false (nothing cached, the caller keeps the
@@ -229,6 +232,9 @@ class GrantCache {
   // This thread's table (nullptr: none, and `create` false or the thread is exiting).
   Refs* MyRefs(bool create);
   Refs* MyRefsSlow(bool create);
+  // The hold protocol's reaper fence, skipping membarrier's IPIs when no other thread has a
+  // table of counts for this cache.
+  void ReaperFenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_->mu);
   // The probe path's hit; one that counted in `t`'s word fills its front slot when `epoch`
   // (epoch_ read before anything of the entry) is even.
   std::optional<Key> TryHit(Refs* t, uint32_t idx, uint64_t addr, uint64_t end, uint32_t access,
@@ -237,7 +243,7 @@ class GrantCache {
   std::optional<Key> AcquireSlow(uint64_t addr, uint64_t length, uint32_t access);
   ReleaseOutcome ReleaseProbe(uint64_t handle);
   // The front paths (inline below). REQUIRES t != nullptr.
-  std::optional<Key> FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access);
+  bool FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access, Key* out);
   bool FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* out);
   // After this thread's word `mine` for `idx` went from `w` to w - 1: what the state says.
   ReleaseOutcome Released(uint32_t idx, std::atomic<uint64_t>* mine, uint64_t w, uint64_t handle);
@@ -262,6 +268,9 @@ class GrantCache {
   // The front path's shared reads, on a line of their own: reapers alone write epoch_.
   alignas(64) const GrantStateView state_;
   std::atomic<uint64_t> epoch_{0};
+  // The hold protocol's fences: membarrier unless REGCACHE_MEMBARRIER=0 or the kernel has none
+  // (base/asymmetric_fence.h says why the client's default differs from the daemon's).
+  const base::FenceMode fence_ = base::ChooseFenceMode(base::FenceMode::kMembarrier);
   alignas(64) const uint64_t id_;  // this cache in the per-thread tables; never reused in a process
   const std::shared_ptr<grant_cache_detail::Registry> registry_;
 
@@ -364,20 +373,26 @@ inline constinit thread_local ThreadRefs* tls_last = nullptr;
 }  // namespace grant_cache_detail
 
 // --- Small methods ---
-inline std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
+inline bool GrantCache::AcquireInto(uint64_t addr, uint64_t length, uint32_t access, Key* out) {
   if (grant_cache_detail::tls_last_id == id_ && addr + length > addr) [[likely]] {
     Refs* t = grant_cache_detail::tls_last;
     if (--t->front_left == 0) [[unlikely]]
       t->Retune();
-    if (t->front_on) {
-      std::optional<Key> k = FrontHit(t, addr, addr + length, access);
-      if (k.has_value()) {
-        ++t->front_hits;
-        return k;
-      }
+    if (t->front_on && FrontHit(t, addr, addr + length, access, out)) {
+      ++t->front_hits;
+      return true;
     }
   }
-  return AcquireSlow(addr, length, access);
+  std::optional<Key> k = AcquireSlow(addr, length, access);
+  if (!k.has_value()) return false;
+  *out = *k;
+  return true;
+}
+
+inline std::optional<Key> GrantCache::Acquire(uint64_t addr, uint64_t length, uint32_t access) {
+  Key k;
+  if (AcquireInto(addr, length, access, &k)) return k;
+  return std::nullopt;
 }
 
 inline GrantCache::ReleaseOutcome GrantCache::Release(uint64_t handle) {
@@ -425,36 +440,36 @@ inline size_t GrantCache::size() const {
   return handles_.size();
 }
 
-inline std::optional<Key> GrantCache::FrontHit(Refs* t, uint64_t addr, uint64_t end,
-                                               uint32_t access) {
+inline bool GrantCache::FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access, Key* out) {
   grant_cache_detail::FrontTable* ft = t->front.get();
-  if (ft == nullptr) return std::nullopt;
+  if (ft == nullptr) return false;
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);
   uint32_t i = 2 * grant_cache_detail::FrontTable::Set(addr);
   const grant_cache_detail::Front* f = &ft->slots[i];
   if (f->epoch != epoch || f->va > addr || f->end < end || (access & ~f->access) != 0) {
     f = &ft->slots[++i];
     if (f->epoch != epoch || f->va > addr || f->end < end || (access & ~f->access) != 0) {
-      return std::nullopt;
+      return false;
     }
   }
   std::atomic<uint64_t>& mine =
       t->chunks[f->idx / kChunk].load(std::memory_order_relaxed)[f->idx % kChunk];
   const uint64_t w = mine.load(std::memory_order_relaxed);
   if (base::HoldWord::Tag(w) != f->inc || base::HoldWord::Count(w) >= base::HoldWord::kMaxCount) {
-    return std::nullopt;
+    return false;
   }
   mine.store(w + 1, std::memory_order_relaxed);
-  base::HolderFence();  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
+  base::HolderFence(fence_);  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
   if (epoch_.load(std::memory_order_acquire) != epoch ||
       (state_.session_state != nullptr &&
        state_.session_state->load(std::memory_order_acquire) != protocol::shm::kSessionOpen) ||
       state_.slots[f->slot].load(std::memory_order_acquire) != f->word) [[unlikely]] {
     Unref(t, f->idx, f->inc);  // the probe path decides (a revoked grant is forgotten there)
-    return std::nullopt;
+    return false;
   }
   ft->last = i;
-  return Key{f->handle, f->lkey, f->rkey, f->va, f->end - f->va, f->access, true};
+  *out = Key{f->handle, f->lkey, f->rkey, f->va, f->end - f->va, f->access, true};
+  return true;
 }
 
 inline bool GrantCache::FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* out) {
@@ -472,7 +487,7 @@ inline bool GrantCache::FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* o
   const uint64_t w = mine.load(std::memory_order_relaxed);
   if (base::HoldWord::Tag(w) != f->inc || base::HoldWord::Count(w) == 0) return false;
   mine.store(w - 1, std::memory_order_release);
-  base::HolderFence();  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
+  base::HolderFence(fence_);  // the count, before epoch_ (pairs with a reaper's bump + ReaperFence)
   if (epoch_.load(std::memory_order_acquire) == epoch) [[likely]] {
     out->cached = true;
     return true;
