@@ -18,7 +18,11 @@
 // from accept to close and blocks that thread while the client is silent (up to its request
 // timeout), so num_threads idle connections stop every scrape; more threads or shorter timeouts
 // only move that bound, and no civetweb setting makes it serve connections without a thread
-// each. What the endpoint must parse is small enough to check completely here.
+// each. libmicrohttpd (Debian 12's 0.9.75) serves connections from one epoll thread, but at its
+// MHD_OPTION_CONNECTION_LIMIT it closes the newcomer instead of an idle connection, and its
+// MHD_OPTION_CONNECTION_TIMEOUT counts inactivity, which a client sending a byte now and then
+// resets: one local process holding the limit's worth of such connections stops every scrape.
+// What the endpoint must parse is small enough to check completely here.
 //
 // Thread safety: requests are answered on the endpoint's thread; Daemon::Stats is thread-safe.
 #ifndef REGCACHE_SERVER_METRICS_SERVER_H_
