@@ -108,9 +108,9 @@ inline ThreadRefs* GrantCache::MyRefs(bool create) {
 }
 
 void GrantCache::ReaperFenceLocked() {
-  const std::vector<ThreadRefs*>& tables = registry_->tables;
+  const size_t tables = registry_->tables.size();
   if (fence_ == base::FenceMode::kMembarrier &&
-      (tables.empty() || (tables.size() == 1 && tables[0] == MyRefs(/*create=*/false)))) {
+      (tables == 0 || (tables == 1 && registry_->tables[0] == MyRefs(/*create=*/false)))) {
     // No other thread counts holds here: the caller's own words are in its program order, and
     // a thread that registers a table later does so under registry_->mu, after this reaper's
     // marks. (The common case of Invalidate from a single-threaded user: no IPI.)

@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<BindQueue>> BindQueue::Create(Context* c, Pd pd, 
   RETURN_IF_ERROR(q->Connect());
   constexpr size_t kMarkerBytes = 64;
   q->marker_buf_ = std::make_unique<char[]>(kMarkerBytes);
-  q->marker_mr_ = ibv_reg_mr(vpd, q->marker_buf_.get(), kMarkerBytes, IBV_ACCESS_MW_BIND);
+  const int access = IBV_ACCESS_MW_BIND;  // an int: ibv_reg_mr's macro masks it with another enum
+  q->marker_mr_ = ibv_reg_mr(vpd, q->marker_buf_.get(), kMarkerBytes, access);
   if (q->marker_mr_ == nullptr) return ErrnoStatus(errno, "ibv_reg_mr of a bind queue's marker");
   q->marker_mw_ = ibv_alloc_mw(vpd, IBV_MW_TYPE_1);
   if (q->marker_mw_ == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw of a bind queue's marker");
