@@ -166,20 +166,14 @@ absl::Status BindQueue::Doorbell() {
 }
 
 absl::Status BindQueue::CoverTail(bool always) {
-  bool behind = false;  // a request not posted is behind the newest posted bind
-  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
-    if (!it->posted) {
-      behind = true;
-      continue;
-    }
-    if (it->signaled || it->marker || it->undone || (!always && !behind)) return absl::OkStatus();
-    break;
+  // The newest posted bind; none: only refusals, which reach the front by themselves.
+  auto newest = std::find_if(in_flight_.rbegin(), in_flight_.rend(),
+                             [](const InFlight& f) { return f.posted; });
+  if (newest == in_flight_.rend() || newest->signaled || newest->marker || newest->undone) {
+    return absl::OkStatus();
   }
+  const bool behind = newest != in_flight_.rbegin();  // a request not posted is behind it
   if (!always && !behind) return absl::OkStatus();
-  if (in_flight_.empty() || std::none_of(in_flight_.begin(), in_flight_.end(),
-                                         [](const InFlight& f) { return f.posted; })) {
-    return absl::OkStatus();  // refusals only: they reach the front by themselves
-  }
   ibv_mw_bind b{};
   b.wr_id = next_wr_++;
   b.send_flags = IBV_SEND_SIGNALED;
