@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/build_info.h"
@@ -115,7 +115,14 @@ ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 // After Daemon::Drain every call has finished (CloseSession waits for a session's calls) or
 // fails fast with UNAVAILABLE, so this only bounds the gRPC layer's own shutdown — which, with
 // an idle client connection open, waits out the whole grace period (measured), hence short.
-ABSL_FLAG(int32_t, drain_grace_ms, 250, "gRPC shutdown grace after the drain, ms");
+ABSL_FLAG(int32_t, drain_grace_ms, 250, "gRPC shutdown grace after the drain, ms, 0..60000");
+// Closing the sockets the moment the drain ends would turn a connected client's next call into
+// a torn stream (gRPC's CANCELLED, a reset control socket) instead of the reason. So regcached
+// keeps answering UNAVAILABLE / DRAINING while clients stay connected, up to this long; it exits
+// as soon as the last control connection closes, or at a second SIGTERM / SIGINT.
+ABSL_FLAG(int32_t, drain_linger_ms, 2000,
+          "after a drain, how long regcached keeps answering DRAINING while clients are still "
+          "connected, ms, 0..600000 (it exits when the last one leaves, or at a second signal)");
 
 namespace {
 
@@ -195,6 +202,39 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
   return true;
 }
 
+// --drain_grace_ms and --drain_linger_ms in range; false (after saying why) otherwise.
+bool DrainFlagsOk() {
+  const int32_t grace = absl::GetFlag(FLAGS_drain_grace_ms);
+  if (grace < 0 || grace > 60000) {
+    std::fprintf(stderr, "regcached: --drain_grace_ms must be in 0..60000\n");
+    return false;
+  }
+  const int32_t linger = absl::GetFlag(FLAGS_drain_linger_ms);
+  if (linger < 0 || linger > 600000) {
+    std::fprintf(stderr, "regcached: --drain_linger_ms must be in 0..600000\n");
+    return false;
+  }
+  return true;
+}
+
+// After the drain: waits while any client is still connected to the control socket, at most
+// --drain_linger_ms, ending early at a second signal. Every call meanwhile gets DRAINING.
+void Linger(const regcache::server::ControlServer& control, const sigset_t& signals) {
+  const absl::Time deadline =
+      absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_drain_linger_ms));
+  while (control.connections() > 0 && absl::Now() < deadline) {
+    const timespec tick{0, 20 * 1000 * 1000};
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+      RC_LOG(INFO) << "regcached: second signal, not waiting for clients to leave";
+      return;
+    }
+  }
+  if (control.connections() > 0) {
+    RC_LOG(INFO) << "regcached: " << control.connections()
+                 << " client(s) still connected after --drain_linger_ms; closing";
+  }
+}
+
 // --metrics_address, or 127.0.0.1:--metrics_port; empty for none. False (after saying why) when
 // the two disagree or the address is not HOST:PORT.
 bool MetricsAddressFromFlags(std::string* address) {
@@ -224,14 +264,15 @@ class DeviceWatch {
  public:
   DeviceWatch(regcache::service::Daemon* daemon, regcache::server::GrpcServer* grpc)
       : thread_([this, daemon, grpc] { Run(daemon, grpc); }) {}
+  // At once: the drain starts the moment the signal arrives, not at the next poll.
   ~DeviceWatch() {
-    stopping_.store(true, std::memory_order_release);
+    stopping_.Notify();
     thread_.join();
   }
 
  private:
   void Run(regcache::service::Daemon* daemon, regcache::server::GrpcServer* grpc) {
-    while (!stopping_.load(std::memory_order_acquire)) {
+    do {
       for (const regcache::service::DeviceStatus& d : daemon->Status().devices) {
         if (d.health.ok()) continue;
         RC_LOG(ERROR) << "regcached: device " << d.identity.name << " failed: health NOT_SERVING";
@@ -240,11 +281,10 @@ class DeviceWatch {
             absl::StrCat("STATUS=device ", d.identity.name, " failed: ", d.health.message()));
         return;
       }
-      absl::SleepFor(absl::Milliseconds(200));
-    }
+    } while (!stopping_.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
   }
 
-  std::atomic<bool> stopping_{false};
+  absl::Notification stopping_;
   std::thread thread_;
 };
 
@@ -309,6 +349,7 @@ int Serve(const regcache::service::DaemonConfig& config, const std::string& sock
   // key through the lifecycle, memory unmapped) once its calls in flight finished.
   (*grpc)->Draining();  // health answers NOT_SERVING from here on
   absl::Status drained = (*daemon)->Drain();
+  Linger(**control, signals);
   (*grpc)->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_drain_grace_ms)));
   (*control)->Stop();
   metrics.reset();
@@ -349,6 +390,7 @@ int main(int argc, char** argv) {
   if (!ConfigFromFlags(&config)) return 2;
   std::string metrics_address;
   if (!MetricsAddressFromFlags(&metrics_address)) return 2;
+  if (!DrainFlagsOk()) return 2;
 
   // Every thread created from here on inherits the blocked set; Serve collects the signals.
   sigset_t signals;

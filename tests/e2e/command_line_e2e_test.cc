@@ -80,6 +80,8 @@ TEST(CommandLine, RegcachedUsageErrorsExitTwoSayingWhy) {
       {{"--allow_pd_export=maybe"}, "--allow_pd_export=maybe"},
       {{"stray"}, "unexpected argument 'stray'"},
       {{"--umr_timeout_ms=0"}, "--umr_timeout_ms must be in 1..600000"},
+      {{"--drain_grace_ms=-1"}, "--drain_grace_ms must be in 0..60000"},
+      {{"--drain_linger_ms=600001"}, "--drain_linger_ms must be in 0..600000"},
       {{"--log_level=loud"}, "unknown --log_level"},
   };
   for (const auto& c : cases) {

@@ -14,6 +14,8 @@
 //   LoopbackTcp                            gRPC over 127.0.0.1:<port> (--grpc_tcp_port)
 //   RegcachectlDrainStopsTheDaemon         regcachectl drain -> the daemon drains, exits 0
 //   SigtermDrains                          SIGTERM with live keys and traffic -> exit 0
+//   DrainLingersForConnectedClients        after the drain: DRAINING while a client stays
+//                                          connected; exit when it leaves, or at a 2nd SIGTERM
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -695,6 +697,42 @@ TEST(E2E, SigtermDrains) {
   EXPECT_EQ(d->process().Wait(absl::Seconds(10)), 0) << "regcached did not drain and exit 0";
   std::string after = a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw));
   EXPECT_EQ(Code(after), "UNAVAILABLE") << after;
+}
+
+// The drain's end does not tear a connected client's next call: regcached keeps answering
+// DRAINING while any client stays connected (up to --drain_linger_ms), and exits the moment the
+// last one leaves — or at a second SIGTERM.
+TEST(E2E, DrainLingersForConnectedClients) {
+  for (bool second_signal : {false, true}) {
+    SCOPED_TRACE(second_signal ? "second SIGTERM" : "the client leaves");
+    Daemon d({"--drain_linger_ms=600000"});
+    ASSERT_TRUE(d.ready());
+    Session a = Open(d);
+    ASSERT_EQ(Fields(a.proc->Do(absl::StrCat("reg ", Addr(a.ptr), " 4096 ", kRw)))["_"], "ok");
+    kill(d.process().pid(), SIGTERM);
+    // The signal arrives asynchronously: calls succeed until the drain begins (bounded wait).
+    const std::string reg = absl::StrCat("reg ", Addr(a.ptr + 8192), " 4096 ", kRw);
+    std::string after = a.proc->Do(reg);
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+         Code(after) == "ok" && absl::Now() < deadline; after = a.proc->Do(reg)) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    // From then on, however long the client stays, the answer is the reason, never a torn call.
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(Code(after), "UNAVAILABLE") << after;
+      EXPECT_NE(after.find("draining"), std::string::npos) << after;
+      absl::SleepFor(absl::Milliseconds(100));
+      after = a.proc->Do(reg);
+    }
+    EXPECT_TRUE(d.process().Alive()) << "exited with a client still connected";
+    if (second_signal) {
+      kill(d.process().pid(), SIGTERM);
+    } else {
+      a.proc->CloseStdin();
+      EXPECT_EQ(a.proc->Wait(absl::Seconds(10)), 0);
+    }
+    EXPECT_EQ(d.process().Wait(absl::Seconds(10)), 0) << "regcached did not exit 0";
+  }
 }
 
 TEST(E2E, ReregisterAndBatchesThroughTheClientLibrary) {

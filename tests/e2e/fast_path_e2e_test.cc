@@ -129,7 +129,9 @@ TEST(FastPathE2e, ErrorsAreTheSameOverBothTransports) {
 // transports: a range past the attached memory's end, a daemon that is draining, and (at
 // connect, on the control socket) credentials the daemon does not allow.
 TEST(FastPathE2e, ReasonsReachTheCallerOnEveryTransport) {
-  Regcached d({absl::StrCat("--admin_uids=", getuid())});
+  // The admin Drain ends the process; it answers DRAINING while these clients stay connected
+  // (--drain_linger_ms), however slow the machine, and exits once they are gone.
+  Regcached d({absl::StrCat("--admin_uids=", getuid()), "--drain_linger_ms=600000"});
   std::unique_ptr<rc::Client> fast = Connect(d, true);
   std::unique_ptr<rc::Client> slow = Connect(d, false);
   ASSERT_TRUE(fast != nullptr && slow != nullptr);
