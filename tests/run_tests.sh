@@ -97,8 +97,8 @@ else
 fi
 
 run_label dev '^emu$' "emu (the emulated ConnectX)"
-# How much of the mlx5 backend the emu tier runs: a gcov build of the emu programs
-# (build/coverage), at least 90% of hca/mlx5's lines or the run fails.
+# How much of the mlx5 backend the emu tier runs: the dev build's gcov twins of the emu programs
+# (label emu_coverage), at least 90% of hca/mlx5's lines or the run fails.
 echo "=== emu: line coverage of hca/mlx5 (tests/emu/coverage.sh)"
 if JOBS=$jobs tests/emu/coverage.sh 90; then
   passed=$((passed + 1))

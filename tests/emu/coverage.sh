@@ -1,29 +1,28 @@
 #!/usr/bin/env bash
-# Line coverage of the mlx5 backend (hca/mlx5) under the emu tier: builds the emu programs with
-# gcov instrumentation in build/coverage, runs the `emu` label there, and reports each source's
-# covered lines and the lines never run. Fails when the folder's total is under the floor.
+# Line coverage of the mlx5 backend (hca/mlx5) under the emu tier: the dev build's gcov twins of
+# the tier's programs (REGCACHE_EMU_COVERAGE, hca/mlx5/CMakeLists.txt) run under label
+# emu_coverage; then each source's covered lines and the lines never run. Fails when the
+# folder's total is under the floor.
 #   tests/emu/coverage.sh [floor-percent]     (default 90)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 floor=${1:-90}
-build=build/coverage
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="--coverage" \
-  -DCMAKE_EXE_LINKER_FLAGS="--coverage" -DCMAKE_SHARED_LINKER_FLAGS="--coverage" \
-  -DREGCACHE_BENCHMARKS=OFF \
-  -DREGCACHE_HEADER_CHECK=OFF >/dev/null
-ninja -C "$build" -j "${JOBS:-$(nproc)}" mlx5_hw_test regcache_mlx5_probe regcache_emu_ibverbs \
-  regcache_emu_mlx5 emu_backend_test mlx5emu_test >/dev/null
-find "$build" -name '*.gcda' -delete
+build=build/dev
+if ! grep -q '^REGCACHE_EMU_COVERAGE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  cmake --preset dev >/dev/null
+fi
+ninja -C "$build" -j "${JOBS:-$(nproc)}" mlx5_hw_test_cov emu_backend_test_cov \
+  regcache_mlx5_probe regcache_emu_ibverbs regcache_emu_mlx5 >/dev/null
+objs=$PWD/$build/hca/mlx5/CMakeFiles/regcache_hca_mlx5_cov_objs.dir
+find "$objs" -name '*.gcda' -delete
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The tier's test programs (not the daemon and benchmark variants, which this build leaves out).
-if ! (cd "$build" && ctest -L '^emu$' -R '^(emu_mlx5_device_|emu_backend_test$|mlx5emu_test$)' \
-        -j "${JOBS:-$(nproc)}" --output-on-failure >"$work/ctest.log" 2>&1); then
+if ! (cd "$build" && ctest -L '^emu_coverage$' -j "${JOBS:-$(nproc)}" --output-on-failure \
+        >"$work/ctest.log" 2>&1); then
   cat "$work/ctest.log"
-  echo "the emu tests failed in the coverage build"
+  echo "the emu tests failed in their coverage build"
   exit 1
 fi
-objs=$PWD/$build/hca/mlx5/CMakeFiles/regcache_hca_mlx5_objs.dir
 total=0
 covered=0
 for src in hca/mlx5/mlx5_device.cc hca/mlx5/internal/*.cc; do
