@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libbenchmark-dev libgtest-dev libgmock-dev
   libibverbs-dev ibverbs-providers libjemalloc-dev
+  libmicrohttpd-dev  # the /metrics endpoint's HTTP (server/internal/http_endpoint.h)
   libucx-dev ccache clang-format python3-yaml lld
   python3-venv python3-wheel  # tests/install: the Python package pip-installed into a venv
   prometheus  # promtool: the /metrics test runs `promtool check metrics` (docs/metrics.md)

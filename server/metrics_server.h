@@ -7,22 +7,12 @@
 //
 // The endpoint is shared by every local process, so no client may be able to hold it: any
 // number of idle, slow-sending or slow-reading connections must not delay another client's
-// scrape. It is served by server/internal/http_endpoint.h: one thread with epoll and non-blocking
-// sockets, a buffer per connection, a deadline per connection (10 s, Prometheus's default scrape
-// timeout), at most 64 connections (the one idle longest is closed to make room for a new one),
-// one request per connection, and a request parser (server/http_request.h) that checks every byte
-// of a head of at most 8 KiB and serves GET /metrics only (404 for other paths, 405 for other
-// methods, 400/431/505 for malformed, oversized or non-1.x requests).
-//
-// Why not a library: civetweb, used before, serves a connection on one of num_threads threads
-// from accept to close and blocks that thread while the client is silent (up to its request
-// timeout), so num_threads idle connections stop every scrape; more threads or shorter timeouts
-// only move that bound, and no civetweb setting makes it serve connections without a thread
-// each. libmicrohttpd (Debian 12's 0.9.75) serves connections from one epoll thread, but at its
-// MHD_OPTION_CONNECTION_LIMIT it closes the newcomer instead of an idle connection, and its
-// MHD_OPTION_CONNECTION_TIMEOUT counts inactivity, which a client sending a byte now and then
-// resets: one local process holding the limit's worth of such connections stops every scrape.
-// What the endpoint must parse is small enough to check completely here.
+// scrape. It is served by server/internal/http_endpoint.h: libmicrohttpd speaks HTTP from one
+// epoll thread (GET /metrics only: 404 for other paths, 405 for other methods, its own 4xx/505
+// for malformed, oversized or non-1.x requests), and the endpoint decides who gets in: a deadline
+// per connection from its accept (10 s, Prometheus's default scrape timeout), at most 64
+// connections (the one that made no progress for the longest is closed to make room for a new
+// one), one request per connection.
 //
 // Thread safety: requests are answered on the endpoint's thread; Daemon::Stats is thread-safe.
 #ifndef REGCACHE_SERVER_METRICS_SERVER_H_

@@ -2,22 +2,24 @@
 // another address) with a body made on demand, and no client, however slow or idle, can delay
 // another's answer.
 //
-// How: one thread, epoll, non-blocking sockets, and nothing on that thread ever waits for a
-// client. Each connection has its own request parser (server/http_request.h) and response buffer
-// and moves on only when its socket is ready; a readiness event does a bounded amount of work
-// (one read, at most kWriteBurst bytes written), so a scrape proceeds as soon as its own socket
-// allows. What a connection may hold is bounded too:
-//   - a deadline from its accept to its last byte sent (options.deadline): a client that sends
-//     its request or reads its answer too slowly is closed when it passes;
+// How: libmicrohttpd (Debian's libmicrohttpd12) speaks HTTP — request parsing, strict for
+// clients, and writing the answer — from one internal epoll thread on non-blocking sockets, so a
+// scrape proceeds as soon as its own socket allows. Admission is the endpoint's own: it keeps the
+// listening socket, accepts on a thread of its own and hands each connection to libmicrohttpd
+// (MHD_add_connection), keeping a duplicate of the socket through which it can shut the
+// connection down. libmicrohttpd alone would refuse the newcomer at its connection limit and
+// count its timeout from the last byte, which a client trickling bytes resets; here:
+//   - a deadline from its accept (options.deadline): a connection that has not finished by then
+//     (request sent and answer read) is shut down, trickling or not;
 //   - a bound on open connections (options.max_connections): a new connection is always
-//     accepted, and when the bound is reached the connection that has been idle longest (no
-//     byte read or written for the longest time) is closed first;
-//   - a bound on the request head (options.max_head_bytes; 431 past it).
-// One request per connection: the answer says "Connection: close", the server shuts its side
-// down and discards what the client still sends (so that closing does not reset the answer
-// away) until EOF, the deadline or kLingerBytes.
+//     accepted, and when the bound is reached the one whose last progress (its accept, or its
+//     request answered) is oldest is shut down first;
+//   - a bound on the request head (options.max_head_bytes: libmicrohttpd's per-connection
+//     memory; it answers 414 or 431 past it).
+// One request per connection: every answer says "Connection: close".
 //
-// Memory: at most max_connections × (head limit + one body).
+// Memory: at most max_connections × (head limit + one body), plus connections shut down that
+// libmicrohttpd has not closed yet.
 #ifndef REGCACHE_SERVER_INTERNAL_HTTP_ENDPOINT_H_
 #define REGCACHE_SERVER_INTERNAL_HTTP_ENDPOINT_H_
 

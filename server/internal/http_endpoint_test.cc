@@ -6,13 +6,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/test_util.h"
 #include "gtest/gtest.h"
 #include "server/internal/http_client_testing.h"
@@ -99,6 +102,7 @@ TEST(HttpEndpoint, IdleSlowSendingAndSlowReadingClientsDoNotStopAScrape) {
 TEST(HttpEndpoint, EachRequestGetsItsStatusAndTheConnectionCloses) {
   HttpEndpointOptions options;
   options.max_head_bytes = 1024;
+  options.deadline = absl::Seconds(2);  // what never completes a head is closed unanswered
   auto endpoint = StartEndpoint(options, "the body\n");
   ASSERT_NE(endpoint, nullptr);
   static constexpr char kNulInHeader[] = "GET /metrics HTTP/1.1\r\nHost: h\0\r\n\r\n";
@@ -124,20 +128,27 @@ TEST(HttpEndpoint, EachRequestGetsItsStatusAndTheConnectionCloses) {
        "HTTP/1.1 400 Bad Request"},
       {"GET /metrics HTTP/2.0\r\n\r\n", "HTTP/1.1 505 HTTP Version Not Supported"},
       {"GET /metrics\r\n\r\n", "HTTP/1.1 400 Bad Request"},
-      {"GET  /metrics HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 400 Bad Request"},
-      {"GET /met\x01rics HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 400 Bad Request"},
-      {std::string(kNulInHeader, sizeof(kNulInHeader) - 1), "HTTP/1.1 400 Bad Request"},
+      // libmicrohttpd skips the extra space; a control byte stays in the path, which is not ours.
+      {"GET  /metrics HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 200 OK"},
+      {"GET /met\x01rics HTTP/1.1\r\nHost: h\r\n\r\n", "HTTP/1.1 404 Not Found"},
+      // libmicrohttpd ends the value at the NUL.
+      {std::string(kNulInHeader, sizeof(kNulInHeader) - 1), "HTTP/1.1 200 OK"},
       {"GET /metrics HTTP/1.1\r\nHost : h\r\n\r\n", "HTTP/1.1 400 Bad Request"},
       {"GET /metrics HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", "HTTP/1.1 400 Bad Request"},
       {"GET /metrics HTTP/1.1\rHost: h\r\n\r\n", "HTTP/1.1 400 Bad Request"},
-      {"\x16\x03\x01\x02", "HTTP/1.1 400 Bad Request"},  // a TLS handshake
-      {absl::StrCat("GET /", std::string(2000, 'a'), " HTTP/1.1\r\n\r\n"),
-       "HTTP/1.1 431 Request Header Fields Too Large"},
-      {absl::StrCat("GET /metrics HTTP/1.1\r\nHost: h\r\nX: ", std::string(2000, 'a'), "\r\n\r\n"),
+      {"\x16\x03\x01\x02", ""},  // a TLS handshake: no head ever ends, closed at the deadline
+      // Past twice the head bound (libmicrohttpd's per-connection memory).
+      {absl::StrCat("GET /", std::string(4000, 'a'), " HTTP/1.1\r\nHost: h\r\n\r\n"),
+       "HTTP/1.1 414 URI Too Long"},
+      {absl::StrCat("GET /metrics HTTP/1.1\r\nHost: h\r\nX: ", std::string(4000, 'a'), "\r\n\r\n"),
        "HTTP/1.1 431 Request Header Fields Too Large"},
   };
   for (const Case& c : cases) {
     std::string answer = Exchange(endpoint->port(), c.request);
+    if (c.status_line[0] == '\0') {
+      EXPECT_EQ(answer, "") << absl::CEscape(c.request.substr(0, 60));
+      continue;
+    }
     EXPECT_TRUE(absl::StartsWith(answer, absl::StrCat(c.status_line, "\r\n")))
         << absl::CEscape(c.request.substr(0, 60)) << " -> " << absl::CEscape(answer);
     EXPECT_NE(answer.find("\r\nConnection: close\r\n"), std::string::npos) << answer;
@@ -167,6 +178,38 @@ TEST(HttpEndpoint, ThePeerThatIdledLongestMakesRoomForANewOne) {
   EXPECT_EQ(ReadToEof(fds[0]), "") << "closed without an answer";
   for (int i = 1; i < 4; ++i) EXPECT_TRUE(StillOpen(fds[i])) << i;
   CloseAll(fds);
+}
+
+// What libmicrohttpd's own limit and inactivity timeout would let through: clients that fill
+// every connection and keep each alive with a byte now and then. A scrape still gets in, and
+// each trickler is closed at its deadline however busy it keeps its socket.
+TEST(HttpEndpoint, TricklingClientsAtTheLimitDoNotStopAScrapeAndMeetTheirDeadline) {
+  HttpEndpointOptions options;
+  options.max_connections = 4;
+  options.deadline = absl::Milliseconds(500);
+  auto endpoint = StartEndpoint(options, "b");
+  ASSERT_NE(endpoint, nullptr);
+  std::vector<int> tricklers;
+  for (int i = 0; i < 4; ++i) {
+    tricklers.push_back(ConnectLoopback(endpoint->port()));
+    ASSERT_TRUE(SendAll(tricklers.back(), "GET /metrics HTTP/1.1\r\nHost: h\r\n"));
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    const absl::Time end = absl::Now() + absl::Seconds(20);  // bounded, whatever happens
+    while (!stop.load() && absl::Now() < end) {
+      for (int fd : tricklers) (void)send(fd, "X: y\r\n", 6, MSG_NOSIGNAL);
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  std::string answer = Exchange(endpoint->port(), kScrape);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 200 OK\r\n")) << answer;
+  // Every trickler ends unanswered: one made room for the scrape, the rest met their deadline.
+  for (int fd : tricklers) EXPECT_EQ(ReadToEof(fd), "");
+  stop.store(true);
+  trickle.join();
+  CloseAll(tricklers);
 }
 
 TEST(HttpEndpoint, AConnectionPastItsDeadlineIsClosed) {
