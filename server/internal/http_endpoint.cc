@@ -239,21 +239,20 @@ class HttpEndpointImpl final : public HttpEndpoint {
                            const char* /*version*/, const char* /*upload_data*/,
                            size_t* upload_data_size, void** request) {
     auto* self = static_cast<HttpEndpointImpl*>(cls);
-    static int head_seen, body_seen;
+    static int head_seen;
     if (*request == nullptr) {
       *request = &head_seen;
       return MHD_YES;
     }
-    if (*upload_data_size != 0) {  // a body: read and dropped, then refused
+    if (*upload_data_size != 0) {  // a body (its headers announced it): read and dropped
       *upload_data_size = 0;
-      *request = &body_seen;
       return MHD_YES;
     }
     self->Progress(c);
     if (absl::string_view(method) != MHD_HTTP_METHOD_GET) {
       return Reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "text/plain", true);
     }
-    if (*request == &body_seen || HasBodyHeaders(c)) {
+    if (HasBodyHeaders(c)) {
       return Reply(c, MHD_HTTP_BAD_REQUEST, "a GET has no body\n", "text/plain", false);
     }
     if (const char* why = BadHeaders(c); why != nullptr) {
