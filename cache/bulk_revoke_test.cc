@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
@@ -125,6 +126,40 @@ TEST_F(BulkRevokeTest, ClosingATenantRevokesItsKeysInBatches) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_TRUE(PeerWrite(g->rkey, g->va, "still mine").ok());
   EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+}
+
+// With the maintenance thread (as in regcached), a close returns once every key is refused; the
+// pool's keys, the queues and the PD go afterwards on that thread, and the device budget gets
+// every key back.
+TEST_F(BulkRevokeTest, AClosedTenantsPoolIsDestroyedAfterTheCloseNotOnItsPath) {
+  CacheOptions o = testing::TestCacheOptions();
+  o.background_maintenance = true;
+  ASSERT_NO_FATAL_FAILURE(Init(o));
+  const int64_t keys_before = device_->stats().live_keys.value();
+  auto other = cache_->OpenTenant(TenantOptions{});
+  ASSERT_TRUE(other.ok()) << other.status();
+  Memory mem(kKeys * kPage);
+  BackingSpec spec;
+  spec.va = mem.va();
+  spec.local_addr = mem.data();
+  spec.length = mem.size();
+  spec.access = hca::kAllAccess;
+  ASSERT_TRUE(cache_->AddBacking(*other, spec).ok());
+  const std::vector<KeyGrant> grants = RegisterEach(*other, mem);
+  ASSERT_EQ(grants.size(), kKeys);
+
+  ASSERT_TRUE(cache_->CloseTenant(*other).ok());
+  // Refused at once, every one: the reaper only destroys keys that already reach nothing.
+  for (const KeyGrant& g : grants) EXPECT_FALSE(PeerWrite(g.rkey, g.va, "gone").ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while ((cache_->stats().tenants_reaping.value() != 0 ||
+          device_->stats().live_keys.value() != keys_before) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(cache_->stats().tenants_reaping.value(), 0);
+  EXPECT_EQ(device_->stats().live_keys.value(), keys_before) << "the pool's keys are destroyed";
+  EXPECT_GE(cache_->stats().keys_destroyed.value(), kKeys);
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <functional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cache/types.h"
+#include "hca/device.h"
 
 namespace regcache::cache {
 
@@ -98,6 +100,11 @@ struct TenantOptions {
   // never after CloseTenant returned. Default none.
   std::function<void(Handle)> reclaiming;
 };
+
+// What RegCache::Create refuses (kInvalidArgument, kUnimplemented, with the reason): capacity
+// classes empty, not ascending, or beyond what one key or one map of the device holds;
+// watermarks the wrong way round; a device that can neither UMR nor bind memory windows.
+absl::Status ValidateCacheOptions(const CacheOptions& options, const hca::Capabilities& caps);
 
 }  // namespace regcache::cache
 #endif  // REGCACHE_CACHE_OPTIONS_H_

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -24,6 +25,7 @@
 #include "cache/internal/key_pool.h"
 #include "cache/internal/lifecycle.h"
 #include "cache/internal/mapper.h"
+#include "cache/internal/reaper.h"
 #include "cache/internal/rereg.h"
 #include "cache/internal/tenant.h"
 #include "cache/umr_engine.h"
@@ -66,7 +68,11 @@ constexpr uint32_t kMaxTenantSlots = 1u << 16;
 // The translation entries budgeted per key of the table when the options give no figure
 // (CacheOptions::device_translation_entries).
 constexpr uint64_t kDefaultEntriesPerKey = 64;
-constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
+constexpr int kCoverScanLimit = 64;
+// Pool keys of a closed tenant destroyed per maintenance step (ReapStep): on a ConnectX each is
+// a DESTROY_MKEY command of some microseconds.
+constexpr size_t kReapKeysPerStep =
+    4096;  // cover lookups give up (miss) after this many candidates
 
 class RegCacheImpl final : public RegCache {
  public:
@@ -183,9 +189,12 @@ class RegCacheImpl final : public RegCache {
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(tenants_mu_);
   absl::flat_hash_map<TenantId, std::shared_ptr<Tenant>> live_tenants_ ABSL_GUARDED_BY(tenants_mu_);
 
+  internal::Reaper reaper_{&stats_};  // what closed tenants left on the device
+
   base::Mutex stop_mu_;
-  base::CondVar stop_cv_;
+  base::CondVar stop_cv_;  // stop_, or a closed tenant to reap
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  bool reap_wanted_ ABSL_GUARDED_BY(stop_mu_) = false;
   std::thread maintenance_;
 };
 
@@ -196,6 +205,7 @@ RegCacheImpl::~RegCacheImpl() {
     stop_cv_.SignalAll();
   }
   if (maintenance_.joinable()) maintenance_.join();
+  reaper_.Finish();
   std::vector<TenantId> ids;
   {
     base::MutexLock lock(&tenants_mu_);
@@ -265,6 +275,18 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
   }
   stats_.tenants.Sub();
   budget_->TenantClosed();
+  // Its keys reach nothing now. What it left on the device (pool keys, queues, PD) goes after
+  // the close, on the maintenance thread, so that a close waits only for its invalidations; the
+  // device budget counts those keys until they are destroyed. Without that thread, here.
+  if (!maintenance_.joinable()) {
+    while (!internal::ReapTenant(*t, SIZE_MAX, s)) {
+    }
+    return s;
+  }
+  reaper_.Add(std::move(t));
+  base::MutexLock lock(&stop_mu_);
+  reap_wanted_ = true;
+  stop_cv_.SignalAll();
   return s;
 }
 
@@ -428,7 +450,10 @@ absl::Status RegCacheImpl::Invalidate(TenantId tenant, Handle handle) {
 // ---------------------------------------------------------------------------------------------
 // Maintenance
 
-void RegCacheImpl::Maintain() { (void)MaintainPass(); }
+void RegCacheImpl::Maintain() {
+  reaper_.Finish();
+  (void)MaintainPass();
+}
 
 bool RegCacheImpl::MaintainPass() {
   bool idle = true;
@@ -459,7 +484,7 @@ bool RegCacheImpl::MaintainPass() {
     }
     // The device work without the tenant's lock, so that its registrations go on meanwhile
     // (the pool stays: closing waits for refill_mu).
-    pool->DestroyKeys(surplus);
+    (void)pool->DestroyKeys(surplus);  // each failure is logged
     if (plan.empty()) continue;
     std::vector<std::vector<hca::Key>> made(plan.size());
     for (size_t i = 0; i < plan.size(); ++i) {
@@ -535,64 +560,28 @@ void RegCacheImpl::MaintenanceLoop() {
   for (;;) {
     {
       base::MutexLock lock(&stop_mu_);
-      if (stop_cv_.WaitFor(&stop_mu_, period, [this]() {
-            stop_mu_.AssertHeld();
-            return stop_;
-          })) {
-        return;
-      }
+      stop_cv_.WaitFor(&stop_mu_, period, [this]() {
+        stop_mu_.AssertHeld();
+        return stop_ || reap_wanted_;
+      });
+      if (stop_) return;
+      reap_wanted_ = false;
     }
-    period = MaintainPass() ? std::min(period * 2, most) : busy;
+    // A closed tenant's keys a bounded step at a time, the live tenants' maintenance between
+    // two steps: a large pool being destroyed delays no one's refill by more than one step.
+    const bool reaping = reaper_.Step(kReapKeysPerStep);
+    const bool idle = MaintainPass();
+    period = reaping ? absl::ZeroDuration() : idle ? std::min(period * 2, most) : busy;
   }
 }
 
 }  // namespace
 
-std::vector<uint32_t> RegCache::FitClasses(std::vector<uint32_t> classes,
-                                           const hca::Capabilities& caps) {
-  uint32_t limit = caps.max_klm_entries;
-  if (caps.max_inline_klm != 0 && !caps.umr_pointer_translation) {
-    limit = std::min(limit, caps.max_inline_klm);
-  }
-  std::vector<uint32_t> fit;
-  for (uint32_t c : classes) {
-    const uint32_t f = std::min(c, limit);
-    if (fit.empty() || f > fit.back()) fit.push_back(f);
-  }
-  return fit;
-}
-
 absl::StatusOr<std::unique_ptr<RegCache>> RegCache::Create(hca::Device* device,
                                                            const CacheOptions& options,
                                                            base::stats::Registry* registry) {
   if (device == nullptr) return absl::InvalidArgumentError("no device");
-  if (options.pool.capacity_classes.empty()) {
-    return absl::InvalidArgumentError("no key capacity classes");
-  }
-  for (size_t i = 0; i < options.pool.capacity_classes.size(); ++i) {
-    const uint32_t c = options.pool.capacity_classes[i];
-    if (c == 0 || (i > 0 && c <= options.pool.capacity_classes[i - 1])) {
-      return absl::InvalidArgumentError("capacity classes must be positive and ascending");
-    }
-    if (c > device->capabilities().max_klm_entries) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("capacity class %d exceeds the device's %d KLM entries per key", c,
-                          device->capabilities().max_klm_entries));
-    }
-    if (!device->capabilities().umr_pointer_translation &&
-        device->capabilities().max_inline_klm != 0 && c > device->capabilities().max_inline_klm) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("capacity class %d exceeds the %d KLM entries one map carries inline", c,
-                          device->capabilities().max_inline_klm));
-    }
-  }
-  if (options.pool.high_watermark < options.pool.low_watermark) {
-    return absl::InvalidArgumentError("pool high watermark below low watermark");
-  }
-  if (!device->capabilities().umr && !device->capabilities().memory_windows) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "device %s can neither UMR nor bind memory windows", device->capabilities().backend));
-  }
+  RETURN_IF_ERROR(ValidateCacheOptions(options, device->capabilities()));
   return std::unique_ptr<RegCache>(new RegCacheImpl(device, options, registry));
 }
 

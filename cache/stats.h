@@ -39,6 +39,7 @@ namespace regcache::cache {
   GAUGE(keys_quarantined_now, "keys currently in quarantine")                                    \
   GAUGE(backed_bytes, "bytes of backing memory attached, all tenants")                           \
   GAUGE(tenants, "open tenants")                                                                 \
+  GAUGE(tenants_reaping, "closed tenants whose pool keys, queues and PD are being destroyed")    \
   HISTOGRAM(umr_latency_ns, "UMR batch post-to-completion latency")                              \
   HISTOGRAM(miss_latency_ns, "register miss latency (layout, key, UMR, insert)")
 

@@ -295,14 +295,39 @@ std::vector<PooledKey> KeyPool::Shrink(absl::Time now, uint64_t keep, uint64_t k
   return out;
 }
 
-void KeyPool::DestroyKeys(const std::vector<PooledKey>& keys) {
+absl::Status KeyPool::DestroyKeys(const std::vector<PooledKey>& keys) {
+  absl::Status first;
   for (const PooledKey& k : keys) {
     if (ledger_ != nullptr) ledger_->Destroyed(k.key);
     absl::Status s = device_->DestroyKey(k.key);
-    if (!s.ok()) RC_LOG(WARNING) << "key pool shrink: " << s;
+    if (!s.ok()) {
+      RC_LOG(WARNING) << "key pool: destroying a key: " << s;
+      if (first.ok()) first = s;
+    }
     if (budget_ != nullptr) budget_->Give(1, classes_[k.cls].capacity);
     stats_->keys_destroyed.Inc();
   }
+  return first;
+}
+
+std::vector<PooledKey> KeyPool::TakeForTeardown(size_t max) {
+  std::vector<PooledKey> out;
+  for (Class& c : classes_) {
+    while (out.size() < max && !c.free.empty()) {
+      out.push_back(PooledKey{c.free.front(), static_cast<int>(&c - classes_.data())});
+      c.free.pop_front();
+      c.total--;
+      stats_->keys_free.Sub();
+    }
+  }
+  while (out.size() < max && !quarantine_.empty()) {
+    out.push_back(quarantine_.front().key);
+    classes_[quarantine_.front().key.cls].total--;
+    quarantine_.pop_front();
+    stats_->keys_quarantined_now.Sub();
+    stats_->keys_in_use.Sub();
+  }
+  return out;
 }
 
 }  // namespace regcache::cache

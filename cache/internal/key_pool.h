@@ -97,9 +97,13 @@ class KeyPool {
   // `keep_entries` translation entries, free keys (largest classes first) then quarantined
   // keys. The caller destroys them (DestroyKeys), without the tenant's lock.
   std::vector<PooledKey> Shrink(absl::Time now, uint64_t keep, uint64_t keep_entries = UINT64_MAX);
-  // Destroys keys Shrink took out (ledger, device, budget). Touches only the classes'
-  // capacities, which never change: callable without the tenant's lock.
-  void DestroyKeys(const std::vector<PooledKey>& keys);
+  // Destroys keys Shrink or TakeForTeardown took out (ledger, device, budget); returns the first
+  // failure. Touches only the classes' capacities, which never change: callable without the
+  // tenant's lock.
+  absl::Status DestroyKeys(const std::vector<PooledKey>& keys);
+  // For a closed tenant: takes out up to `max` keys, free ones first, then quarantined ones
+  // whatever their time there (no key of the PD is mapped again). The caller destroys them.
+  std::vector<PooledKey> TakeForTeardown(size_t max);
   // The last key creation was refused by the device budget (not by max_keys_per_class).
   bool budget_refused() const { return budget_refused_; }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/error_reason.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "cache/backing_observer.h"
 #include "cache/internal/holds.h"
@@ -217,13 +218,36 @@ absl::Status CloseTenant(Tenant& t) {
       if (!s.ok() && first.ok()) first = s;
       t.stats().backed_bytes.Sub(static_cast<int64_t>(b->length));
     }
-    t.pool.reset();  // destroys free and quarantined keys
+  }
+  return first;
+}
+
+bool ReapTenant(Tenant& t, size_t max_keys, absl::Status& first) {
+  std::vector<PooledKey> keys;
+  KeyPool* pool = nullptr;
+  {
+    base::MutexLock refill(&t.refill_mu);
+    base::MutexLock lock(&t.mu);
+    RC_DCHECK(t.closing);
+    if (t.pool != nullptr) {
+      keys = t.pool->TakeForTeardown(max_keys);
+      if (keys.empty()) {
+        t.pool.reset();  // empty: keys still handed out (none after CloseTenant) stay lost
+      } else {
+        pool = t.pool.get();  // stays: only this thread reaps the tenant
+      }
+    }
+  }
+  if (pool != nullptr) {
+    absl::Status s = pool->DestroyKeys(keys);
+    if (!s.ok() && first.ok()) first = s;
+    return false;
   }
   // Records still held (revoked) die with the tenant's slab: their handles go with it.
   t.engine.reset();
   absl::Status s = t.device()->DeallocPd(t.pd);
   if (!s.ok() && first.ok()) first = s;
-  return first;
+  return true;
 }
 
 }  // namespace regcache::cache::internal

@@ -113,9 +113,15 @@ absl::StatusOr<Record*> Resolve(const Tenant& t, Handle handle);
 absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec);
 // Retires every registration over the backing, then deregisters it (RegCache::RemoveBacking).
 absl::Status DetachMemory(Tenant& t, BackingId backing);
-// Retires every registration and window, deregisters the memory, destroys pool, queues and PD.
+// Retires every registration and window and deregisters the memory: when it returns, no key of
+// the tenant reaches any memory. What stays on the device — the pool's keys, each free or
+// invalidated, the UMR queues and the PD — is ReapTenant's.
 // REQUIRES: the tenant is out of the cache's table (no new calls reach it).
 absl::Status CloseTenant(Tenant& t);
+// Destroys up to `max_keys` of a closed tenant's pool keys, and once none is left its queues
+// and PD. True when the tenant holds nothing on the device any more. The first failure goes to
+// `first` (if it holds none yet).
+bool ReapTenant(Tenant& t, size_t max_keys, absl::Status& first);
 
 }  // namespace regcache::cache::internal
 #endif  // REGCACHE_CACHE_INTERNAL_TENANT_H_
