@@ -201,6 +201,12 @@ absl::Status CloseTenant(Tenant& t) {
     StopReferences(t, all);
     for (Record* r : all) (r->is_window() ? windows : parents).push_back(r);
   }
+  {
+    // No hit finds a stopped record, and every one goes: the cover index empties at once,
+    // not entry by entry (StartDraining's erase then finds nothing).
+    base::MutexLock lock(&t.mu);
+    t.cover.clear();
+  }
   RetireBatch(t, windows);
   RetireBatch(t, parents);
 
