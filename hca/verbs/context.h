@@ -18,10 +18,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "base/mutex.h"
 #include "base/unique_fd.h"
 #include "hca/device.h"
@@ -150,6 +152,31 @@ class Context {
   // Deregisters a cut region no window is bound on any more (counted; a refusal is logged).
   void ReleaseCut(ibv_mr* cut);
 
+  // Binds posted as lists: many IBV_WR_BIND_MW work requests of type-1 windows in one
+  // ibv_post_send (one doorbell), rather than one ibv_bind_mw (one doorbell) each. The verbs API
+  // documents ibv_bind_mw for type-1 windows; rdma-core's rxe and mlx5 providers implement it as
+  // exactly such a work request, and take a list of them. Set once while opening, only when the
+  // self-test (ProbeBindLists) saw a list bind two windows that then served reads through
+  // another queue pair; read-only afterwards.
+  void set_bind_lists(bool on) {
+    bind_lists_ = on;
+    stats_.bind_lists.Set(on ? 1 : 0);
+  }
+  bool bind_lists() const { return bind_lists_; }
+  struct BindItem {
+    const BindRequest* request = nullptr;
+    uint64_t wr_id = 0;
+    ibv_mr* cut = nullptr;
+    bool signaled = true;
+  };
+  // PostBind for each item in order, all under one hold of the lock, the binds posted as lists.
+  // A window already in the list being built sends that list first (a work request names the
+  // window's rkey, which the provider reads at post time and the caller advances after). A
+  // failed post refuses its unposted work requests and every later item with the errno's
+  // status, their effects on the table undone.
+  std::vector<absl::StatusOr<BindPlan>> PostBindList(ibv_qp* qp, Pd queue_pd,
+                                                     absl::Span<const BindItem> items);
+
   // Checks `request` against the tables and, if it may go, applies its effect to the window's
   // record and posts it with ibv_bind_mw on `qp` (wr_id `wr_id`; signalled or not as asked),
   // all under the lock. `cut`: PrepareCut's region for this request (a map with cut backings).
@@ -184,6 +211,7 @@ class Context {
   absl::Status pd_import_ = absl::UnimplementedError("PD import not probed on this device");
   VerbsStats stats_;
   bool cut_backings_ = false;
+  bool bind_lists_ = false;
   // The event watch: its thread, the eventfd that stops it, and what it found.
   std::thread events_;
   base::UniqueFd stop_events_;

@@ -2,7 +2,9 @@
 // bind must pass against the table, its effect on the window's record, and with cut backings
 // (docs/key_bounds.md) the region of the key's own each map is bound on.
 #include <cerrno>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -209,6 +211,84 @@ absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRe
   mws_[KeyIndex(rq.key)] = plan->after;
   stats_.binds_posted.Inc();
   return plan;
+}
+
+std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue_pd,
+                                                            absl::Span<const BindItem> items) {
+  std::vector<absl::StatusOr<BindPlan>> out;
+  out.reserve(items.size());
+  std::vector<ibv_send_wr> wrs;  // the list being built: wrs[k] posts *out[list[k]]
+  std::vector<size_t> list;
+  wrs.reserve(items.size());
+  list.reserve(items.size());
+  absl::flat_hash_set<const ibv_mw*> in_list;
+  absl::Status failed;  // a post failed: so does every request after it
+  base::MutexLock lock(&mu_);
+  const auto send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (wrs.empty()) return;
+    for (size_t k = 0; k + 1 < wrs.size(); ++k) wrs[k].next = &wrs[k + 1];
+    wrs.back().next = nullptr;
+    ibv_send_wr* bad = nullptr;
+    const int err = ibv_post_send(qp, wrs.data(), &bad);
+    const size_t posted = err == 0 || bad == nullptr ? (err == 0 ? wrs.size() : 0)
+                                                     : static_cast<size_t>(bad - wrs.data());
+    for (size_t k = 0; k < posted; ++k) {
+      out[list[k]]->mw->rkey = wrs[k].bind_mw.rkey;  // ibv_post_send leaves that to the caller
+      stats_.binds_posted.Inc();
+    }
+    if (posted > 0) stats_.bind_lists_posted.Inc();
+    if (posted < wrs.size()) {
+      failed = ErrnoStatus(err, "ibv_post_send of a list of window binds");
+      for (size_t k = wrs.size(); k-- > posted;) {  // newest first: each record as it was
+        const BindPlan& p = *out[list[k]];
+        auto it = mws_.find(KeyIndex(p.before.key));
+        if (it != mws_.end() && it->second.seq == p.after.seq) {
+          it->second = p.before;
+          it->second.seq = next_seq_++;
+        }
+        out[list[k]] = failed;
+        stats_.bind_errors.Inc();
+      }
+    }
+    wrs.clear();
+    list.clear();
+    in_list.clear();
+  };
+  for (const BindItem& item : items) {
+    if (auto w = mws_.find(KeyIndex(item.request->key));
+        w != mws_.end() && in_list.contains(w->second.mw)) {
+      send();
+    }
+    if (!failed.ok()) {
+      stats_.bind_errors.Inc();
+      out.push_back(failed);
+      continue;
+    }
+    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, item.cut);
+    if (!plan.ok()) stats_.bind_errors.Inc();
+    if (!plan.ok() || plan->mw == nullptr) {
+      out.push_back(std::move(plan));
+      continue;
+    }
+    ibv_send_wr wr{};
+    wr.wr_id = item.wr_id;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = item.signaled ? IBV_SEND_SIGNALED : 0;
+    wr.bind_mw.mw = plan->mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(plan->mw->rkey);
+    wr.bind_mw.bind_info = plan->bind.bind_info;
+    plan->bind.wr_id = wr.wr_id;
+    plan->bind.send_flags = wr.send_flags;
+    plan->after.key = wr.bind_mw.rkey;
+    plan->after.seq = next_seq_++;
+    mws_[KeyIndex(item.request->key)] = plan->after;
+    in_list.insert(plan->mw);
+    list.push_back(out.size());
+    wrs.push_back(wr);
+    out.push_back(std::move(plan));
+  }
+  send();
+  return out;
 }
 
 void Context::BindDone(const BindPlan& plan) {

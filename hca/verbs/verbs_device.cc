@@ -249,10 +249,18 @@ absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec) {
   VerbsOptions o;
   o.device_name = spec.device;
   for (const auto& [k, v] : spec.params) {
+    if (k == "bind_lists") {
+      if (v != "0" && v != "1") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("verbs: bind_lists must be 0 or 1, not '", v, "'"));
+      }
+      o.bind_lists = v == "1";
+      continue;
+    }
     ASSIGN_OR_RETURN(const bool applied, ApplyContextParam("verbs", k, v, &o));
     if (!applied) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("verbs: unknown parameter '", k, "' (port, gid_index, max_queue_depth)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "verbs: unknown parameter '", k, "' (port, gid_index, max_queue_depth, bind_lists)"));
     }
   }
   return o;
@@ -265,6 +273,12 @@ absl::StatusOr<std::unique_ptr<Device>> NewVerbsDevice(const VerbsOptions& optio
     RC_LOG(WARNING) << "verbs: no async event watch (a fatal device error goes unnoticed): " << s;
   }
   const BoundsProbe bounds = ProbeWindowBounds(*c);
+  if (options.bind_lists) {
+    const BindListProbe lists = ProbeBindLists(*c);
+    c->set_bind_lists(lists.usable);
+    RC_LOG(INFO) << "verbs: binds posted " << (lists.usable ? "as lists" : "one by one") << " ("
+                 << lists.detail << ")";
+  }
   RC_LOG(INFO) << "verbs: opened " << ibv_get_device_name(c->ctx()->device) << " port "
                << int{options.port} << " (max_mw " << c->attr.orig_attr.max_mw << ", max_qp_wr "
                << c->attr.orig_attr.max_qp_wr << "); key bounds: " << KeyBoundsName(bounds.bounds)

@@ -18,7 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(VerbsSpec, ParsesDeviceAndParameters) {
-  auto spec = ParseBackendSpec("verbs:rxe0,port=2,gid_index=1,max_queue_depth=64");
+  auto spec = ParseBackendSpec("verbs:rxe0,port=2,gid_index=1,max_queue_depth=64,bind_lists=0");
   ASSERT_TRUE(spec.ok());
   auto o = VerbsOptionsFromSpec(*spec);
   ASSERT_TRUE(o.ok()) << o.status();
@@ -26,11 +26,14 @@ TEST(VerbsSpec, ParsesDeviceAndParameters) {
   EXPECT_EQ(o->port, 2);
   EXPECT_EQ(o->gid_index, 1);
   EXPECT_EQ(o->max_queue_depth, 64u);
+  EXPECT_FALSE(o->bind_lists);
+  EXPECT_TRUE(VerbsOptions{}.bind_lists) << "lists where the self-test allows them, by default";
 }
 
 TEST(VerbsSpec, RefusesUnknownAndBadParameters) {
-  for (const char* bad : {"verbs:speed=9", "verbs:port=0", "verbs:port=x", "verbs:port=300",
-                          "verbs:max_queue_depth=0"}) {
+  for (const char* bad :
+       {"verbs:speed=9", "verbs:port=0", "verbs:port=x", "verbs:port=300",
+        "verbs:max_queue_depth=0", "verbs:bind_lists=2", "verbs:bind_lists=yes"}) {
     auto spec = ParseBackendSpec(bad);
     ASSERT_TRUE(spec.ok()) << bad;
     auto o = VerbsOptionsFromSpec(*spec);

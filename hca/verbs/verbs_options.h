@@ -16,6 +16,7 @@ namespace regcache::hca::verbs {
 
 #define HCA_VERBS_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
   COUNTER(binds_posted, "window binds posted (maps and invalidates)")              \
+  COUNTER(bind_lists_posted, "lists of window binds posted by one ibv_post_send")  \
   COUNTER(bind_errors, "binds completed with an error or refused before posting")  \
   COUNTER(queue_recoveries, "bind queue pairs reset after an error")               \
   COUNTER(bind_markers, "signalled marker binds posted to cover unsignalled ones") \
@@ -28,7 +29,8 @@ namespace regcache::hca::verbs {
   COUNTER(cut_release_errors, "cut regions the device refused to deregister")      \
   GAUGE(live_windows, "memory windows allocated")                                  \
   GAUGE(live_backings, "memory regions registered")                                \
-  GAUGE(live_cuts, "regions cut at a key's edges, registered now")
+  GAUGE(live_cuts, "regions cut at a key's edges, registered now")                 \
+  GAUGE(bind_lists, "1 when binds are posted as lists (the self-test at open allowed it)")
 RC_DEFINE_STATS(VerbsStats, HCA_VERBS_STATS);
 
 struct VerbsOptions {
@@ -36,6 +38,9 @@ struct VerbsOptions {
   uint8_t port = 1;         // spec "port="
   int gid_index = 0;        // spec "gid_index=": RoCE GID table entry used for connections
   uint32_t max_queue_depth = 4096;  // spec "max_queue_depth=": bind queue pair size cap
+  // spec "bind_lists=0": one ibv_bind_mw per bind even where the self-test at open found that
+  // the provider takes a list of binds in one ibv_post_send (docs/verbs.md). verbs only.
+  bool bind_lists = true;
 };
 
 // Applies `key`=`value` if it is one of the verbs context's own parameters (port, gid_index,
@@ -44,8 +49,8 @@ struct VerbsOptions {
 absl::StatusOr<bool> ApplyContextParam(absl::string_view backend, const std::string& key,
                                        const std::string& value, VerbsOptions* o);
 
-// Parses a "verbs[:name,port=N,gid_index=N,max_queue_depth=N]" spec. kInvalidArgument for
-// unknown keys or bad numbers.
+// Parses a "verbs[:name,port=N,gid_index=N,max_queue_depth=N,bind_lists=0|1]" spec.
+// kInvalidArgument for unknown keys or bad numbers.
 absl::StatusOr<VerbsOptions> VerbsOptionsFromSpec(const BackendSpec& spec);
 
 }  // namespace regcache::hca::verbs

@@ -141,15 +141,33 @@ absl::Status BindQueue::Doorbell() {
   Pump();
   if (held_.empty()) return absl::OkStatus();
   if (broken_) RETURN_IF_ERROR(Recover());
-  for (const Held& h : held_) {
+  // One list for the batch where the provider takes lists. With cut backings each map first
+  // registers a region of its own against the table as the binds before it left it, so those
+  // go one by one.
+  const bool lists = c_->bind_lists() && !c_->cut_backings();
+  std::vector<absl::StatusOr<BindPlan>> listed;
+  if (lists) {
+    std::vector<Context::BindItem> items;
+    items.reserve(held_.size());
+    for (const Held& h : held_) items.push_back({&h.request, next_wr_++, nullptr, h.signaled});
+    listed = c_->PostBindList(qp_, pd_, items);
+  }
+  for (size_t i = 0; i < held_.size(); ++i) {
+    const Held& h = held_[i];
     InFlight f;
     f.id = h.id;
     f.signaled = h.signaled;
-    const uint64_t wr = next_wr_++;
-    absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
-    absl::StatusOr<BindPlan> plan =
-        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
-    if (!plan.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+    uint64_t wr = 0;
+    absl::StatusOr<BindPlan> plan = absl::UnknownError("not planned");
+    if (lists) {
+      wr = next_wr_ - held_.size() + i;
+      plan = std::move(listed[i]);
+    } else {
+      wr = next_wr_++;
+      absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
+      plan = cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
+      if (!plan.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+    }
     if (plan.ok() && plan->mw == nullptr) {
       f.refusal = absl::OkStatus();  // done without posting: completes in its turn
     } else if (plan.ok()) {

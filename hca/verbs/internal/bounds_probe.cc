@@ -29,9 +29,13 @@ struct Scratch {
   ibv_mr* mr = nullptr;
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
+  ibv_qp* qp2 = nullptr;  // ProbeBindLists: the queue pair that reads
   ibv_mw* mw = nullptr;
+  ibv_mw* mw2 = nullptr;
   ~Scratch() {
     if (mw != nullptr) (void)ibv_dealloc_mw(mw);
+    if (mw2 != nullptr) (void)ibv_dealloc_mw(mw2);
+    DestroyQpAndCq(qp2, nullptr, "destroying the bind-list self-test's second queue pair");
     DestroyQpAndCq(qp, cq, "destroying the bounds self-test's queue pair");
     if (mr != nullptr) (void)ibv_dereg_mr(mr);
     if (pd != nullptr) (void)ibv_dealloc_pd(pd);
@@ -55,9 +59,10 @@ absl::StatusOr<ibv_wc> Await(ibv_cq* cq, const char* what) {
   }
 }
 
-// Reads kRead bytes at `remote` through `rkey` into page 3; the work completion's status.
+// Reads kRead bytes at `remote` through `rkey` into page 3 over `qp` (default s.qp); the work
+// completion's status.
 absl::StatusOr<ibv_wc_status> Read(const Scratch& s, uint32_t rkey, uint64_t remote,
-                                   const char* what) {
+                                   const char* what, ibv_qp* qp = nullptr) {
   ibv_sge sge{};
   sge.addr = s.at(3 * kPage);
   sge.length = kRead;
@@ -70,15 +75,16 @@ absl::StatusOr<ibv_wc_status> Read(const Scratch& s, uint32_t rkey, uint64_t rem
   wr.num_sge = 1;
   wr.wr.rdma.remote_addr = remote;
   wr.wr.rdma.rkey = rkey;
-  if (int err = ibv_post_send(s.qp, &wr, &bad); err != 0) {
+  if (int err = ibv_post_send(qp != nullptr ? qp : s.qp, &wr, &bad); err != 0) {
     return ErrnoStatus(err, absl::StrFormat("ibv_post_send (%s)", what));
   }
   ASSIGN_OR_RETURN(ibv_wc wc, Await(s.cq, what));
   return wc.status;
 }
 
-absl::StatusOr<BoundsProbe> Run(const Context& c) {
-  Scratch s;
+// The scratch pages (page p filled with 0xa0 + p), their PD and region, a CQ and a queue pair
+// connected to itself, and a type-1 window.
+absl::Status Prepare(const Context& c, Scratch& s) {
   s.buf = mmap(nullptr, kPage * kPages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (s.buf == MAP_FAILED) return ErrnoStatus(errno, "mmap of the scratch pages");
   for (size_t p = 0; p < kPages; ++p) {
@@ -88,12 +94,18 @@ absl::StatusOr<BoundsProbe> Run(const Context& c) {
   if (s.pd == nullptr) return ErrnoStatus(errno, "ibv_alloc_pd");
   s.mr = ibv_reg_mr(s.pd, s.buf, kPage * kPages, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
   if (s.mr == nullptr) return ErrnoStatus(errno, "ibv_reg_mr of the scratch pages");
-  s.cq = ibv_create_cq(c.ctx(), 4, nullptr, nullptr, 0);
+  s.cq = ibv_create_cq(c.ctx(), 8, nullptr, nullptr, 0);
   if (s.cq == nullptr) return ErrnoStatus(errno, "ibv_create_cq");
   ASSIGN_OR_RETURN(s.qp, CreateRcQp(s.pd, s.cq, 4));
   RETURN_IF_ERROR(ConnectToSelf(c, s.qp, IBV_ACCESS_REMOTE_READ, RandomPsn()));
   s.mw = ibv_alloc_mw(s.pd, IBV_MW_TYPE_1);
   if (s.mw == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BoundsProbe> Run(const Context& c) {
+  Scratch s;
+  RETURN_IF_ERROR(Prepare(c, s));
 
   ibv_mw_bind bind{};
   bind.send_flags = IBV_SEND_SIGNALED;
@@ -151,7 +163,62 @@ absl::StatusOr<BoundsProbe> Run(const Context& c) {
   return p;
 }
 
+absl::Status RunBindLists(const Context& c) {
+  Scratch s;
+  RETURN_IF_ERROR(Prepare(c, s));
+  ASSIGN_OR_RETURN(s.qp2, CreateRcQp(s.pd, s.cq, 4));
+  RETURN_IF_ERROR(ConnectToSelf(c, s.qp2, IBV_ACCESS_REMOTE_READ, RandomPsn()));
+  s.mw2 = ibv_alloc_mw(s.pd, IBV_MW_TYPE_1);
+  if (s.mw2 == nullptr) return ErrnoStatus(errno, "ibv_alloc_mw");
+  ibv_mw* const mws[2] = {s.mw, s.mw2};
+  ibv_send_wr wr[2] = {};
+  for (int k = 0; k < 2; ++k) {
+    wr[k].wr_id = k + 1;
+    wr[k].opcode = IBV_WR_BIND_MW;
+    wr[k].bind_mw.mw = mws[k];
+    wr[k].bind_mw.rkey = ibv_inc_rkey(mws[k]->rkey);
+    wr[k].bind_mw.bind_info.mr = s.mr;
+    wr[k].bind_mw.bind_info.addr = s.at((k + 1) * kPage);  // pages 1 and 2
+    wr[k].bind_mw.bind_info.length = kPage;
+    wr[k].bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+  }
+  wr[0].next = &wr[1];
+  wr[1].send_flags = IBV_SEND_SIGNALED;  // covers both
+  ibv_send_wr* bad = nullptr;
+  if (int err = ibv_post_send(s.qp, wr, &bad); err != 0) {
+    return ErrnoStatus(err, "ibv_post_send of two window binds");
+  }
+  ASSIGN_OR_RETURN(ibv_wc bound, Await(s.cq, "a list of two window binds"));
+  if (bound.status != IBV_WC_SUCCESS || bound.wr_id != 2) {
+    return absl::InternalError(absl::StrFormat("the list's completion was work request %d with %s",
+                                               bound.wr_id, ibv_wc_status_str(bound.status)));
+  }
+  for (int k = 0; k < 2; ++k) {
+    mws[k]->rkey = wr[k].bind_mw.rkey;
+    ASSIGN_OR_RETURN(ibv_wc_status st, Read(s, mws[k]->rkey, s.at((k + 1) * kPage),
+                                            "a read through a window bound by the list", s.qp2));
+    const auto* landed = static_cast<const unsigned char*>(s.buf) + 3 * kPage;
+    if (st != IBV_WC_SUCCESS || landed[0] != 0xa1 + k || landed[kRead - 1] != 0xa1 + k) {
+      return absl::InternalError(absl::StrFormat(
+          "a read through window %d of the list over another queue pair was not served (%s)", k + 1,
+          ibv_wc_status_str(st)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+BindListProbe ProbeBindLists(const Context& c) {
+  BindListProbe p;
+  absl::Status s = RunBindLists(c);
+  p.usable = s.ok();
+  p.detail = s.ok()
+                 ? "self-test at open: two type-1 windows bound by one ibv_post_send list "
+                   "served reads over another queue pair of their PD"
+                 : absl::StrCat("self-test at open: a list of binds did not work: ", s.message());
+  return p;
+}
 
 BoundsProbe ProbeWindowBounds(const Context& c) {
   absl::StatusOr<BoundsProbe> p = Run(c);

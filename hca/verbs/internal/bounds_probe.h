@@ -27,5 +27,18 @@ struct BoundsProbe {
 
 BoundsProbe ProbeWindowBounds(const Context& c);
 
+// The second self-test at open: does the provider bind type-1 windows posted as a list of
+// IBV_WR_BIND_MW work requests by one ibv_post_send (Context::set_bind_lists)? It posts binds
+// of two windows (one page each, remote read) as one list on one self-connected queue pair,
+// waits for the list's one completion, and reads eight bytes through each window's new rkey
+// over a second queue pair of the PD: type-1 windows serve every queue pair of their PD. Usable
+// only if all of it succeeds and the reads return the pages' bytes.
+struct BindListProbe {
+  bool usable = false;
+  std::string detail;  // what was observed, in words
+};
+
+BindListProbe ProbeBindLists(const Context& c);
+
 }  // namespace regcache::hca::verbs
 #endif  // REGCACHE_HCA_VERBS_INTERNAL_BOUNDS_PROBE_H_
