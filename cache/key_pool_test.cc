@@ -242,7 +242,7 @@ TEST_F(KeyPoolTest, IdleClassesGiveTheirFreeKeysBack) {
   EXPECT_TRUE(pool_->Shrink(kT0 + absl::Seconds(4), UINT64_MAX).empty()) << "not idle yet";
   std::vector<PooledKey> idle = pool_->Shrink(kT0 + absl::Seconds(5), UINT64_MAX);
   EXPECT_EQ(idle.size(), 3u);  // the free ones; the one taken stays its user's
-  pool_->DestroyKeys(idle);
+  EXPECT_TRUE(pool_->DestroyKeys(idle).ok());
   ExpectCounts(0, 0, 1);
   EXPECT_EQ(LiveKeys() - before, 1);
   ASSERT_TRUE(pool_->Maintain(kT0 + absl::Seconds(6)).ok());
@@ -251,7 +251,7 @@ TEST_F(KeyPoolTest, IdleClassesGiveTheirFreeKeysBack) {
   // Over a limit (budget pressure), quarantined keys go back too.
   std::vector<PooledKey> over = pool_->Shrink(kT0 + absl::Seconds(6), 0);
   EXPECT_EQ(over.size(), 1u);
-  pool_->DestroyKeys(over);
+  EXPECT_TRUE(pool_->DestroyKeys(over).ok());
   ExpectCounts(0, 0, 0);
   EXPECT_EQ(LiveKeys() - before, 0);
   MustTake(0);  // used again: a new batch

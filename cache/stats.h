@@ -33,6 +33,8 @@ namespace regcache::cache {
   COUNTER(umr_batches, "doorbells rung by the UMR engine")                                       \
   COUNTER(umr_failed, "UMR requests that completed with an error")                               \
   COUNTER(umr_timeouts, "UMR requests whose completion did not arrive in time")                  \
+  COUNTER(reap_errors,                                                                           \
+          "closed tenants whose leftovers (pool keys, queues, PD) the device refused")           \
   GAUGE(live_registrations, "registrations and windows live (mapped, not yet revoked)")          \
   GAUGE(keys_in_use, "pooled keys not in the free lists (mapping, live, draining, quarantined)") \
   GAUGE(keys_free, "pooled keys in the free lists")                                              \

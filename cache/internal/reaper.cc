@@ -22,7 +22,10 @@ bool Reaper::Step(size_t max_keys) {
   }
   absl::Status first;
   const bool gone = ReapTenant(*t, max_keys, first);
-  if (!first.ok()) RC_LOG(WARNING) << "closed tenant " << t->id << ": " << first;
+  if (!first.ok()) {
+    stats_->reap_errors.Inc();
+    RC_LOG(WARNING) << "closed tenant " << t->id << ": " << first;
+  }
   base::MutexLock lock(&mu_);
   if (gone) {
     waiting_.pop_front();
