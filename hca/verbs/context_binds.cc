@@ -230,8 +230,9 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     wrs.back().next = nullptr;
     ibv_send_wr* bad = nullptr;
     const int err = ibv_post_send(qp, wrs.data(), &bad);
-    const size_t posted = err == 0 || bad == nullptr ? (err == 0 ? wrs.size() : 0)
-                                                     : static_cast<size_t>(bad - wrs.data());
+    // On a failure the provider points `bad` at the first work request it did not post.
+    size_t posted = wrs.size();
+    if (err != 0) posted = bad == nullptr ? 0 : static_cast<size_t>(bad - wrs.data());
     for (size_t k = 0; k < posted; ++k) {
       out[list[k]]->mw->rkey = wrs[k].bind_mw.rkey;  // ibv_post_send leaves that to the caller
       stats_.binds_posted.Inc();
