@@ -161,11 +161,15 @@ void BM_RevokeOnDeath(benchmark::State& state, int keys) {
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
     const absl::Time killed = absl::Now();
-    const absl::Time deadline = killed + absl::Seconds(60);
-    while (b.DeviceSessions() != idle) {
-      if (absl::Now() > deadline) Die("the dead child's session was not closed within 60 s");
-      absl::SleepFor(PollPause(absl::Now() - killed));
-    }
+    const auto await = [killed](const char* what, const auto& done) {
+      while (!done()) {
+        if (absl::Now() > killed + absl::Seconds(60)) {
+          Die(absl::StrFormat("the dead child's %s within 60 s", what));
+        }
+        absl::SleepFor(PollPause(absl::Now() - killed));
+      }
+    };
+    await("session was not closed", [&] { return b.DeviceSessions() == idle; });
     const double t = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
     state.SetIterationTime(t / 1e9);
     ns.push_back(t);
@@ -177,14 +181,12 @@ void BM_RevokeOnDeath(benchmark::State& state, int keys) {
       state.SkipWithError("registrations left after the session closed");
       break;
     }
-    for (;;) {
+    await("pool was not destroyed", [&] {
       stats = b.observer->Stats();
       auto reaping = stats.ok() ? stats->Get("cache", "tenants_reaping") : stats.status();
       if (!reaping.ok()) Die("stats: " + reaping.status().ToString());
-      if (*reaping == 0) break;
-      if (absl::Now() > deadline) Die("the dead child's pool was not destroyed within 60 s");
-      absl::SleepFor(PollPause(absl::Now() - killed));
-    }
+      return *reaping == 0;
+    });
     reaped_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
   }
   state.counters["keys"] = keys;

@@ -99,26 +99,20 @@ TEST_F(BulkRevokeTest, InvalidatingARegistrationRevokesItsWindowsInOneBatch) {
 
 TEST_F(BulkRevokeTest, ClosingATenantRevokesItsKeysInBatches) {
   ASSERT_NO_FATAL_FAILURE(Init());
-  auto other = cache_->OpenTenant(TenantOptions{});
-  ASSERT_TRUE(other.ok()) << other.status();
   Memory mem(kKeys * kPage);
-  BackingSpec spec;
-  spec.va = mem.va();
-  spec.local_addr = mem.data();
-  spec.length = mem.size();
-  spec.access = hca::kAllAccess;
-  ASSERT_TRUE(cache_->AddBacking(*other, spec).ok());
-  const std::vector<KeyGrant> grants = RegisterEach(*other, mem);
+  const TenantId other = OpenWith(mem);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::vector<KeyGrant> grants = RegisterEach(other, mem);
   ASSERT_EQ(grants.size(), kKeys);
   // A window on a held registration: windows go first, in a batch of their own.
-  ASSERT_TRUE(cache_->CreateWindow(*other, grants[1].handle, 0, kPage, hca::kAllAccess).ok());
+  ASSERT_TRUE(cache_->CreateWindow(other, grants[1].handle, 0, kPage, hca::kAllAccess).ok());
 
   const uint64_t before = Doorbells();
   const uint64_t invalidated = cache_->stats().invalidations.value();
-  ASSERT_TRUE(cache_->CloseTenant(*other).ok());
+  ASSERT_TRUE(cache_->CloseTenant(other).ok());
   EXPECT_LE(Doorbells() - before, kMostDoorbells + 1);
   EXPECT_EQ(cache_->stats().invalidations.value() - invalidated, kKeys + 1);
-  EXPECT_FALSE(cache_->Usage(*other).ok());
+  EXPECT_FALSE(cache_->Usage(other).ok());
   // The fixture's tenant is untouched, and TearDown proves every key of both is gone.
   Memory mine(kPage);
   Attach(mine);
@@ -136,19 +130,13 @@ TEST_F(BulkRevokeTest, AClosedTenantsPoolIsDestroyedAfterTheCloseNotOnItsPath) {
   o.background_maintenance = true;
   ASSERT_NO_FATAL_FAILURE(Init(o));
   const int64_t keys_before = device_->stats().live_keys.value();
-  auto other = cache_->OpenTenant(TenantOptions{});
-  ASSERT_TRUE(other.ok()) << other.status();
   Memory mem(kKeys * kPage);
-  BackingSpec spec;
-  spec.va = mem.va();
-  spec.local_addr = mem.data();
-  spec.length = mem.size();
-  spec.access = hca::kAllAccess;
-  ASSERT_TRUE(cache_->AddBacking(*other, spec).ok());
-  const std::vector<KeyGrant> grants = RegisterEach(*other, mem);
+  const TenantId other = OpenWith(mem);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::vector<KeyGrant> grants = RegisterEach(other, mem);
   ASSERT_EQ(grants.size(), kKeys);
 
-  ASSERT_TRUE(cache_->CloseTenant(*other).ok());
+  ASSERT_TRUE(cache_->CloseTenant(other).ok());
   // Refused at once, every one: the reaper only destroys keys that already reach nothing.
   for (const KeyGrant& g : grants) EXPECT_FALSE(PeerWrite(g.rkey, g.va, "gone").ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(30);

@@ -78,21 +78,7 @@ TEST(KeyBudget, PressureLastsUntilTheLargestKeyPressedForFits) {
   EXPECT_FALSE(b.pressed());
 }
 
-class KeyBudgetCacheTest : public CacheTest {
- protected:
-  // A tenant of its own with `mem` attached.
-  TenantId OpenWith(Memory& mem, const TenantOptions& options = {}) {
-    auto t = cache_->OpenTenant(options);
-    EXPECT_TRUE(t.ok()) << t.status();
-    BackingSpec spec;
-    spec.va = mem.va();
-    spec.local_addr = mem.data();
-    spec.length = mem.size();
-    spec.access = hca::kAllAccess;
-    EXPECT_TRUE(cache_->AddBacking(*t, spec).ok());
-    return *t;
-  }
-};
+using KeyBudgetCacheTest = CacheTest;
 
 TEST_F(KeyBudgetCacheTest, AThousandIdleTenantsHoldNoKeysAndANewcomerRegisters) {
   hca::sim::SimOptions sim;

@@ -68,11 +68,10 @@ constexpr uint32_t kMaxTenantSlots = 1u << 16;
 // The translation entries budgeted per key of the table when the options give no figure
 // (CacheOptions::device_translation_entries).
 constexpr uint64_t kDefaultEntriesPerKey = 64;
-constexpr int kCoverScanLimit = 64;
-// Pool keys of a closed tenant destroyed per maintenance step (ReapStep): on a ConnectX each is
-// a DESTROY_MKEY command of some microseconds.
-constexpr size_t kReapKeysPerStep =
-    4096;  // cover lookups give up (miss) after this many candidates
+constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
+// Pool keys of a closed tenant destroyed per maintenance step (Reaper::Step): on a ConnectX each
+// is a DESTROY_MKEY command of some microseconds.
+constexpr size_t kReapKeysPerStep = 4096;
 
 class RegCacheImpl final : public RegCache {
  public:

@@ -102,6 +102,19 @@ class CacheTest : public ::testing::Test {
     return id.ok() ? *id : 0;
   }
 
+  // A tenant of its own with `mem` attached.
+  TenantId OpenWith(Memory& mem, const TenantOptions& options = {}) {
+    auto t = cache_->OpenTenant(options);
+    EXPECT_TRUE(t.ok()) << t.status();
+    BackingSpec spec;
+    spec.va = mem.va();
+    spec.local_addr = mem.data();
+    spec.length = mem.size();
+    spec.access = hca::kAllAccess;
+    EXPECT_TRUE(cache_->AddBacking(*t, spec).ok());
+    return *t;
+  }
+
   absl::Status PeerWrite(hca::Key rkey, uint64_t addr, absl::string_view text) {
     return peer_->Write(
         rkey, addr,

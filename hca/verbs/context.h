@@ -166,10 +166,10 @@ class Context {
   struct BindItem {
     const BindRequest* request = nullptr;
     uint64_t wr_id = 0;
-    ibv_mr* cut = nullptr;
     bool signaled = true;
   };
-  // PostBind for each item in order, all under one hold of the lock, the binds posted as lists.
+  // PostBind for each item in order, all under one hold of the lock, the binds posted as lists
+  // (never with cut backings: each map would first need a region of its own).
   // A window already in the list being built sends that list first (a work request names the
   // window's rkey, which the provider reads at post time and the caller advances after). A
   // failed post refuses its unposted work requests and every later item with the errno's
@@ -195,6 +195,9 @@ class Context {
  private:
   absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the window's record and mw->rkey back to `plan.before`, unless the record changed since
+  // the plan was applied (false).
+  bool RestoreWindow(const BindPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WatchEvents();     // the event thread's loop
   void StopEventWatch();  // at close, before the device goes
   void OnEvent(const ibv_async_event& event);

@@ -241,12 +241,7 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     if (posted < wrs.size()) {
       failed = ErrnoStatus(err, "ibv_post_send of a list of window binds");
       for (size_t k = wrs.size(); k-- > posted;) {  // newest first: each record as it was
-        const BindPlan& p = *out[list[k]];
-        auto it = mws_.find(KeyIndex(p.before.key));
-        if (it != mws_.end() && it->second.seq == p.after.seq) {
-          it->second = p.before;
-          it->second.seq = next_seq_++;
-        }
+        (void)RestoreWindow(*out[list[k]]);
         out[list[k]] = failed;
         stats_.bind_errors.Inc();
       }
@@ -265,7 +260,7 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
       out.push_back(failed);
       continue;
     }
-    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, item.cut);
+    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, /*cut=*/nullptr);
     if (!plan.ok()) stats_.bind_errors.Inc();
     if (!plan.ok() || plan->mw == nullptr) {
       out.push_back(std::move(plan));
@@ -296,17 +291,22 @@ void Context::BindDone(const BindPlan& plan) {
   if (plan.before.cut != nullptr && plan.before.cut != plan.after.cut) ReleaseCut(plan.before.cut);
 }
 
+bool Context::RestoreWindow(const BindPlan& plan) {
+  auto it = mws_.find(KeyIndex(plan.before.key));
+  if (it == mws_.end() || it->second.seq != plan.after.seq) return false;
+  it->second = plan.before;
+  it->second.seq = next_seq_++;
+  plan.mw->rkey = plan.before.key;  // advanced at post (or, in a list, not yet): as it was
+  return true;
+}
+
 void Context::UndoBind(const BindPlan& plan) {
   ibv_mr* unbound = nullptr;
   {
     base::MutexLock lock(&mu_);
     stats_.bind_errors.Inc();
-    auto it = mws_.find(KeyIndex(plan.before.key));
     // Changed since: the window was destroyed (and its cut released with it).
-    if (it == mws_.end() || it->second.seq != plan.after.seq) return;
-    it->second = plan.before;
-    it->second.seq = next_seq_++;
-    plan.mw->rkey = plan.before.key;  // the provider advanced it at post; the bind did not happen
+    if (!RestoreWindow(plan)) return;
     if (plan.after.cut != nullptr && plan.after.cut != plan.before.cut) unbound = plan.after.cut;
   }
   if (unbound != nullptr) ReleaseCut(unbound);

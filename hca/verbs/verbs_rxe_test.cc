@@ -85,6 +85,25 @@ class VerbsRxeTest : public ::testing::Test {
     if (!s.ok()) return s;
     return MakeKey(KeyIndex(key), r.new_variant);
   }
+  // Unsignalled maps of keys_[0, n), free ones, each over page i of the backing with `access`;
+  // `entries` receives their translations (it must outlive the requests).
+  std::vector<MapRequest> PageMaps(size_t n, AccessFlags access, std::vector<KlmEntry>& entries) {
+    entries.resize(n);
+    std::vector<MapRequest> maps(n);
+    for (size_t i = 0; i < n; ++i) {
+      entries[i] = KlmEntry{backing_.key, kTenantVa + i * 4096, 4096};
+      MapRequest& r = maps[i];
+      r.key = keys_[i];
+      r.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(keys_[i])));
+      r.klm = absl::MakeConstSpan(&entries[i], 1);
+      r.access = access;
+      r.start_addr = entries[i].addr;
+      r.length = 4096;
+      r.require_free = true;
+      r.options.signaled = false;
+    }
+    return maps;
+  }
   absl::StatusOr<Key> Invalidate(Key key) {
     absl::Status s = Run([&](uint64_t id) { return queue_->PostInvalidate(id, key, {}); });
     if (!s.ok()) return s;
@@ -241,20 +260,8 @@ TEST_F(VerbsRxeTest, RefusedBindsCompleteWithMwBindAndLeaveTheQueueWorking) {
 // Selective signalling: only signalled requests complete, a completion covers the unsignalled
 // binds before it, and a refusal with nothing signalled behind it is covered by a marker.
 TEST_F(VerbsRxeTest, ABatchCompletesOnceAndARefusalAtItsEndIsCoveredByAMarker) {
-  std::vector<KlmEntry> entries(4);
-  std::vector<MapRequest> maps(4);
-  for (size_t i = 0; i < 4; ++i) {
-    entries[i] = KlmEntry{backing_.key, kTenantVa + i * 4096, 4096};
-    MapRequest& r = maps[i];
-    r.key = keys_[i];
-    r.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(keys_[i])));
-    r.klm = absl::MakeConstSpan(&entries[i], 1);
-    r.access = kRemoteRead | kRemoteWrite;
-    r.start_addr = entries[i].addr;
-    r.length = 4096;
-    r.require_free = true;
-    r.options.signaled = false;
-  }
+  std::vector<KlmEntry> entries;
+  std::vector<MapRequest> maps = PageMaps(4, kRemoteRead | kRemoteWrite, entries);
   maps[3].new_variant = static_cast<uint8_t>(maps[3].new_variant + 5);  // refused
   maps[3].options.signaled = true;
   const int64_t posted = Stat("binds_posted");
@@ -370,19 +377,8 @@ TEST_F(VerbsRxeTest, TheReportedKeyBoundsAreWhatAPeerFinds) {
 // the rkey the window has when its turn comes). Each bind still does what it says.
 TEST_F(VerbsRxeTest, ABatchsBindsArePostedAsListsSplitWhereAWindowComesBack) {
   ASSERT_EQ(Stat("bind_lists"), 1) << "the self-test at open found lists unusable here";
-  std::vector<KlmEntry> entries(3);
-  std::vector<MapRequest> maps(3);
-  for (size_t i = 0; i < 3; ++i) {
-    entries[i] = KlmEntry{backing_.key, kTenantVa + i * 4096, 4096};
-    MapRequest& r = maps[i];
-    r.key = keys_[i];
-    r.new_variant = static_cast<uint8_t>(KeyVariant(NextVariant(keys_[i])));
-    r.klm = absl::MakeConstSpan(&entries[i], 1);
-    r.access = kRemoteRead;
-    r.start_addr = entries[i].addr;
-    r.length = 4096;
-    r.options.signaled = false;
-  }
+  std::vector<KlmEntry> entries;
+  std::vector<MapRequest> maps = PageMaps(3, kRemoteRead, entries);
   const Key first = MakeKey(KeyIndex(keys_[0]), maps[0].new_variant);
   const int64_t lists = Stat("bind_lists_posted");
   const int64_t posted = Stat("binds_posted");

@@ -145,11 +145,11 @@ absl::Status BindQueue::Doorbell() {
   // registers a region of its own against the table as the binds before it left it, so those
   // go one by one.
   const bool lists = c_->bind_lists() && !c_->cut_backings();
+  std::vector<Context::BindItem> items;
   std::vector<absl::StatusOr<BindPlan>> listed;
   if (lists) {
-    std::vector<Context::BindItem> items;
     items.reserve(held_.size());
-    for (const Held& h : held_) items.push_back({&h.request, next_wr_++, nullptr, h.signaled});
+    for (const Held& h : held_) items.push_back({&h.request, next_wr_++, h.signaled});
     listed = c_->PostBindList(qp_, pd_, items);
   }
   for (size_t i = 0; i < held_.size(); ++i) {
@@ -160,7 +160,7 @@ absl::Status BindQueue::Doorbell() {
     uint64_t wr = 0;
     absl::StatusOr<BindPlan> plan = absl::UnknownError("not planned");
     if (lists) {
-      wr = next_wr_ - held_.size() + i;
+      wr = items[i].wr_id;
       plan = std::move(listed[i]);
     } else {
       wr = next_wr_++;
