@@ -51,6 +51,12 @@ void ProbeTable::Insert(uint64_t hash, uint32_t value) {
   ++size_;
 }
 
+void ProbeTable::Clear() {
+  Table* t = table_.load(std::memory_order_relaxed);
+  for (uint64_t i = 0; i <= t->mask; ++i) t->buckets[i].store(0, std::memory_order_release);
+  size_ = 0;
+}
+
 bool ProbeTable::Erase(uint64_t hash, uint32_t value) {
   Table* t = table_.load(std::memory_order_relaxed);
   const uint64_t want = BucketOf(hash, value);

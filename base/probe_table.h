@@ -72,6 +72,9 @@ class ProbeTable {
   void Insert(uint64_t hash, uint32_t value);
   // Removes one entry of `value` under `hash`; false if there is none.
   bool Erase(uint64_t hash, uint32_t value);
+  // Removes every entry: one sequential pass over the buckets, instead of a probe and a shift
+  // per entry. A reader racing it misses entries not yet cleared or finds them, as with Erase.
+  void Clear();
   uint64_t size() const { return size_; }
 
  private:

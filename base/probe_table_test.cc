@@ -1,5 +1,5 @@
-// ProbeTable (base/probe_table.h): insert, find, backward-shift erase, growth, and readers
-// that probe while a writer churns.
+// ProbeTable (base/probe_table.h): insert, find, backward-shift erase, clear, growth, and
+// readers that probe while a writer churns.
 #include "base/probe_table.h"
 
 #include <algorithm>
@@ -201,6 +201,17 @@ TEST(ProbeTableTest, GrowthKeepsEverythingFindable) {
   for (uint32_t i = 0; i < kCount; ++i) ASSERT_TRUE(Has(index, hash_of(i), i)) << i;
 }
 
+TEST(ProbeTableTest, ClearEmptiesTheTableAndItFillsAgain) {
+  ProbeTable index(2);
+  for (uint32_t v = 0; v < 100; ++v) index.Insert(ProbeTable::Mix(v), v);
+  index.Clear();
+  EXPECT_EQ(index.size(), 0u);
+  for (uint32_t v = 0; v < 100; ++v) EXPECT_TRUE(AllFound(index, ProbeTable::Mix(v)).empty());
+  index.Insert(ProbeTable::Mix(7), 7);
+  EXPECT_TRUE(Has(index, ProbeTable::Mix(7), 7));
+  EXPECT_EQ(index.size(), 1u);
+}
+
 TEST(ProbeTableTest, ErasingAnAbsentEntrySaysSo) {
   ProbeTable index;
   index.Insert(HashWithTag(3), 1);
@@ -263,7 +274,10 @@ TEST(ProbeTableStressTest, ReadersNeverSeeAWrongValueWhileTheWriterChurns) {
   uint32_t round = 0;
   while (std::chrono::steady_clock::now() < deadline) {
     const uint32_t key = rng() % kKeys;
-    if (model.size() < 3000 && rng() % 3 != 0) {
+    if (rng() % 4096 == 0) {  // now and then everything at once, under the readers
+      index.Clear();
+      model.clear();
+    } else if (model.size() < 3000 && rng() % 3 != 0) {
       const uint32_t v = key + kKeys * (++round % 1000);
       index.Insert(hash_of(key), v);
       model.emplace(key, v);
