@@ -97,7 +97,8 @@ absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint6
     used->push_back(b.id);
     while (cursor < piece_end) {
       const uint64_t n = std::min(piece_end - cursor, kMaxKlmEntryBytes);
-      entries.push_back(hca::KlmEntry{b.device.key, b.device_addr + (cursor - b.va), n});
+      entries.push_back(
+          hca::KlmEntry{b.gate != 0 ? b.gate : b.device.key, b.device_addr + (cursor - b.va), n});
       cursor += n;
     }
     ++it;

@@ -30,6 +30,7 @@ struct BackingRecord {
   uint64_t length = 0;
   uint64_t device_addr = 0;
   hca::Backing device;          // the direct key and its geometry
+  hca::Key gate = 0;            // the key layouts name instead of device.key (0: none; gates.h)
   hca::AccessFlags access = 0;  // rights registrations over it may have
   uint64_t users = 0;           // registrations whose layout uses it
   bool removing = false;        // being detached: new layouts refuse it

@@ -139,7 +139,8 @@ TEST_F(KeyBudgetCacheTest, ASpentBudgetSaysSoWithItsNumbers) {
   o.pool.capacity_classes = {4};
   o.held_reclaim_after = absl::Hours(1);  // no held key is taken back here
   hca::sim::SimOptions sim;
-  sim.max_keys = 64;  // budget 60
+  sim.max_keys = 64;        // budget 60
+  o.gate_backings = false;  // the 4 keys left hold the backings' keys, not gates as well
   ASSERT_NO_FATAL_FAILURE(Init(o, sim));
   Memory mem(1 << 20);
   Attach(mem);
@@ -182,7 +183,8 @@ TEST_F(KeyBudgetCacheTest, AHogHoldingKeysGivesBackItsHeldExcessToATenantUnderIt
   o.background_maintenance = true;  // the reclaim runs there
   o.pool.capacity_classes = {4};
   hca::sim::SimOptions sim;
-  sim.max_keys = 64;  // budget 60
+  sim.max_keys = 64;        // budget 60
+  o.gate_backings = false;  // the 4 keys left hold the backings' keys, not gates as well
   ASSERT_NO_FATAL_FAILURE(Init(o, sim));
   base::Mutex mu;
   std::vector<std::pair<Handle, bool>> told;  // (handle, revoked already when told)
@@ -249,7 +251,8 @@ TEST_F(KeyBudgetCacheTest, ATenantOverItsShareIsRefusedFirstWhileAnotherWaits) {
   o.pool.capacity_classes = {4};
   o.held_reclaim_after = absl::Hours(1);  // the newcomer keeps waiting (1 s at most)
   hca::sim::SimOptions sim;
-  sim.max_keys = 64;  // budget 60
+  sim.max_keys = 64;        // budget 60
+  o.gate_backings = false;  // the 4 keys left hold the backings' keys, not gates as well
   ASSERT_NO_FATAL_FAILURE(Init(o, sim));
   Memory hog_mem(1 << 20);
   Attach(hog_mem);

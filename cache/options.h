@@ -71,6 +71,11 @@ struct CacheOptions {
   // (cache/backing_observer.h); odp/'s fault servicer is the one. Not owned; must outlive the
   // cache. Default none.
   BackingObserver* backing_observer = nullptr;
+  // Attach memory behind a gate (cache/internal/gates.h) where the device allows it (UMR, no
+  // memory windows, max_indirection >= 3): one more key per attached memory and one more level
+  // of translation per access, for a close that refuses all of a tenant's keys with one UMR per
+  // attached memory instead of one per key. Default true.
+  bool gate_backings = true;
   // Pooled keys every tenant together may hold: the device's key table (Capabilities::max_keys)
   // minus this share left to other users of the NIC (and to the backings' own keys). Each
   // tenant's fair share is the rest divided by the tenants open; a tenant may use more while

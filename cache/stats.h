@@ -17,6 +17,8 @@ namespace regcache::cache {
   COUNTER(releases, "handle releases")                                                           \
   COUNTER(releases_after_revoke, "releases of a handle that had been revoked")                   \
   COUNTER(invalidations, "registrations and windows invalidated (explicit or cascaded)")         \
+  COUNTER(revoked_by_gates,                                                                      \
+          "registrations and windows of closed tenants refused at once by their memory's gates") \
   COUNTER(revoked_with_holders, "invalidations that revoked a key still held")                   \
   COUNTER(evictions, "unreferenced registrations evicted under pool or quota pressure")          \
   COUNTER(held_reclaimed, "held registrations revoked: their tenant was over its fair share")    \
@@ -40,6 +42,7 @@ namespace regcache::cache {
   GAUGE(keys_free, "pooled keys in the free lists")                                              \
   GAUGE(keys_quarantined_now, "keys currently in quarantine")                                    \
   GAUGE(backed_bytes, "bytes of backing memory attached, all tenants")                           \
+  GAUGE(gates, "gate keys: one per attached memory on UMR devices (docs/architecture.md)")       \
   GAUGE(tenants, "open tenants")                                                                 \
   GAUGE(tenants_reaping, "closed tenants whose pool keys, queues and PD are being destroyed")    \
   HISTOGRAM(umr_latency_ns, "UMR batch post-to-completion latency")                              \

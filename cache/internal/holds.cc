@@ -1,5 +1,6 @@
 #include "cache/internal/holds.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "base/log.h"
@@ -153,7 +154,8 @@ uint64_t MarkDead(Record* r, bool only_unheld, uint32_t gen) {
 
 // The stop's second half, after the HeavyFence: counts the holders and unpublishes, revokes or
 // (if `only_unheld` and held) takes the mark back. `before`: MarkDead's answer.
-Stopped CountAndSettle(Tenant& t, Record* r, uint64_t before, bool only_unheld)
+// `unindex`: take it out of the range index (else the caller clears the whole index).
+Stopped CountAndSettle(Tenant& t, Record* r, uint64_t before, bool only_unheld, bool unindex = true)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
   // Dead now, so only releases (and hits undoing themselves) change the count: each of those
   // that this sum misses sees DEAD and calls Unpublish, which runs after this (index_mu).
@@ -177,7 +179,7 @@ Stopped CountAndSettle(Tenant& t, Record* r, uint64_t before, bool only_unheld)
       break;
     }
   }
-  if (result != Stopped::kNo && (before & state::kWindow) == 0) {
+  if (unindex && result != Stopped::kNo && (before & state::kWindow) == 0) {
     const bool erased = t.index.Erase(RangeHash(r->hot->va.load(std::memory_order_relaxed),
                                                 r->hot->length.load(std::memory_order_relaxed)),
                                       r->slot);
@@ -196,20 +198,44 @@ Stopped StopReference(Tenant& t, Record* r, bool only_unheld, uint32_t gen) {
   return CountAndSettle(t, r, before, only_unheld);
 }
 
-void StopReferences(Tenant& t, std::vector<Record*>& rs) {
+namespace {
+
+// A fence per this many records: the state words before the marks stay a small array.
+constexpr size_t kStopChunk = 4096;
+
+void Stop(Tenant& t, std::vector<Record*>& rs, bool unindex)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
   std::vector<uint64_t> before;
-  before.reserve(rs.size());
-  size_t marked = 0;
-  for (Record* r : rs) {
-    const uint64_t s = MarkDead(r, /*only_unheld=*/false, kAnyGen);
-    if (s == 0) continue;
-    rs[marked++] = r;
-    before.push_back(s);
+  before.reserve(std::min(rs.size(), kStopChunk));
+  size_t kept = 0;
+  for (size_t lo = 0; lo < rs.size(); lo += kStopChunk) {
+    const size_t hi = std::min(rs.size(), lo + kStopChunk);
+    before.clear();
+    const size_t first = kept;
+    for (size_t i = lo; i < hi; ++i) {
+      const uint64_t s = MarkDead(rs[i], /*only_unheld=*/false, kAnyGen);
+      if (s == 0) continue;
+      rs[kept++] = rs[i];
+      before.push_back(s);
+    }
+    if (before.empty()) continue;
+    base::ReaperFence();  // one for the chunk
+    for (size_t i = 0; i < before.size(); ++i) {
+      (void)CountAndSettle(t, rs[first + i], before[i], /*only_unheld=*/false, unindex);
+    }
   }
-  rs.resize(marked);
-  if (rs.empty()) return;
-  base::ReaperFence();  // one for all of them
-  for (size_t i = 0; i < rs.size(); ++i) (void)CountAndSettle(t, rs[i], before[i], false);
+  rs.resize(kept);
+}
+
+}  // namespace
+
+void StopReferences(Tenant& t, std::vector<Record*>& rs) { Stop(t, rs, /*unindex=*/true); }
+
+void StopEveryReference(Tenant& t, std::vector<Record*>& windows, std::vector<Record*>& parents) {
+  Stop(t, windows, /*unindex=*/false);
+  Stop(t, parents, /*unindex=*/false);
+  // Every live record is dead now, and every other one was out of the index already.
+  t.index.Clear();
 }
 
 // --- Sole holder --------------------------------------------------------------------------------

@@ -49,13 +49,14 @@
 
 namespace regcache::cache::internal {
 
-// Test hooks: points in the protocol where a test stalls a thread to force an interleaving the
-// protocol must survive (cache/holds_test.cc). Compiled out under NDEBUG, so release builds
-// pay nothing; the dev, asan and tsan builds keep them.
+// Test hooks: points where a test stalls a thread to force an interleaving the protocol must
+// survive (cache/holds_test.cc), or to hold the reaper back (cache/gates_test.cc). Compiled out
+// under NDEBUG, so release builds pay nothing; the dev, asan and tsan builds keep them.
 enum class HookPoint {
   kHitRead,       // a hit read the state word (live), before its entry store
   kReleaseStore,  // a local release stored its entry, before its state read
   kStopMarked,    // a stop marked the record dead, before its fence and count
+  kReaping,       // ReapTenant is about to destroy a closed tenant's leftovers
 };
 #ifndef NDEBUG
 extern std::atomic<void (*)(HookPoint)> test_hook;
@@ -263,6 +264,11 @@ Stopped StopReference(Tenant& t, Record* r, bool only_unheld = false, uint32_t g
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 // The same for every record in `rs`; keeps in `rs` those it stopped.
 void StopReferences(Tenant& t, std::vector<Record*>& rs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
+// StopReferences for every record of the tenant (a close), its windows and the rest: the range
+// index is swept at once rather than entry by entry. A hit racing the sweep misses, or finds a
+// dead record.
+void StopEveryReference(Tenant& t, std::vector<Record*>& windows, std::vector<Record*>& parents)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu);
 
 // --- Sole holder (re-registering: cache/internal/rereg.h) --------------------------------------
 

@@ -151,6 +151,18 @@ void KeyPool::Quarantine(PooledKey key, absl::Time now) {
   stats_->keys_quarantined_now.Add();
 }
 
+void KeyPool::Quarantine(absl::Span<const PooledKey> keys, absl::Time now) {
+  for (const PooledKey& k : keys) quarantine_.push_back({k, now, ++quarantine_seq_});
+  stats_->keys_quarantined.Inc(keys.size());
+  stats_->keys_quarantined_now.Add(static_cast<int64_t>(keys.size()));
+}
+
+void KeyPool::Doom(absl::Span<const PooledKey> keys) {
+  doomed_.insert(doomed_.end(), keys.begin(), keys.end());
+  stats_->keys_quarantined.Inc(keys.size());
+  stats_->keys_quarantined_now.Add(static_cast<int64_t>(keys.size()));
+}
+
 void KeyPool::Forget(PooledKey key) {
   classes_[key.cls].total--;
   if (budget_ != nullptr) budget_->Give(1, classes_[key.cls].capacity);
@@ -260,6 +272,7 @@ uint64_t KeyPool::outstanding_entries() const {
   uint64_t n = total_entries();
   for (const Class& c : classes_) n -= c.free.size() * c.capacity;
   for (const Quarantined& q : quarantine_) n -= classes_[q.key.cls].capacity;
+  for (const PooledKey& k : doomed_) n -= classes_[k.cls].capacity;
   return n;
 }
 
@@ -312,6 +325,13 @@ absl::Status KeyPool::DestroyKeys(const std::vector<PooledKey>& keys) {
 
 std::vector<PooledKey> KeyPool::TakeForTeardown(size_t max) {
   std::vector<PooledKey> out;
+  while (out.size() < max && !doomed_.empty()) {
+    out.push_back(doomed_.back());
+    classes_[doomed_.back().cls].total--;
+    doomed_.pop_back();
+    stats_->keys_quarantined_now.Sub();
+    stats_->keys_in_use.Sub();
+  }
   for (Class& c : classes_) {
     while (out.size() < max && !c.free.empty()) {
       out.push_back(PooledKey{c.free.front(), static_cast<int>(&c - classes_.data())});

@@ -65,6 +65,14 @@ class KeyPool {
 
   // A key whose invalidation the device confirmed (its current full key): into quarantine.
   void Quarantine(PooledKey key, absl::Time now);
+  // The same for many keys at once (a batch retired together).
+  void Quarantine(absl::Span<const PooledKey> keys, absl::Time now);
+  // Keys of a closing tenant, refused by the device (behind shut gates) but never to be mapped
+  // again: kept for TakeForTeardown, which hands them out first, counted as quarantined. A
+  // compact list rather than quarantine's timed entries: a close may bring 100k of them.
+  void Doom(absl::Span<const PooledKey> keys);
+  // Room for `n` more doomed keys, so a close's Doom calls do not grow the list step by step.
+  void ReserveDoomed(size_t n) { doomed_.reserve(doomed_.size() + n); }
 
   // A key that was destroyed on the device (recovery): forgotten.
   void Forget(PooledKey key);
@@ -115,7 +123,7 @@ class KeyPool {
   // however long the thread keeps polling, and Take releases eligible ones itself when a class
   // runs dry; a slower maintenance pass only keeps them in quarantine longer, which is safe.
   bool Idle() const;
-  uint64_t quarantined_keys() const { return quarantine_.size(); }
+  uint64_t quarantined_keys() const { return quarantine_.size() + doomed_.size(); }
   uint64_t outstanding_keys() const;  // handed out, not yet back (mapping/live/draining)
   uint64_t total_keys() const;        // free + quarantined + outstanding
   uint64_t total_entries() const;     // the translation entries of total_keys (their classes')
@@ -155,6 +163,7 @@ class KeyPool {
   std::vector<Class> classes_;
   std::deque<Quarantined> quarantine_;  // FIFO by entry
   uint64_t quarantine_seq_ = 0;         // keys that ever entered quarantine
+  std::vector<PooledKey> doomed_;       // Doom's
 };
 
 }  // namespace regcache::cache

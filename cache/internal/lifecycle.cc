@@ -18,7 +18,9 @@ namespace {
 // kDraining, and out of the cover index: no hit finds `r` from here on.
 void StartDraining(Tenant& t, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   r->life.Transition(KeyState::kDraining);
-  if (!r->is_window()) t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
+  // Empty already when the whole tenant closes.
+  if (!r->is_window() && !t.cover.empty())
+    t.cover.erase({r->hot->va.load(std::memory_order_relaxed), r});
 }
 
 // kDraining: out of the cover index, and every window on `r` stopped and retired first (a
@@ -77,8 +79,10 @@ std::vector<Record*> DrainWindowless(Tenant& t, absl::Span<Record* const> rs) {
 // (every key unmapped or destroyed) the backing references, the quota slots, the windows' holds
 // on their parents, and each record once its last holder is gone too. One hold of each lock for
 // the batch.
-void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops) {
-  for (size_t i = 0; i < rs.size(); ++i) {
+// No ops: every key is refused already, behind shut gates (RetireShut); the keys are doomed
+// rather than quarantined (KeyPool::Doom).
+void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops, bool shut) {
+  for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].result.ok()) continue;
     RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", ops[i].key)
                     << " failed: " << ops[i].result << "; recovering";
@@ -89,6 +93,8 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
     Recover(t, rs[i], ops[i].key);
   }
   std::vector<Record*> parents;
+  std::vector<PooledKey> quarantined;
+  quarantined.reserve(rs.size());
   {
     const absl::Time now = base::MonotonicNow();
     base::MutexLock lock(&t.mu);
@@ -96,7 +102,7 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
       if (r->life.state() == KeyState::kInvalidating) {
         r->life.Transition(KeyState::kUnmapped);
         r->life.Transition(KeyState::kQuarantined);
-        t.pool->Quarantine(PooledKey{FreeKey(t, r->pooled.key), r->pooled.cls}, now);
+        quarantined.push_back(PooledKey{FreeKey(t, r->pooled.key), r->pooled.cls});
       }
       // Unmapped (or destroyed): only now do backing references and quota go.
       for (BackingId id : r->backings) {
@@ -107,6 +113,11 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
         std::erase(r->parent->windows, r);
         parents.push_back(r->parent);
       }
+    }
+    if (shut) {
+      t.pool->Doom(quarantined);
+    } else {
+      t.pool->Quarantine(quarantined, now);
     }
   }
   t.stats().invalidations.Inc(rs.size());
@@ -171,7 +182,28 @@ void RetireBatch(Tenant& t, absl::Span<Record* const> rs) {
     }
   }
   t.engine->ExecuteSpread(posted);
-  Finish(t, rs, ops);
+  Finish(t, rs, ops, /*shut=*/false);
+}
+
+void RetireShut(Tenant& t, absl::Span<Record* const> rs) {
+  if (rs.size() > kRetireBatch) {  // a bounded hold of the locks at a time
+    for (size_t i = 0; i < rs.size(); i += kRetireBatch) {
+      RetireShut(t, rs.subspan(i, std::min(kRetireBatch, rs.size() - i)));
+    }
+    return;
+  }
+  // A parent whose windows are not all settled yet waits for them as RetireBatch's would.
+  for (Record* r : DrainWindowless(t, rs)) Drain(t, r);
+  {
+    base::MutexLock lock(&t.mu);
+    for (Record* r : rs) {
+      // The fence and the invalidation were the gates': every key is refused already.
+      r->life.Transition(KeyState::kFencing);
+      r->life.Transition(KeyState::kInvalidating);
+    }
+  }
+  Finish(t, rs, {}, /*shut=*/true);
+  t.stats().revoked_by_gates.Inc(rs.size());
 }
 
 void Recover(Tenant& t, Record* r, hca::Key previous_key) {

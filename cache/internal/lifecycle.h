@@ -6,7 +6,7 @@
 //            then one invalidate WQE with the fence bit, then (its completion seen) the backing
 //            references and the quota slot go and the key enters the pool's quarantine.
 //            RetireBatch runs many at once: one fence, the invalidations posted together, one
-//            wait.
+//            wait. RetireShut: the same for keys a shut gate already refuses.
 //   Recover  kRecovery: a UMR on the key failed, so its device state is unknown. Invalidate
 //            it again (as its old and its new variant); if that fails too, destroy it.
 //
@@ -33,6 +33,12 @@ void Retire(Tenant& t, Record* r);
 // before the parents in it.
 inline constexpr size_t kRetireBatch = 4096;
 void RetireBatch(Tenant& t, absl::Span<Record* const> rs);
+// RetireBatch for records whose keys the device refuses already, because the gates they reach
+// memory through are shut (gates.h; a closing tenant): the same states and the same end, with
+// no UMR per key. The keys enter quarantine still mapped behind the shut gates; the tenant is
+// closing, so none is taken again before ReapTenant destroys them. Windows before parents, as
+// for RetireBatch.
+void RetireShut(Tenant& t, absl::Span<Record* const> rs);
 
 // A key whose UMR failed or timed out: invalidates it again, trying the key value the record
 // has and `previous_key` (how far the failed UMR got decides which the device knows), else

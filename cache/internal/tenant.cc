@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "cache/backing_observer.h"
+#include "cache/internal/gates.h"
 #include "cache/internal/holds.h"
 #include "cache/internal/lifecycle.h"
 
@@ -147,8 +148,17 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
   rec.access = access;
   RETURN_IF_ERROR(t.backings.CheckFree(spec.va, spec.length));  // before touching the device
   ASSIGN_OR_RETURN(rec.device, DeviceBacking(t, spec, access, &rec));
+  if (UsesGates(t)) {
+    absl::StatusOr<hca::Key> gate = OpenGate(t, rec);
+    if (!gate.ok()) {
+      (void)t.device()->DestroyKey(rec.device.key);
+      return gate.status();
+    }
+    rec.gate = *gate;
+  }
   absl::Status added = t.backings.Add(rec);
   if (!added.ok()) {
+    if (rec.gate != 0) (void)DestroyGate(t, rec.gate);
     (void)t.device()->DestroyKey(rec.device.key);
     return added;
   }
@@ -171,6 +181,12 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
         auto rec = t.backings.Remove(backing);
         t.stats().backed_bytes.Sub(static_cast<int64_t>(rec->length));
         NotifyRemoving(t, *rec);
+        // No live key names the gate: every registration over the memory is retired.
+        if (rec->gate != 0) {
+          if (absl::Status g = DestroyGate(t, rec->gate); !g.ok()) {
+            RC_LOG(WARNING) << "detach: destroying the gate of memory " << backing << ": " << g;
+          }
+        }
         return t.device()->DestroyKey(rec->device.key);
       }
       // Registrations over it: those whose range intersects it.
@@ -196,19 +212,46 @@ absl::Status CloseTenant(Tenant& t) {
   std::vector<Record*> windows, parents;
   {
     base::MutexLock lock(&t.index_mu);
-    std::vector<Record*> all;
-    for (uint32_t i = 0; i < t.slab.size(); ++i) all.push_back(t.slab.At(i));
-    StopReferences(t, all);
-    for (Record* r : all) (r->is_window() ? windows : parents).push_back(r);
+    size_t n_windows = 0;
+    for (uint32_t i = 0; i < t.slab.size(); ++i) n_windows += t.slab.At(i)->is_window();
+    windows.reserve(n_windows);
+    parents.reserve(t.slab.size() - n_windows);
+    for (uint32_t i = 0; i < t.slab.size(); ++i) {
+      Record* r = t.slab.At(i);
+      (r->is_window() ? windows : parents).push_back(r);
+    }
+    StopEveryReference(t, windows, parents);
   }
   {
     // No hit finds a stopped record, and every one goes: the cover index empties at once,
     // not entry by entry (StartDraining's erase then finds nothing).
     base::MutexLock lock(&t.mu);
-    t.cover.clear();
+    // Freeing its nodes is the reaper's work too (ReapTenant).
+    t.closed_cover.swap(t.cover);
   }
-  RetireBatch(t, windows);
-  RetireBatch(t, parents);
+  // With gates, one UMR per attached memory refuses every key; else one per key.
+  bool shut = false;
+  if (UsesGates(t)) {
+    std::vector<hca::Key> gates;
+    {
+      base::MutexLock lock(&t.mu);
+      for (const auto& [va, b] : t.backings.by_va()) gates.push_back(b.gate);
+    }
+    absl::Status s = ShutGates(t, gates);
+    shut = s.ok();
+    if (!shut) RC_LOG(WARNING) << "close: " << s << "; invalidating every key instead";
+  }
+  if (shut) {
+    {
+      base::MutexLock lock(&t.mu);
+      t.pool->ReserveDoomed(windows.size() + parents.size());
+    }
+    RetireShut(t, windows);
+    RetireShut(t, parents);
+  } else {
+    RetireBatch(t, windows);
+    RetireBatch(t, parents);
+  }
 
   absl::Status first;
   {
@@ -220,6 +263,9 @@ absl::Status CloseTenant(Tenant& t) {
     for (BackingId id : ids) {
       auto b = t.backings.Remove(id);
       NotifyRemoving(t, *b);
+      // Pool keys may still name the gate (shut, or in front of invalidated keys): it goes
+      // after them, in ReapTenant. The registration behind it can go now.
+      if (b->gate != 0) t.shut_gates.push_back(b->gate);
       absl::Status s = t.device()->DestroyKey(b->device.key);
       if (!s.ok() && first.ok()) first = s;
       t.stats().backed_bytes.Sub(static_cast<int64_t>(b->length));
@@ -229,6 +275,7 @@ absl::Status CloseTenant(Tenant& t) {
 }
 
 bool ReapTenant(Tenant& t, size_t max_keys, absl::Status& first) {
+  RC_CACHE_TEST_HOOK(kReaping);
   std::vector<PooledKey> keys;
   KeyPool* pool = nullptr;
   {
@@ -248,6 +295,16 @@ bool ReapTenant(Tenant& t, size_t max_keys, absl::Status& first) {
     absl::Status s = pool->DestroyKeys(keys);
     if (!s.ok() && first.ok()) first = s;
     return false;
+  }
+  std::vector<hca::Key> gates;
+  {
+    base::MutexLock lock(&t.mu);
+    gates.swap(t.shut_gates);
+    t.closed_cover.clear();
+  }
+  for (hca::Key g : gates) {
+    absl::Status s = DestroyGate(t, g);
+    if (!s.ok() && first.ok()) first = s;
   }
   // Records still held (revoked) die with the tenant's slab: their handles go with it.
   t.engine.reset();

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
@@ -82,10 +83,14 @@ struct Tenant {
   // exact-range index misses, and the registrations over a backing being detached. Each entry
   // is {va, record}: taking one out is a lookup, however many registrations share the address.
   CoverIndex cover ABSL_GUARDED_BY(mu);
+  CoverIndex closed_cover ABSL_GUARDED_BY(mu);  // the cover index at the close, until reaped
   uint64_t max_length ABSL_GUARDED_BY(mu) = 0;  // longest registration ever in `cover`
   uint64_t live ABSL_GUARDED_BY(mu) = 0;        // quota-counted keys: from reserved to unmapped
   BackingId next_backing ABSL_GUARDED_BY(mu) = 1;
   bool closing ABSL_GUARDED_BY(mu) = false;
+  // A closed tenant's gates (gates.h), shut: destroyed by ReapTenant once the pool's keys that
+  // name them are.
+  std::vector<hca::Key> shut_gates ABSL_GUARDED_BY(mu);
 
   base::Mutex index_mu ABSL_ACQUIRED_AFTER(mu);
   Slab slab;               // At() and Hot() lock-free; Allocate() and Free() under index_mu
@@ -114,13 +119,15 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec);
 // Retires every registration over the backing, then deregisters it (RegCache::RemoveBacking).
 absl::Status DetachMemory(Tenant& t, BackingId backing);
 // Retires every registration and window and deregisters the memory: when it returns, no key of
-// the tenant reaches any memory. What stays on the device — the pool's keys, each free or
-// invalidated, the UMR queues and the PD — is ReapTenant's.
+// the tenant reaches any memory. With gates (gates.h) it shuts them, one UMR per attached memory,
+// and settles the keys without a UMR each; without, it invalidates every key. What stays on the
+// device — the pool's keys (free, invalidated, or behind a shut gate), the gates, the UMR queues
+// and the PD — is ReapTenant's.
 // REQUIRES: the tenant is out of the cache's table (no new calls reach it).
 absl::Status CloseTenant(Tenant& t);
-// Destroys up to `max_keys` of a closed tenant's pool keys, and once none is left its queues
-// and PD. True when the tenant holds nothing on the device any more. The first failure goes to
-// `first` (if it holds none yet).
+// Destroys up to `max_keys` of a closed tenant's pool keys, and once none is left its gates,
+// queues and PD. True when the tenant holds nothing on the device any more. The first failure goes
+// to `first` (if it holds none yet).
 bool ReapTenant(Tenant& t, size_t max_keys, absl::Status& first);
 
 }  // namespace regcache::cache::internal
