@@ -42,6 +42,14 @@
 #include "server/metrics_server.h"
 #include "service/daemon.h"
 
+// jemalloc's options (it is the daemon's malloc, server/CMakeLists.txt): returning freed pages
+// to the kernel (madvise, and the TLB shootdown it costs) is its background thread's job, not
+// that of whichever request-serving thread happened to free the memory. MALLOC_CONF in the
+// environment still overrides it.
+extern "C" {
+const char* malloc_conf = "background_thread:true";
+}
+
 ABSL_FLAG(std::string, device, "auto",
           "device: auto (mlx5, else verbs, else sim: the first that opens) | sim[:params] | "
           "verbs[:name][,port=N,gid_index=N] (any libibverbs device); several devices separated "

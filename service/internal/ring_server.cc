@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session, 
   const int err = ::pthread_create(&s->thread_, &attr, &RingServer::ThreadMain, s.get());
   ::pthread_attr_destroy(&attr);
   if (err != 0) {
+    s->stopped_.store(true);
     s->joined_.store(true);
     return base::ErrnoToStatus(err, "start a ring worker");
   }
@@ -126,20 +127,32 @@ absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session, 
   return s;
 }
 
-RingServer::~RingServer() { Stop(); }
-
-void RingServer::Stop() {
+RingServer::~RingServer() {
+  Stop();
   if (joined_.exchange(true)) return;
-  stop_.store(true, std::memory_order_seq_cst);
-  shm::ChannelFileHeader* h = shm_->channel_header();
-  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  shm::FutexWakeAll(&h->doorbell);
   ::pthread_join(thread_, nullptr);
   stats_->workers.Sub();
 }
 
+void RingServer::Stop() {
+  if (stopped_.exchange(true)) return;
+  stop_.store(true, std::memory_order_seq_cst);
+  shm::ChannelFileHeader* h = shm_->channel_header();
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  shm::FutexWakeAll(&h->doorbell);
+  // The loop's end, not the thread's: a thread's exit (its allocator caches handed back, its
+  // stack) can take milliseconds, which a session's close need not wait for. The destructor
+  // joins.
+  while (loop_done_.load(std::memory_order_acquire) == 0) {
+    shm::FutexWait(&loop_done_, 0, kSleepLimit);
+  }
+}
+
 void* RingServer::ThreadMain(void* self) {
-  static_cast<RingServer*>(self)->Loop();
+  auto* s = static_cast<RingServer*>(self);
+  s->Loop();
+  s->loop_done_.store(1, std::memory_order_release);
+  shm::FutexWakeAll(&s->loop_done_);
   return nullptr;
 }
 

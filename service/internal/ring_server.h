@@ -102,8 +102,9 @@ class RingServer {
   RingServer(const RingServer&) = delete;
   RingServer& operator=(const RingServer&) = delete;
 
-  // Sets the stop flag, rings the doorbell and joins the worker; the request it was serving
-  // completes first. Idempotent.
+  // Sets the stop flag, rings the doorbell and waits until the worker left its loop; the
+  // request it was serving completes first, and it serves none after. Idempotent. The worker
+  // thread itself is joined by the destructor.
   void Stop();
 
  private:
@@ -152,6 +153,8 @@ class RingServer {
   uint32_t next_channel_ = 0;           // where the next sweep starts; the worker's only
   std::string texts_[shm::kRingDepth];  // long messages of a burst's answers; the worker's only
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint32_t> loop_done_{0};  // set by the worker after its loop (a futex word)
   std::atomic<bool> joined_{false};
   pthread_t thread_{};
 };
