@@ -12,8 +12,10 @@
 //                                        queues, the sim executing each queue in a thread of
 //                                        its own (mode=thread, as a NIC's engines): keys/s, and
 //                                        how it grows from 1 to 2 to 4 queues
-//   BM_CloseTenant/keys:N                a tenant with N held keys closed: every key revoked
-//                                        in batches (its pool and PD are destroyed afterwards
+//   BM_CloseTenant/keys:N/gates:G        a tenant with N held keys closed: every key revoked
+//                                        by shutting its memory's gate (G=1, the default:
+//                                        docs/architecture.md, Gates), or by one invalidate
+//                                        UMR each (G=0); its pool and PD are destroyed afterwards
 //                                        by the maintenance thread, untimed, as in regcached;
 //                                        revoke_bench has the same through the daemon, from a
 //                                        SIGKILL)
@@ -137,6 +139,7 @@ void BM_CloseTenant(benchmark::State& state) {
   regcache::cache::CacheOptions o;
   o.pool.capacity_classes = {4};
   o.background_maintenance = true;  // reaps closed tenants, as in regcached
+  o.gate_backings = state.range(1) != 0;
   auto cache = std::move(*regcache::cache::RegCache::Create(device.get(), o));
   const size_t bytes = keys * kRegionBytes;
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -245,10 +248,8 @@ BENCHMARK(BM_KeyIssueRate)
     ->Iterations(200)
     ->UseManualTime();
 BENCHMARK(BM_CloseTenant)
-    ->ArgName("keys")
-    ->Arg(1000)
-    ->Arg(10000)
-    ->Arg(100000)
+    ->ArgNames({"keys", "gates"})
+    ->ArgsProduct({{1000, 10000, 100000}, {1, 0}})
     ->Iterations(5)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

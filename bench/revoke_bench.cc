@@ -1,14 +1,14 @@
 // revoke_bench — how long a dead tenant's keys take to revoke. A child process opens a session
 // on the built regcached, registers N keys (every one a miss: the ranges [va, +64·i) of one
 // allocation, i = 1..N, each still held) and is killed with SIGKILL. One iteration is the time
-// from the kill until the daemon has closed the session: every key invalidated by the device
-// (in batches: cache/internal/lifecycle.h RetireBatch), its memory unmapped, the device's session
-// count back to zero. The observer asks (a Status call each) after pauses of a twentieth of the
-// time so far (PollPause), so a figure is late by at most about 5%; asking without a pause would
-// take CPU from the daemon on a small machine (it doubled the 100k figure on 2 cores). Then,
-// untimed: the registration count is checked at zero, and the time until the daemon has also
-// destroyed the dead tenant's pool keys, queues and PD, which it does after the close
-// (cache/internal/reaper.h), is reported as reaped_ms.
+// from the kill until the daemon has closed the session: every key refused by the device (on a
+// UMR device by shutting the memory's gates, cache/internal/gates.h; else invalidated in
+// batches, cache/internal/lifecycle.h RetireBatch), the device's session count back to zero. The
+// observer asks (a Status call each) after pauses of a twentieth of the time so far (PollPause), so
+// a figure is late by at most about 5%; asking without a pause would take CPU from the daemon on a
+// small machine (it doubled the 100k figure on 2 cores). Then, untimed: the registration count is
+// checked at zero, and the time until the daemon has also destroyed the dead tenant's pool keys,
+// queues and PD, which it does after the close (cache/internal/reaper.h), is reported as reaped_ms.
 //
 //   revoke_on_death/keys:N  the above, N = 1k, 10k, 100k; p50/p99/max and reaped_ms counters
 //   ibv_dereg_mr/keys:N     the anchor: deregistering N memory regions (4 KiB each, registered

@@ -98,6 +98,8 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
   {
     const absl::Time now = base::MonotonicNow();
     base::MutexLock lock(&t.mu);
+    BackingId last_id = 0;  // ids start at 1
+    BackingRecord* last = nullptr;
     for (Record* r : rs) {
       if (r->life.state() == KeyState::kInvalidating) {
         r->life.Transition(KeyState::kUnmapped);
@@ -106,7 +108,12 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
       }
       // Unmapped (or destroyed): only now do backing references and quota go.
       for (BackingId id : r->backings) {
-        if (BackingRecord* b = t.backings.Find(id)) b->users--;
+        // Neighbouring records mostly share their memory: one lookup per change of it.
+        if (id != last_id) {
+          last = t.backings.Find(id);
+          last_id = id;
+        }
+        if (last != nullptr) last->users--;
       }
       t.live--;
       if (r->is_window()) {

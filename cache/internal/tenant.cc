@@ -212,10 +212,7 @@ absl::Status CloseTenant(Tenant& t) {
   std::vector<Record*> windows, parents;
   {
     base::MutexLock lock(&t.index_mu);
-    size_t n_windows = 0;
-    for (uint32_t i = 0; i < t.slab.size(); ++i) n_windows += t.slab.At(i)->is_window();
-    windows.reserve(n_windows);
-    parents.reserve(t.slab.size() - n_windows);
+    parents.reserve(t.slab.size());  // windows are the few
     for (uint32_t i = 0; i < t.slab.size(); ++i) {
       Record* r = t.slab.At(i);
       (r->is_window() ? windows : parents).push_back(r);
