@@ -97,6 +97,10 @@ struct CacheOptions {
 struct TenantOptions {
   uint64_t max_keys = 0;          // live registrations + windows
   uint64_t max_backed_bytes = 0;  // bytes of backing memory attached (pinned or ODP)
+  // Memories attached at once. Each costs the device keys outside the pooled keys' budget: its
+  // registration and, on a UMR device, its gate; this keeps a tenant of many small memories
+  // from filling the device's key table.
+  uint64_t max_attached = 0;
   // Called with a registration's handle before the cache revokes it on its own account — a held
   // registration taken back because the tenant is over its fair share of the device's keys
   // while another tenant waits (CacheOptions::held_reclaim_after) — and again once it is

@@ -434,6 +434,27 @@ TEST_F(RegCacheTest, MemoryQuotaIsEnforced) {
             absl::StatusCode::kResourceExhausted);
 }
 
+TEST_F(RegCacheTest, AttachedMemoriesAreCounted) {
+  peer_.reset();
+  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
+  auto t = cache_->OpenTenant(TenantOptions{.max_attached = 2});
+  ASSERT_TRUE(t.ok());
+  tenant_ = *t;
+  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  Memory a(4096), b(4096), c(4096);
+  const BackingId first = Attach(a);
+  Attach(b);
+  const int64_t keys = device_->stats().live_keys.value();
+  BackingSpec spec{c.va(), c.data(), c.size()};
+  const absl::StatusOr<BackingId> third = cache_->AddBacking(tenant_, spec);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_NE(third.status().message().find("2 memories attached"), absl::string_view::npos)
+      << third.status();
+  EXPECT_EQ(device_->stats().live_keys.value(), keys) << "the refusal made no key";
+  ASSERT_TRUE(cache_->RemoveBacking(tenant_, first).ok());
+  EXPECT_TRUE(cache_->AddBacking(tenant_, spec).ok());
+}
+
 TEST_F(RegCacheTest, ClosingATenantRunsEveryKeyThroughTheLifecycle) {
   Memory mem(1 << 16);
   Attach(mem);

@@ -79,6 +79,9 @@ ABSL_FLAG(std::vector<std::string>, admin_gids, {},
           "gids whose sessions are admin (the peer's primary gid); with admin_uids empty too, no "
           "session is admin");
 ABSL_FLAG(uint64_t, max_keys_per_session, 1u << 20, "keys per session (0: unlimited)");
+ABSL_FLAG(uint64_t, max_memories_per_session, 4096,
+          "memories a session may have attached at once (0: unlimited); each costs the device "
+          "a key or two outside the pooled keys' budget");
 ABSL_FLAG(uint64_t, max_bytes_per_session, uint64_t{1} << 40,
           "bytes of attached memory per session (0: unlimited)");
 ABSL_FLAG(uint64_t, max_bytes_total, uint64_t{1} << 40,
@@ -162,6 +165,7 @@ bool ConfigFromFlags(regcache::service::DaemonConfig* config) {
     return false;
   }
   config->max_keys_per_session = absl::GetFlag(FLAGS_max_keys_per_session);
+  config->max_memories_per_session = absl::GetFlag(FLAGS_max_memories_per_session);
   config->max_bytes_per_session = absl::GetFlag(FLAGS_max_bytes_per_session);
   config->max_bytes_total = absl::GetFlag(FLAGS_max_bytes_total);
   config->max_backing_page_log = absl::GetFlag(FLAGS_max_backing_page_log);

@@ -278,8 +278,11 @@ absl::StatusOr<SessionGrant> DaemonImpl::OpenSession(const PeerCredentials& peer
   ASSIGN_OR_RETURN(s->shm,
                    internal::SessionShm::Create(s->id, config_.ring_channels, config_.grant_slots));
   s->grants = std::make_unique<internal::GrantTable>(s->shm.get());
-  const cache::TenantOptions to{config_.max_keys_per_session, config_.max_bytes_per_session,
-                                s->grants->Reclaimer()};
+  cache::TenantOptions to;
+  to.max_keys = config_.max_keys_per_session;
+  to.max_backed_bytes = config_.max_bytes_per_session;
+  to.max_attached = config_.max_memories_per_session;
+  to.reclaiming = s->grants->Reclaimer();
   ASSIGN_OR_RETURN(s->tenant, s->device->cache->OpenTenant(to));
   {
     base::MutexLock lock(&s->mu);

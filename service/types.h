@@ -61,6 +61,10 @@ struct DaemonConfig {
   // Per-session quotas (0 = unlimited). Defaults: 1M keys, 1 TiB of attached memory.
   uint64_t max_keys_per_session = 1u << 20;
   uint64_t max_bytes_per_session = uint64_t{1} << 40;
+  // Memories a session may have attached at once (0 = unlimited): each costs the device a key
+  // for its registration and, on a UMR device, one for its gate, outside the pooled keys'
+  // budget. Default 4096.
+  uint64_t max_memories_per_session = 4096;
   // Memory mapped for all sessions together (0 = unlimited), which bounds the daemon's own
   // memory for translations (docs/architecture.md, "Large memory": at most 2 MiB per GiB with
   // 4 KiB pages, 4 KiB per GiB with 2 MiB pages). A session's quota is further limited by what

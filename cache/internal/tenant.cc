@@ -140,6 +140,15 @@ absl::StatusOr<BackingId> AttachMemory(Tenant& t, const BackingSpec& spec) {
                              {"used_bytes", std::to_string(t.backings.total_bytes())},
                              {"requested_bytes", std::to_string(spec.length)}});
   }
+  if (t.options.max_attached != 0 && t.backings.by_va().size() >= t.options.max_attached) {
+    t.stats().quota_refusals.Inc();
+    return base::WithReason(absl::ResourceExhaustedError(absl::StrFormat(
+                                "memory quota: %d memories attached, the most one session may have",
+                                t.backings.by_va().size())),
+                            base::reason::kMemoryQuotaExceeded,
+                            {{"limit_memories", std::to_string(t.options.max_attached)},
+                             {"used_memories", std::to_string(t.backings.by_va().size())}});
+  }
   BackingRecord rec;
   rec.id = t.next_backing++;
   rec.va = spec.va;
