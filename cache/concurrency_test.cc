@@ -95,12 +95,7 @@ TEST_F(ConcurrencyTest, RegisterReleaseInvalidateFromManyThreadsBalances) {
 // holds is never evicted under it (a write through it always lands), and afterwards every
 // counter balances.
 TEST_F(ConcurrencyTest, HitsRaceEvictionAndHeldKeysStayMapped) {
-  peer_.reset();
-  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
-  auto opened = cache_->OpenTenant(TenantOptions{.max_keys = 8});
-  ASSERT_TRUE(opened.ok());
-  tenant_ = *opened;
-  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  ASSERT_NO_FATAL_FAILURE(ReplaceTenant(TenantOptions{.max_keys = 8}));
   Memory mem(1 << 20);
   Attach(mem);
   constexpr int kThreads = 4;

@@ -3,14 +3,11 @@
 // while the keys are still on the device; a gate that cannot be shut falls back to invalidating
 // every key; detach and reaping destroy the gates again; devices without the indirection for a
 // gate, and CacheOptions::gate_backings = false, keep the one-UMR-per-key close.
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "cache/internal/holds.h"
+#include "cache/internal/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
@@ -21,53 +18,10 @@ namespace {
 using ::regcache::cache::internal::HookPoint;
 using ::regcache::cache::testing::CacheTest;
 using ::regcache::cache::testing::Memory;
+using ::regcache::cache::testing::Stall;
 
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kKeys = 64;
-
-// Holds the reaper at its first step until the test lets it go. On std primitives: Debian's
-// abseil is not built for ThreadSanitizer.
-class ReaperStall {
- public:
-  ReaperStall() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      reached_ = false;
-      released_ = false;
-    }
-#ifndef NDEBUG
-    internal::test_hook.store(&Hook);
-#endif
-  }
-  ~ReaperStall() {
-#ifndef NDEBUG
-    internal::test_hook.store(nullptr);
-#endif
-    Release();
-  }
-  bool WaitReached() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(10), [] { return reached_; });
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    released_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  static void Hook(HookPoint p) {
-    if (p != HookPoint::kReaping) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    reached_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [] { return released_; });
-  }
-  static inline std::mutex mu_;
-  static inline std::condition_variable cv_;
-  static inline bool reached_ = false;
-  static inline bool released_ = false;
-};
 
 class GatesTest : public CacheTest {
  protected:
@@ -92,13 +46,6 @@ class GatesTest : public CacheTest {
     }
     for (const KeyGrant& g : grants) EXPECT_TRUE(PeerWrite(g.rkey, g.va, "live").ok());
     return grants;
-  }
-
-  // The close is the test's: TearDown closes a fresh tenant.
-  void ReopenForTearDown() {
-    auto t = cache_->OpenTenant(TenantOptions{});
-    ASSERT_TRUE(t.ok());
-    tenant_ = *t;
   }
 
   void AwaitReaped() {
@@ -149,7 +96,8 @@ TEST_F(GatesTest, ACloseShutsTheGatesAndThatAloneRefusesEveryKeyStillOnTheDevice
   const std::vector<KeyGrant> grants = RegisterEach(mem);
   ASSERT_EQ(grants.size(), kKeys + 1);
 
-  ReaperStall stall;
+  Stall stall(HookPoint::kReaping);  // the reaper, held at its first step
+  stall.ArmAny();
   const uint64_t umrs = UmrsPosted();
   const uint64_t revoked = RevokedByGates();
   ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
@@ -169,12 +117,12 @@ TEST_F(GatesTest, ACloseShutsTheGatesAndThatAloneRefusesEveryKeyStillOnTheDevice
   }
 #endif
   peer_.reset();  // the PD goes with the reaper
-  stall.Release();
+  stall.Resume();
   AwaitReaped();
   EXPECT_EQ(cache_->stats().tenants_reaping.value(), 0);
   EXPECT_EQ(device_->stats().live_keys.value(), baseline_keys_) << "keys and gates destroyed";
   EXPECT_EQ(cache_->stats().gates.value(), 0);
-  ReopenForTearDown();
+  OpenTestTenant();  // the close was the test's: TearDown closes a fresh tenant
 }
 
 TEST_F(GatesTest, AGateThatCannotBeShutFallsBackToInvalidatingEveryKey) {
@@ -195,7 +143,7 @@ TEST_F(GatesTest, AGateThatCannotBeShutFallsBackToInvalidatingEveryKey) {
   for (const KeyGrant& g : grants) EXPECT_FALSE(PeerWrite(g.rkey, g.va, "after").ok());
   EXPECT_EQ(cache_->stats().live_registrations.value(), 0);
   EXPECT_EQ(device_->stats().live_keys.value(), baseline_keys_);
-  ReopenForTearDown();
+  OpenTestTenant();  // the close was the test's: TearDown closes a fresh tenant
 }
 
 TEST_F(GatesTest, WithoutGatesACloseInvalidatesEveryKey) {
@@ -214,7 +162,7 @@ TEST_F(GatesTest, WithoutGatesACloseInvalidatesEveryKey) {
   EXPECT_EQ(RevokedByGates(), 0u);
   for (const KeyGrant& g : grants) EXPECT_FALSE(PeerWrite(g.rkey, g.va, "after").ok());
   EXPECT_EQ(device_->stats().live_keys.value(), baseline_keys_);
-  ReopenForTearDown();
+  OpenTestTenant();  // the close was the test's: TearDown closes a fresh tenant
 }
 
 TEST_F(GatesTest, NoGateWhereTheDeviceHasNoRoomForTheIndirection) {

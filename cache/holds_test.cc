@@ -15,6 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "base/test_util.h"
+#include "cache/internal/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
@@ -26,76 +27,9 @@ namespace {
 
 using ::regcache::cache::internal::HookPoint;
 using ::regcache::cache::testing::CacheTest;
+using ::regcache::cache::testing::Event;
 using ::regcache::cache::testing::Memory;
-
-// A one-shot event on std primitives: Debian's abseil is not built for ThreadSanitizer, which
-// therefore cannot see Event's ordering.
-class Event {
- public:
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_ = true;
-    cv_.notify_all();
-  }
-  void WaitForNotification() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return set_; });
-  }
-  bool WaitForNotificationWithTimeout(absl::Duration d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, absl::ToChronoNanoseconds(d), [&] { return set_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool set_ = false;
-};
-
-// Stalls one chosen thread the first time it reaches one hook point, until the test lets it go:
-// forces the interleavings that chance would hit once in millions of runs.
-class Stall {
- public:
-  explicit Stall(HookPoint point) {
-    point_ = point;
-    reached_ = std::make_unique<Event>();
-    resume_ = std::make_unique<Event>();
-#ifndef NDEBUG
-    internal::test_hook.store(&Hook);
-#endif
-  }
-  ~Stall() {
-#ifndef NDEBUG
-    internal::test_hook.store(nullptr);
-#endif
-    Resume();
-  }
-  // Called on the thread to stall, before it runs into the point.
-  void Arm() { who_.store(std::this_thread::get_id()); }
-  bool WaitReached() { return reached_->WaitForNotificationWithTimeout(absl::Seconds(10)); }
-  void Resume() { resume_->Notify(); }
-
-  static bool Available() {
-#ifndef NDEBUG
-    return true;
-#else
-    return false;
-#endif
-  }
-
- private:
-  static void Hook(HookPoint p) {
-    if (p != point_ || std::this_thread::get_id() != who_.load()) return;
-    who_.store(std::thread::id());  // once
-    reached_->Notify();
-    (void)resume_->WaitForNotificationWithTimeout(absl::Seconds(10));
-  }
-  // One Stall at a time (its threads are joined before the next is made).
-  static inline HookPoint point_;
-  static inline std::atomic<std::thread::id> who_;
-  static inline std::unique_ptr<Event> reached_;
-  static inline std::unique_ptr<Event> resume_;
-};
+using ::regcache::cache::testing::Stall;
 
 #define REQUIRE_HOOKS() \
   if (!Stall::Available()) GTEST_SKIP() << "test hooks are compiled out (NDEBUG build)"

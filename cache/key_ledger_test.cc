@@ -37,16 +37,7 @@ class KeyLedgerCacheTest : public CacheTest {
   void SetUp() override { Init(); }
 
   // Tenant `tenant_` gone, a new one in its place (the device reuses the old one's indices).
-  void NextTenant() {
-    peer_.reset();
-    ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
-    auto t = cache_->OpenTenant(TenantOptions{});
-    ASSERT_TRUE(t.ok()) << t.status();
-    tenant_ = *t;
-    auto peer = device_->CreatePeer(UsageNow().pd);
-    ASSERT_TRUE(peer.ok()) << peer.status();
-    peer_ = std::move(*peer);
-  }
+  void NextTenant() { ReplaceTenant(); }
 };
 
 TEST_F(KeyLedgerCacheTest, NoKeyValueIsHandedOutTwiceAcrossTenants) {

@@ -236,12 +236,7 @@ TEST_F(RegCacheTest, ReleasingTheLastWindowHolderRetiresTheWindow) {
 }
 
 TEST_F(RegCacheTest, LruEvictionUnderQuotaPressure) {
-  peer_.reset();
-  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
-  auto t = cache_->OpenTenant(TenantOptions{.max_keys = 2});
-  ASSERT_TRUE(t.ok());
-  tenant_ = *t;
-  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  ASSERT_NO_FATAL_FAILURE(ReplaceTenant(TenantOptions{.max_keys = 2}));
   Memory mem(1 << 16);
   Attach(mem);
   auto a = cache_->Register(tenant_, mem.va(), 64, kRw);
@@ -421,12 +416,7 @@ TEST_F(RegCacheTest, TenantsAreIsolatedByProtectionDomain) {
 }
 
 TEST_F(RegCacheTest, MemoryQuotaIsEnforced) {
-  peer_.reset();
-  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
-  auto t = cache_->OpenTenant(TenantOptions{.max_backed_bytes = 1 << 16});
-  ASSERT_TRUE(t.ok());
-  tenant_ = *t;
-  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  ASSERT_NO_FATAL_FAILURE(ReplaceTenant(TenantOptions{.max_backed_bytes = 1 << 16}));
   Memory a(1 << 16), b(4096);
   Attach(a);
   BackingSpec spec{b.va(), b.data(), b.size()};
@@ -435,12 +425,7 @@ TEST_F(RegCacheTest, MemoryQuotaIsEnforced) {
 }
 
 TEST_F(RegCacheTest, AttachedMemoriesAreCounted) {
-  peer_.reset();
-  ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
-  auto t = cache_->OpenTenant(TenantOptions{.max_attached = 2});
-  ASSERT_TRUE(t.ok());
-  tenant_ = *t;
-  peer_ = std::move(*device_->CreatePeer(UsageNow().pd));
+  ASSERT_NO_FATAL_FAILURE(ReplaceTenant(TenantOptions{.max_attached = 2}));
   Memory a(4096), b(4096), c(4096);
   const BackingId first = Attach(a);
   Attach(b);

@@ -71,7 +71,12 @@ class CacheTest : public ::testing::Test {
     auto c = RegCache::Create(device_.get(), options);
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(*c);
-    auto t = cache_->OpenTenant(TenantOptions{});
+    OpenTestTenant();
+  }
+
+  // Opens the test's tenant (`tenant_`) with `options`, and a peer in its PD.
+  void OpenTestTenant(const TenantOptions& options = {}) {
+    auto t = cache_->OpenTenant(options);
     ASSERT_TRUE(t.ok()) << t.status();
     tenant_ = *t;
     auto usage = cache_->Usage(tenant_);
@@ -79,6 +84,13 @@ class CacheTest : public ::testing::Test {
     auto peer = device_->CreatePeer(usage->pd);
     ASSERT_TRUE(peer.ok()) << peer.status();
     peer_ = std::move(*peer);
+  }
+
+  // Closes the test's tenant and opens another with `options` in its place.
+  void ReplaceTenant(const TenantOptions& options = {}) {
+    peer_.reset();
+    ASSERT_TRUE(cache_->CloseTenant(tenant_).ok());
+    OpenTestTenant(options);
   }
 
   void TearDown() override {

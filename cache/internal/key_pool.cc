@@ -145,11 +145,7 @@ absl::StatusOr<TakenKey> KeyPool::Take(int cls, absl::Time now) {
   return t;
 }
 
-void KeyPool::Quarantine(PooledKey key, absl::Time now) {
-  quarantine_.push_back({key, now, ++quarantine_seq_});
-  stats_->keys_quarantined.Inc();
-  stats_->keys_quarantined_now.Add();
-}
+void KeyPool::Quarantine(PooledKey key, absl::Time now) { Quarantine({&key, 1}, now); }
 
 void KeyPool::Quarantine(absl::Span<const PooledKey> keys, absl::Time now) {
   for (const PooledKey& k : keys) quarantine_.push_back({k, now, ++quarantine_seq_});

@@ -81,7 +81,7 @@ std::vector<Record*> DrainWindowless(Tenant& t, absl::Span<Record* const> rs) {
 // the batch.
 // No ops: every key is refused already, behind shut gates (RetireShut); the keys are doomed
 // rather than quarantined (KeyPool::Doom).
-void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops, bool shut) {
+void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].result.ok()) continue;
     RC_LOG(WARNING) << "invalidate of key " << absl::StrFormat("0x%08x", ops[i].key)
@@ -121,7 +121,7 @@ void Finish(Tenant& t, absl::Span<Record* const> rs, absl::Span<const UmrOp> ops
         parents.push_back(r->parent);
       }
     }
-    if (shut) {
+    if (ops.empty()) {
       t.pool->Doom(quarantined);
     } else {
       t.pool->Quarantine(quarantined, now);
@@ -189,7 +189,7 @@ void RetireBatch(Tenant& t, absl::Span<Record* const> rs) {
     }
   }
   t.engine->ExecuteSpread(posted);
-  Finish(t, rs, ops, /*shut=*/false);
+  Finish(t, rs, ops);
 }
 
 void RetireShut(Tenant& t, absl::Span<Record* const> rs) {
@@ -209,7 +209,7 @@ void RetireShut(Tenant& t, absl::Span<Record* const> rs) {
       r->life.Transition(KeyState::kInvalidating);
     }
   }
-  Finish(t, rs, {}, /*shut=*/true);
+  Finish(t, rs, {});
   t.stats().revoked_by_gates.Inc(rs.size());
 }
 

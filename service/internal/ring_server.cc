@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<RingServer>> RingServer::Start(Session* session, 
   const int err = ::pthread_create(&s->thread_, &attr, &RingServer::ThreadMain, s.get());
   ::pthread_attr_destroy(&attr);
   if (err != 0) {
-    s->stopped_.store(true);
+    s->stop_.store(true);  // no worker: nothing for Stop to wait for
     s->joined_.store(true);
     return base::ErrnoToStatus(err, "start a ring worker");
   }
@@ -135,8 +135,7 @@ RingServer::~RingServer() {
 }
 
 void RingServer::Stop() {
-  if (stopped_.exchange(true)) return;
-  stop_.store(true, std::memory_order_seq_cst);
+  if (stop_.exchange(true, std::memory_order_seq_cst)) return;
   shm::ChannelFileHeader* h = shm_->channel_header();
   h->doorbell.fetch_add(1, std::memory_order_seq_cst);
   shm::FutexWakeAll(&h->doorbell);

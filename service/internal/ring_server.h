@@ -153,7 +153,6 @@ class RingServer {
   uint32_t next_channel_ = 0;           // where the next sweep starts; the worker's only
   std::string texts_[shm::kRingDepth];  // long messages of a burst's answers; the worker's only
   std::atomic<bool> stop_{false};
-  std::atomic<bool> stopped_{false};
   std::atomic<uint32_t> loop_done_{0};  // set by the worker after its loop (a futex word)
   std::atomic<bool> joined_{false};
   pthread_t thread_{};
