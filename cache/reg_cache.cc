@@ -377,6 +377,7 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
   std::vector<RegisterItem> misses;      // normalized; misses[k] is items[miss_of[k]]
   std::vector<size_t> miss_of, repeats;  // repeats: items repeating an earlier miss
   absl::flat_hash_set<std::tuple<uint64_t, uint64_t, hca::AccessFlags>> seen;
+  seen.reserve(items.size());  // no rehash as the batch's misses go in
   for (size_t i = 0; t.ok() && i < items.size(); ++i) {
     RegisterItem item = items[i];
     absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(item.access);

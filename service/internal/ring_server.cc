@@ -288,7 +288,8 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
       } else {
         answers[0] = Serve(copies[k], &texts[0]);
       }
-      for (uint32_t a = 0; a < run; ++a) Complete(index, answers[a], texts[a], unread++);
+      Complete(index, answers, texts, run, unread);
+      unread += run;
       k += run;
       served += run;
     }
@@ -296,29 +297,34 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
   return served;
 }
 
-void RingServer::Complete(uint32_t index, const shm::RingCompletion& out, const std::string& text,
-                          uint32_t unread) {
+void RingServer::Complete(uint32_t index, const shm::RingCompletion* out, const std::string* texts,
+                          uint32_t n, uint32_t unread) {
   ChannelView& v = view_[index];
   shm::Channel* ch = shm_->channel(index);
   shm::ChannelControl& c = ch->control;
-  if ((out.flags & shm::kFlagLongMessage) != 0) {  // before the completion is published
-    char* slot = ch->messages[v.cpl_head % shm::kRingDepth];
-    const size_t n = std::min(text.size(), shm::kLongMessageBytes - 1);
-    std::memcpy(slot, text.data(), n);
-    slot[n] = '\0';
+  for (uint32_t a = 0; a < n; ++a) {
+    const shm::RingCompletion& one = out[a];
+    if ((one.flags & shm::kFlagLongMessage) != 0) {  // before the completion is published
+      char* slot = ch->messages[v.cpl_head % shm::kRingDepth];
+      const size_t len = std::min(texts[a].size(), shm::kLongMessageBytes - 1);
+      std::memcpy(slot, texts[a].data(), len);
+      slot[len] = '\0';
+    }
+    // An OK answer of an op other than kQuery leaves the completion's second half unwritten
+    // (protocol/shm_protocol.h): one cache line less to move.
+    const bool whole = one.code != 0 || one.op == static_cast<uint16_t>(shm::RingOp::kQuery);
+    std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &one,
+                whole ? sizeof(one) : shm::kCompletionHeadBytes);
+    ++v.cpl_head;
   }
-  // An OK answer of an op other than kQuery leaves the completion's second half unwritten
-  // (protocol/shm_protocol.h): one cache line less to move.
-  const bool whole = out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery);
-  std::memcpy(&ch->completions[v.cpl_head % shm::kRingDepth], &out,
-              whole ? sizeof(out) : shm::kCompletionHeadBytes);
-  ++v.cpl_head;
+  // A run's answers are ready together: one release store publishes them all, and a waiting
+  // client is woken once, not once per answer.
   c.cpl_head.store(v.cpl_head, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (c.client_waiting.load(std::memory_order_relaxed) != 0) shm::FutexWakeAll(&c.cpl_head);
   // Own the next completion slot's first line before the next answer (the client read it a
   // ring ago). Only where the client has consumed that slot, by the cpl_tail read before.
-  if (unread + 1 < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
+  if (unread + n < shm::kRingDepth) ch->completions[v.cpl_head % shm::kRingDepth].seq = 0;
 }
 
 // The texts are short enough for a completion's message (kMessageBytes).

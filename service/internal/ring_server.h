@@ -138,10 +138,11 @@ class RingServer {
   // Serves consecutive register requests (copies) as one batch: out[i] answers copies[i].
   void ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::RingCompletion* out,
                       std::string* texts);
-  // Writes one completion to the channel and tells a waiting client; `unread`: completions the
-  // client had not read before this one.
-  void Complete(uint32_t index, const shm::RingCompletion& out, const std::string& text,
-                uint32_t unread);
+  // Writes the completions out[0, n) to the channel, then publishes them with one cpl_head
+  // store and tells a waiting client once; `unread`: completions the client had not read
+  // before the first of them.
+  void Complete(uint32_t index, const shm::RingCompletion* out, const std::string* texts,
+                uint32_t n, uint32_t unread);
   shm::RingCompletion Answer(const shm::DecodedRequest& d, std::string* text);
 
   Session* const session_;
