@@ -14,6 +14,7 @@ absl::Status BackingSet::Add(const BackingRecord& record) {
   by_va_.emplace(record.va, record);
   va_of_[record.id] = record.va;
   total_bytes_ += record.length;
+  ++generation_;
   return absl::OkStatus();
 }
 
@@ -46,12 +47,21 @@ absl::StatusOr<BackingRecord> BackingSet::Remove(BackingId id) {
   by_va_.erase(it);
   va_of_.erase(v);
   total_bytes_ -= r.length;
+  ++generation_;
   return r;
 }
 
 BackingRecord* BackingSet::Find(BackingId id) {
   auto v = va_of_.find(id);
   return v == va_of_.end() ? nullptr : &by_va_.find(v->second)->second;
+}
+
+bool BackingSet::MarkRemoving(BackingId id) {
+  BackingRecord* b = Find(id);
+  if (b == nullptr) return false;
+  b->removing = true;
+  ++generation_;
+  return true;
 }
 
 absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint64_t length,

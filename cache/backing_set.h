@@ -54,6 +54,12 @@ class BackingSet {
   BackingRecord* Find(BackingId id);
   const absl::btree_map<uint64_t, BackingRecord>& by_va() const { return by_va_; }
 
+  // Marks a backing as being detached: layouts refuse it from now on. False for an unknown id.
+  bool MarkRemoving(BackingId id);
+  // Moves on with every change a layout could see (Add, Remove, MarkRemoving): a layout made at
+  // one generation is still the layout at the same generation.
+  uint64_t generation() const { return generation_; }
+
   // The KLM entries that map [va, va+length) through the backings, in address order, each at
   // most kMaxKlmEntryBytes: a range spanning two adjacent backings gets (at least) two entries.
   // `used` receives the ids of the backings involved, in order.
@@ -72,6 +78,7 @@ class BackingSet {
   absl::btree_map<uint64_t, BackingRecord> by_va_;  // key: va
   absl::flat_hash_map<BackingId, uint64_t> va_of_;  // id -> key in by_va_
   uint64_t total_bytes_ = 0;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace regcache::cache

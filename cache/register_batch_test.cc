@@ -1,10 +1,14 @@
 // RegCache::RegisterBatch: a batch's misses are mapped together (one doorbell for a batch that
 // fits half a ring, not one per key); every key works once returned; hits, repeats and bad
-// items are answered one by one; a UMR that fails mid-batch fails no other item; nothing leaks.
+// items are answered one by one; a UMR that fails mid-batch fails no other item; nothing leaks;
+// a miss whose memory is detached and attached anew between its layout and its bind maps the new
+// memory, not a key that is gone.
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "cache/internal/test_util.h"
 #include "cache/reg_cache.h"
 #include "cache/test_util.h"
 #include "gtest/gtest.h"
@@ -12,8 +16,10 @@
 namespace regcache::cache {
 namespace {
 
+using ::regcache::cache::internal::HookPoint;
 using testing::CacheTest;
 using testing::Memory;
+using testing::Stall;
 
 constexpr uint64_t kPage = 4096;
 
@@ -137,6 +143,51 @@ TEST_F(RegisterBatchTest, AClosedTenantFailsEveryItem) {
   ASSERT_EQ(got.size(), 2u);
   for (const auto& g : got) EXPECT_EQ(g.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(cache_->RegisterBatch(tenant_, {}).empty());
+}
+
+// A miss lays its range out under the tenant's read lock, then binds under its write lock. If
+// the memory changed in between (here: detached, its registration and gate destroyed, and other
+// memory attached at the same addresses), the bind lays out again: the key maps the new memory.
+// A layout reused across the change would name keys that no longer exist.
+TEST_F(RegisterBatchTest, AMissWhoseMemoryChangesBeforeItsBindMapsTheNewMemory) {
+  if (!Stall::Available()) GTEST_SKIP() << "test hooks are compiled out (NDEBUG)";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  Memory first(4 * kPage), second(4 * kPage);
+  BackingId attached = Attach(first);
+  for (bool batch : {false, true}) {
+    SCOPED_TRACE(batch ? "RegisterBatch" : "Register");
+    Stall stall(HookPoint::kPlanned);
+    absl::StatusOr<KeyGrant> got = absl::UnknownError("not run");
+    std::thread miss([&] {
+      stall.Arm();
+      if (batch) {
+        got = std::move(cache_->RegisterBatch(tenant_, {{first.va(), kPage, hca::kAllAccess}})[0]);
+      } else {
+        got = cache_->Register(tenant_, first.va(), kPage, hca::kAllAccess);
+      }
+    });
+    ASSERT_TRUE(stall.WaitReached());
+    // Nothing is bound over the memory yet, so the detach does not wait for the miss.
+    ASSERT_TRUE(cache_->RemoveBacking(tenant_, attached).ok());
+    BackingSpec spec;
+    spec.va = first.va();  // the same addresses, other pages behind them
+    spec.local_addr = batch ? first.data() : second.data();
+    spec.length = first.size();
+    spec.access = hca::kAllAccess;
+    absl::StatusOr<BackingId> id = cache_->AddBacking(tenant_, spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    attached = *id;
+    stall.Resume();
+    miss.join();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_FALSE(got->hit);
+    ASSERT_TRUE(PeerWrite(got->rkey, got->va, batch ? "anew-b" : "anew-r").ok());
+    uint8_t* behind = batch ? first.data() : second.data();
+    EXPECT_EQ(std::memcmp(behind, batch ? "anew-b" : "anew-r", 6), 0)
+        << "the write lands in the memory attached now";
+    EXPECT_TRUE(cache_->Release(tenant_, got->handle).ok());
+    ASSERT_TRUE(cache_->Invalidate(tenant_, got->handle).ok());
+  }
 }
 
 }  // namespace

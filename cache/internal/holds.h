@@ -50,13 +50,15 @@
 namespace regcache::cache::internal {
 
 // Test hooks: points where a test stalls a thread to force an interleaving the protocol must
-// survive (cache/holds_test.cc), or to hold the reaper back (cache/gates_test.cc). Compiled out
+// survive (cache/holds_test.cc, and a miss whose memory changes under it in
+// cache/register_batch_test.cc), or to hold the reaper back (cache/gates_test.cc). Compiled out
 // under NDEBUG, so release builds pay nothing; the dev, asan and tsan builds keep them.
 enum class HookPoint {
   kHitRead,       // a hit read the state word (live), before its entry store
   kReleaseStore,  // a local release stored its entry, before its state read
   kStopMarked,    // a stop marked the record dead, before its fence and count
   kReaping,       // ReapTenant is about to destroy a closed tenant's leftovers
+  kPlanned,       // a miss laid its range out, before it takes the tenant's lock to bind it
 };
 #ifndef NDEBUG
 extern std::atomic<void (*)(HookPoint)> test_hook;

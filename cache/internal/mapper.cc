@@ -33,7 +33,9 @@ struct Mapping {
   hca::AccessFlags access = 0;  // normalized
   std::vector<hca::KlmEntry> layout;
   std::vector<BackingId> backings;  // a registration: the memory its layout uses
-  Record* parent = nullptr;         // a window: its parent, held by the caller
+  // The generation of the tenant's memory (BackingSet) the layout was made at; none yet: ~0.
+  uint64_t generation = ~uint64_t{0};
+  Record* parent = nullptr;  // a window: its parent, held by the caller
   int cls = 0;
 
   bool window() const { return parent != nullptr; }
@@ -68,15 +70,16 @@ void Unreserve(Tenant& t, const TakenKey& taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t
 absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   absl::Cleanup unreserve = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) { Unreserve(t, taken); };
-  if (!m.window()) {
-    // The tenant's memory may have changed while the mutex was released: lay out again under
-    // the lock that pins it.
+  if (!m.window() && t.backings.generation() != m.generation) {
+    // The tenant's memory changed while the mutex was released: lay out again under the lock
+    // that pins it.
     ASSIGN_OR_RETURN(std::vector<hca::KlmEntry> relaid,
                      t.backings.Layout(m.va, m.length, m.access, &m.backings));
     if (relaid.size() > t.pool->capacity(m.cls)) {
       return absl::AbortedError("attached memory changed during register; retry");
     }
     m.layout = std::move(relaid);
+    m.generation = t.backings.generation();
   }
   Record* r = AllocateRecord(t);
   if (r == nullptr) return TooManyRecords();
@@ -247,6 +250,7 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
 absl::Status Plan(Tenant& t, Mapping& m) {
   base::ReaderMutexLock lock(&t.mu);
   ASSIGN_OR_RETURN(m.layout, t.backings.Layout(m.va, m.length, m.access, &m.backings));
+  m.generation = t.backings.generation();
   ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
   return absl::OkStatus();
 }
@@ -293,6 +297,7 @@ absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length
   m.length = length;
   m.access = access;
   RETURN_IF_ERROR(Plan(t, m));
+  RC_CACHE_TEST_HOOK(kPlanned);
   ASSIGN_OR_RETURN(KeyGrant grant, MapNew(t, m));
   RecordMiss(t, start);
   return grant;
@@ -314,6 +319,7 @@ void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
     m.length = items[i].length;
     m.access = items[i].access;
     absl::Status s = Plan(t, m);
+    RC_CACHE_TEST_HOOK(kPlanned);
     if (s.ok()) s = Prepare(t, m, prepared[i]);
     if (!s.ok()) {
       out[i] = std::move(s);
