@@ -20,6 +20,9 @@
 //                             After an untimed warm-up (the pool at its steady size). Per key.
 //   ibv_reg_mr_batch/keys:K/bytes:N  its anchor: K ibv_reg_mr of the same ranges, then their K
 //                             ibv_dereg_mr, per key.
+//   bind_floor/keys:K/bytes:N the device's floor on verbs devices (bench/bind_floor.h): K
+//                             type-1 windows bound by one ibv_post_send list and its one
+//                             completion awaited, in this process, with nothing else; per key.
 //   ibv_reg_mr/bytes:N        the anchor: ibv_reg_mr + ibv_dereg_mr of the same range of the
 //                             same mapping (already touched), in this process, on the same
 //                             device opened by name (verbs:<name> / mlx5:<name>; no name: the
@@ -61,6 +64,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
+#include "bench/bind_floor.h"
 #include "bench/regcached_process.h"
 #include "benchmark/benchmark.h"
 #include "regcache/client.h"
@@ -118,6 +123,7 @@ struct Bench {
   std::unique_ptr<rc::Client> cached;    // default options: fast path + client cache
   std::unique_ptr<rc::Client> uncached;  // fast path, client cache off
   std::unique_ptr<IbvAnchor> anchor;
+  std::unique_ptr<regcache::bench::BindFloor> floor;  // verbs devices only
   uint64_t bytes = 0;
   rc::Memory cached_memory, uncached_memory;
 
@@ -358,6 +364,25 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
   state.counters["keys"] = bc.keys;
 }
 
+void BM_BindFloor(benchmark::State& state, BatchCase bc) {
+  regcache::bench::BindFloor& f = *Bench::Get().floor;
+  if (absl::Status s = f.Prepare(bc.keys, bc.bytes); !s.ok()) {
+    state.SkipWithError(s.ToString().c_str());
+    return;
+  }
+  for (int i = 0; i < 2; ++i) (void)f.Run();  // untimed warm-up, as the batch case has
+  for (auto _ : state) {
+    absl::StatusOr<double> secs = f.Run();
+    if (!secs.ok()) {
+      state.SkipWithError(secs.status().ToString().c_str());
+      break;
+    }
+    state.SetIterationTime(*secs);
+  }
+  SetBytes(state, bc.bytes);
+  state.counters["keys"] = bc.keys;
+}
+
 std::string BatchArg(const BatchCase& bc) {
   return absl::StrFormat("/keys:%d/bytes:%d", bc.keys, bc.bytes);
 }
@@ -390,6 +415,11 @@ void RegisterBenchmarks(bool with_anchor) {
                                      bc)
             ->Iterations(bc.iterations)
             ->UseRealTime();
+      }
+      if (Bench::Get().floor != nullptr) {
+        benchmark::RegisterBenchmark(("bind_floor" + BatchArg(bc)).c_str(), BM_BindFloor, bc)
+            ->Iterations(bc.iterations)
+            ->UseManualTime();
       }
     }
   }
@@ -478,6 +508,17 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
     const double aim = bc.bytes == 4 * kKiB ? 5 : 0;
     std::printf("%-14s %10s %12s   %s\n", bc.label, Time(ours).c_str(), Time(reg).c_str(),
                 anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
+    const double floor = r.Ns("bind_floor" + BatchArg(bc)) / bc.keys;
+    if (floor > 0) {
+      std::printf("  device floor %10s   regcache / floor %s; ibv_reg_mr / floor %s\n",
+                  Time(floor).c_str(), Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
+    }
+  }
+  if (Bench::Get().floor != nullptr) {
+    std::printf(
+        "device floor: the same K windows bound by one ibv_post_send list and its one "
+        "completion, nothing else (bench/bind_floor.h); ibv_reg_mr / floor is the most a "
+        "window per key can reach here\n");
   }
   if (anchor == nullptr) return;
   std::printf("ratio ibv_reg_mr / regcache:\n");
@@ -504,6 +545,10 @@ int main(int argc, char** argv) {
   Bench& b = Bench::Get();
   b.anchor = IbvAnchor::Open(options.device);
   if (b.anchor != nullptr) benchmark::AddCustomContext("regmr_ibv_device", b.anchor->name());
+  absl::StatusOr<std::unique_ptr<regcache::bench::BindFloor>> floor =
+      regcache::bench::BindFloor::Open(options.device);
+  if (!floor.ok()) Die("the bind floor's device: " + floor.status().ToString());
+  b.floor = std::move(*floor);
   b.daemon = std::make_unique<Daemon>(options);
   b.cached = b.daemon->Connect(true);
   b.uncached = b.daemon->Connect(false);
@@ -518,6 +563,7 @@ int main(int argc, char** argv) {
   b.cached->Close();
   b.uncached->Close();
   b.daemon.reset();
+  b.floor.reset();
   benchmark::Shutdown();
   return 0;
 }
