@@ -23,6 +23,9 @@
 //   bind_floor/keys:K/bytes:N the device's floor on verbs devices (bench/bind_floor.h): K
 //                             type-1 windows bound by one ibv_post_send list and its one
 //                             completion awaited, in this process, with nothing else; per key.
+//   bind_queue/..., cache_layer/...  on verbs devices, the same keys made in this process by
+//                             the backend's queue alone, then by the cache alone
+//                             (bench/batch_layers.h): where a batch's key goes, layer by layer.
 //   ibv_reg_mr/bytes:N        the anchor: ibv_reg_mr + ibv_dereg_mr of the same range of the
 //                             same mapping (already touched), in this process, on the same
 //                             device opened by name (verbs:<name> / mlx5:<name>; no name: the
@@ -57,6 +60,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -65,6 +69,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "bench/batch_layers.h"
 #include "bench/bind_floor.h"
 #include "bench/regcached_process.h"
 #include "benchmark/benchmark.h"
@@ -123,7 +128,8 @@ struct Bench {
   std::unique_ptr<rc::Client> cached;    // default options: fast path + client cache
   std::unique_ptr<rc::Client> uncached;  // fast path, client cache off
   std::unique_ptr<IbvAnchor> anchor;
-  std::unique_ptr<regcache::bench::BindFloor> floor;  // verbs devices only
+  std::unique_ptr<regcache::bench::BindFloor> floor;     // verbs devices only
+  std::unique_ptr<regcache::bench::BatchLayers> layers;  // verbs devices only
   uint64_t bytes = 0;
   rc::Memory cached_memory, uncached_memory;
 
@@ -364,15 +370,25 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
   state.counters["keys"] = bc.keys;
 }
 
-void BM_BindFloor(benchmark::State& state, BatchCase bc) {
-  regcache::bench::BindFloor& f = *Bench::Get().floor;
-  if (absl::Status s = f.Prepare(bc.keys, bc.bytes); !s.ok()) {
-    state.SkipWithError(s.ToString().c_str());
+// The batch's keys made by one layer below regcache's whole path (verbs devices): the device
+// alone (bind_floor), the backend's queue, the cache; per key, after the same untimed warm-up.
+enum class Layer { kFloor, kQueue, kCache };
+
+void BM_Layer(benchmark::State& state, BatchCase bc, Layer layer) {
+  Bench& b = Bench::Get();
+  const absl::Status prepared = layer == Layer::kFloor ? b.floor->Prepare(bc.keys, bc.bytes)
+                                                       : b.layers->Prepare(bc.keys, bc.bytes);
+  if (!prepared.ok()) {
+    state.SkipWithError(prepared.ToString().c_str());
     return;
   }
-  for (int i = 0; i < 2; ++i) (void)f.Run();  // untimed warm-up, as the batch case has
+  auto run = [&]() -> absl::StatusOr<double> {
+    if (layer == Layer::kFloor) return b.floor->Run();
+    return layer == Layer::kQueue ? b.layers->RunQueue() : b.layers->RunCache();
+  };
+  for (int i = 0; i < 2; ++i) (void)run();
   for (auto _ : state) {
-    absl::StatusOr<double> secs = f.Run();
+    absl::StatusOr<double> secs = run();
     if (!secs.ok()) {
       state.SkipWithError(secs.status().ToString().c_str());
       break;
@@ -417,9 +433,13 @@ void RegisterBenchmarks(bool with_anchor) {
             ->UseRealTime();
       }
       if (Bench::Get().floor != nullptr) {
-        benchmark::RegisterBenchmark(("bind_floor" + BatchArg(bc)).c_str(), BM_BindFloor, bc)
-            ->Iterations(bc.iterations)
-            ->UseManualTime();
+        for (auto [name, layer] :
+             {std::pair{"bind_floor", Layer::kFloor}, std::pair{"bind_queue", Layer::kQueue},
+              std::pair{"cache_layer", Layer::kCache}}) {
+          benchmark::RegisterBenchmark((name + BatchArg(bc)).c_str(), BM_Layer, bc, layer)
+              ->Iterations(bc.iterations)
+              ->UseManualTime();
+        }
       }
     }
   }
@@ -510,14 +530,19 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
                 anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
     const double floor = r.Ns("bind_floor" + BatchArg(bc)) / bc.keys;
     if (floor > 0) {
-      std::printf("  device floor %10s   regcache / floor %s; ibv_reg_mr / floor %s\n",
-                  Time(floor).c_str(), Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
+      std::printf(
+          "  device floor %s, bind queue %s, cache %s, regcache %s; regcache / floor %s; "
+          "ibv_reg_mr / floor %s\n",
+          Time(floor).c_str(), Time(r.Ns("bind_queue" + BatchArg(bc)) / bc.keys).c_str(),
+          Time(r.Ns("cache_layer" + BatchArg(bc)) / bc.keys).c_str(), Time(ours).c_str(),
+          Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
     }
   }
   if (Bench::Get().floor != nullptr) {
     std::printf(
-        "device floor: the same K windows bound by one ibv_post_send list and its one "
-        "completion, nothing else (bench/bind_floor.h); ibv_reg_mr / floor is the most a "
+        "layers, each with everything below it: device floor (the windows bound by one "
+        "ibv_post_send list, nothing else), bind queue (the backend's), cache (RegisterBatch "
+        "in process), regcache (client, ring, daemon); ibv_reg_mr / floor is the most a "
         "window per key can reach here\n");
   }
   if (anchor == nullptr) return;
@@ -549,6 +574,10 @@ int main(int argc, char** argv) {
       regcache::bench::BindFloor::Open(options.device);
   if (!floor.ok()) Die("the bind floor's device: " + floor.status().ToString());
   b.floor = std::move(*floor);
+  absl::StatusOr<std::unique_ptr<regcache::bench::BatchLayers>> layers =
+      regcache::bench::BatchLayers::Open(options.device);
+  if (!layers.ok()) Die("the batch layers' device: " + layers.status().ToString());
+  b.layers = std::move(*layers);
   b.daemon = std::make_unique<Daemon>(options);
   b.cached = b.daemon->Connect(true);
   b.uncached = b.daemon->Connect(false);
@@ -564,6 +593,7 @@ int main(int argc, char** argv) {
   b.uncached->Close();
   b.daemon.reset();
   b.floor.reset();
+  b.layers.reset();
   benchmark::Shutdown();
   return 0;
 }
