@@ -222,6 +222,7 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
   wrs.reserve(items.size());
   list.reserve(items.size());
   absl::flat_hash_set<const ibv_mw*> in_list;
+  in_list.reserve(items.size());
   absl::Status failed;  // a post failed: so does every request after it
   base::MutexLock lock(&mu_);
   const auto send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -22,8 +22,11 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <deque>
+#include <iterator>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +34,39 @@
 #include "hca/verbs/context.h"
 
 namespace regcache::hca::verbs {
+
+// A first-in first-out queue over one vector: pop_front moves a head index on, and the storage
+// is reused once the queue has drained (a bind queue drains at the end of every batch). A
+// std::deque of entries as large as a bind's (a BindPlan is two window records) allocates a
+// node per entry; this allocates only while it grows.
+template <typename T>
+class Fifo {
+ public:
+  bool empty() const { return head_ == v_.size(); }
+  size_t size() const { return v_.size() - head_; }
+  T& front() { return v_[head_]; }
+  void push_back(T&& x) { v_.push_back(std::move(x)); }
+  void pop_front() {
+    if (++head_ == v_.size()) {
+      v_.clear();
+      head_ = 0;
+    } else if (head_ >= kCompactAt && 2 * head_ >= v_.size()) {  // never drains: bounded
+      v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  auto begin() { return v_.begin() + static_cast<std::ptrdiff_t>(head_); }
+  auto end() { return v_.end(); }
+  auto begin() const { return v_.begin() + static_cast<std::ptrdiff_t>(head_); }
+  auto end() const { return v_.end(); }
+  auto rbegin() { return std::make_reverse_iterator(end()); }
+  auto rend() { return std::make_reverse_iterator(begin()); }
+
+ private:
+  static constexpr size_t kCompactAt = 1024;
+  std::vector<T> v_;
+  size_t head_ = 0;
+};
 
 class BindQueue final : public Queue {
  public:
@@ -98,7 +134,7 @@ class BindQueue final : public Queue {
   bool broken_ = false;  // an error completion was seen: recover before posting
   uint64_t next_wr_ = 1;
   std::vector<Held> held_;
-  std::deque<InFlight> in_flight_;  // in posting order; front is the oldest
+  Fifo<InFlight> in_flight_;  // in posting order; front is the oldest
   std::deque<Completion> ready_;
 };
 
