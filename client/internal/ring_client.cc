@@ -148,7 +148,7 @@ void RingClient::RingDoorbell() {
 }
 
 absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
-                                                     absl::Time& deadline) {
+                                                     absl::Time& deadline, absl::Duration spin) {
   shm::ChannelControl& ctl = rings_[index].control;
   // A fast answer costs no clock read: the clock is read once every kSpinsPerClock spins, and
   // the first read starts both the spin budget and (if the call has none yet) the deadline.
@@ -162,7 +162,7 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     const absl::Time now = absl::Now();
     if (deadline == absl::InfinitePast()) deadline = now + timeout_;
     if (spin_until == absl::InfinitePast()) {
-      spin_until = now + kSpin;
+      spin_until = now + spin;
       continue;
     }
     if (now < spin_until) {
@@ -278,7 +278,10 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
         ring.requests[c.req_head % shm::kRingDepth].seq = 0;
       }
     }
-    ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline));
+    // Requests of this call still unanswered: the more, the longer the answer can take.
+    const size_t waiting = posted > done ? posted - done - 1 : 0;
+    const absl::Duration spin = kSpin + kSpinPerRequest * static_cast<int64_t>(waiting);
+    ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline, spin));
     if (got.seq < first) {  // the answer to a call whose deadline passed
       if (got.code == 0 && got.handle != 0 && shm::OpGrants(static_cast<shm::RingOp>(got.op))) {
         c.orphans.push_back(got.handle);  // nobody will release it otherwise

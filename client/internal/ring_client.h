@@ -7,8 +7,10 @@
 // client-side mutex, held for one call or batch, so a channel's ring has one producer and one
 // consumer at a time and its completions come back in the order of its requests.
 //
-// Waiting: after posting, a caller spins on cpl_head for kSpin, then sleeps on it (futex) per
-// the header's handshake, until the call's deadline: kDeadlineExceeded then. Past the first
+// Waiting: after posting, a caller spins on cpl_head for kSpin, and kSpinPerRequest longer for
+// each request of its own still on the ring (a batch of misses takes about that much longer to
+// answer, and a sleeping caller pays a futex wake-up on top), then sleeps on it (futex) per the
+// header's handshake, until the call's deadline: kDeadlineExceeded then. Past the first
 // kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
 // waiting for it when there are more busy threads than cores). The clock is read
 // only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
@@ -50,6 +52,7 @@ namespace shm = ::regcache::protocol::shm;
 class RingClient {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(20);
+  static constexpr absl::Duration kSpinPerRequest = absl::Microseconds(3);
   // Spins between clock reads while waiting (a pause each): an answer that comes within the
   // first kSpinsPerClock spins costs no clock read at all.
   static constexpr uint32_t kSpinsPerClock = 64;
@@ -113,9 +116,9 @@ class RingClient {
   absl::Status RunThenRelease(uint32_t index, const shm::RingRequest* requests, size_t n,
                               shm::RingCompletion* out);
   // The next completion of the channel, by `deadline`; InfinitePast: not set yet (then the
-  // first clock read sets it to now + timeout_).
-  absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // first clock read sets it to now + timeout_). Spins for `spin` before it sleeps.
+  absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline,
+                                           absl::Duration spin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void RingDoorbell();
   // Keeps `text` for StatusOf; returns its token. The oldest are dropped past kKeptTexts (an
   // answer nobody reads: a call that gave up).
