@@ -1,4 +1,5 @@
-// The layers of a batch of keys on a verbs device, for regmr_bench's bind_queue and cache rows:
+// The layers of a batch of keys on a verbs device, for regmr_bench's bind_queue and cache_layer
+// rows:
 // the same K window keys as its batch case, made in this process by each layer of regcache in
 // turn, from the bottom:
 //
@@ -36,7 +37,9 @@ namespace regcache::bench {
 
 class BatchLayers {
  public:
-  // Null for a spec other than "verbs..."; an error where the device does not open.
+  // Null for a spec other than "verbs..."; an error where the device does not open. (Not on the
+  // sim: a cache with a sim of its own in this process measured more than the daemon's whole
+  // path, sharing the CPUs with the benchmark's client and the daemon's sim.)
   static absl::StatusOr<std::unique_ptr<BatchLayers>> Open(const std::string& spec) {
     if (!absl::StartsWith(spec, "verbs")) return std::unique_ptr<BatchLayers>();
     hca::verbs::RegisterBackend();
@@ -64,14 +67,16 @@ class BatchLayers {
     ASSIGN_OR_RETURN(pd_, device_->AllocPd());
     ASSIGN_OR_RETURN(backing_, device_->RegisterBacking(pd_, va_, length_, hca::kAllAccess, {}));
     ASSIGN_OR_RETURN(keys_, device_->CreateIndirectKeys(pd_, 1, static_cast<uint32_t>(keys), {}));
+    // Room for every bind at once.
     uint32_t depth = 1;
     while (depth < static_cast<uint32_t>(keys) + 1) depth *= 2;
     ASSIGN_OR_RETURN(queue_, device_->CreateQueue(pd_, hca::QueueOptions{depth}));
     // The cache's layer.
-    cache::CacheOptions o;  // as the daemon builds them (service/internal/device_set.cc)
+    // As the daemon builds them (service/internal/device_set.cc): its maintenance thread too,
+    // which refills the pool and takes keys out of quarantine between batches.
+    cache::CacheOptions o;
     o.pool.capacity_classes =
         cache::RegCache::FitClasses(o.pool.capacity_classes, device_->capabilities());
-    o.background_maintenance = false;
     ASSIGN_OR_RETURN(cache_, cache::RegCache::Create(device_.get(), o));
     ASSIGN_OR_RETURN(tenant_, cache_->OpenTenant(cache::TenantOptions{}));
     cache::BackingSpec spec;
@@ -131,7 +136,6 @@ class BatchLayers {
       RETURN_IF_ERROR(cache_->Release(tenant_, g->handle));
       RETURN_IF_ERROR(cache_->Invalidate(tenant_, g->handle));
     }
-    cache_->Maintain();  // what the daemon's maintenance thread does between batches
     return secs;
   }
 

@@ -432,14 +432,15 @@ void RegisterBenchmarks(bool with_anchor) {
             ->Iterations(bc.iterations)
             ->UseRealTime();
       }
-      if (Bench::Get().floor != nullptr) {
-        for (auto [name, layer] :
-             {std::pair{"bind_floor", Layer::kFloor}, std::pair{"bind_queue", Layer::kQueue},
-              std::pair{"cache_layer", Layer::kCache}}) {
-          benchmark::RegisterBenchmark((name + BatchArg(bc)).c_str(), BM_Layer, bc, layer)
-              ->Iterations(bc.iterations)
-              ->UseManualTime();
-        }
+      for (auto [name, layer] :
+           {std::pair{"bind_floor", Layer::kFloor}, std::pair{"bind_queue", Layer::kQueue},
+            std::pair{"cache_layer", Layer::kCache}}) {
+        const bool here =
+            layer == Layer::kFloor ? Bench::Get().floor != nullptr : Bench::Get().layers != nullptr;
+        if (!here) continue;
+        benchmark::RegisterBenchmark((name + BatchArg(bc)).c_str(), BM_Layer, bc, layer)
+            ->Iterations(bc.iterations)
+            ->UseManualTime();
       }
     }
   }
@@ -529,7 +530,7 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
     std::printf("%-14s %10s %12s   %s\n", bc.label, Time(ours).c_str(), Time(reg).c_str(),
                 anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
     const double floor = r.Ns("bind_floor" + BatchArg(bc)) / bc.keys;
-    if (floor > 0) {
+    if (r.Ns("bind_queue" + BatchArg(bc)) > 0) {
       std::printf(
           "  device floor %s, bind queue %s, cache %s, regcache %s; regcache / floor %s; "
           "ibv_reg_mr / floor %s\n",
@@ -538,12 +539,12 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
           Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
     }
   }
-  if (Bench::Get().floor != nullptr) {
+  if (Bench::Get().layers != nullptr) {
     std::printf(
-        "layers, each with everything below it: device floor (the windows bound by one "
-        "ibv_post_send list, nothing else), bind queue (the backend's), cache (RegisterBatch "
-        "in process), regcache (client, ring, daemon); ibv_reg_mr / floor is the most a "
-        "window per key can reach here\n");
+        "layers, each with everything below it: device floor (verbs: the windows bound by one "
+        "ibv_post_send list, nothing else), bind queue (the backend's queue), cache "
+        "(RegisterBatch in process), regcache (client, ring, daemon); ibv_reg_mr / floor is "
+        "the most a window per key can reach here\n");
   }
   if (anchor == nullptr) return;
   std::printf("ratio ibv_reg_mr / regcache:\n");
