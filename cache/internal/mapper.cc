@@ -255,10 +255,9 @@ absl::Status Plan(Tenant& t, Mapping& m) {
   return absl::OkStatus();
 }
 
-void RecordMiss(Tenant& t, absl::Time start) {
+void RecordMiss(Tenant& t, absl::Time start, absl::Time done = base::MonotonicNow()) {
   t.stats().register_misses.Inc();
-  t.stats().miss_latency_ns.Record(
-      static_cast<uint64_t>(absl::ToInt64Nanoseconds(base::MonotonicNow() - start)));
+  t.stats().miss_latency_ns.Record(static_cast<uint64_t>(absl::ToInt64Nanoseconds(done - start)));
 }
 
 // Takes one shared hold on `p`, the record `handle` resolved to, for a window on it: the
@@ -331,11 +330,12 @@ void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
   if (ops.empty()) return;
   t.engine->ExecuteSpread(ops);
   std::vector<size_t> again;
+  const absl::Time mapped = base::MonotonicNow();  // a batch's keys are mapped together
   for (size_t i : posted) {
     const bool reached_device = prepared[i].op.posted && !prepared[i].op.result.ok();
     out[i] = Finish(t, maps[i], prepared[i]);
     if (out[i].ok()) {
-      RecordMiss(t, start);
+      RecordMiss(t, start, mapped);
     } else if (reached_device && ops.size() > 1) {
       again.push_back(i);
     }

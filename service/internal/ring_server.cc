@@ -57,6 +57,19 @@ bool PastDeadline(const shm::DecodedRequest& d) {
   return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
 }
 
+// The clock read once for many requests (a run of registers), and only if one has a deadline.
+class RunClock {
+ public:
+  bool Past(const shm::DecodedRequest& d) {
+    if (d.deadline_ns == 0) return false;
+    if (now_ == 0) now_ = NowNs();
+    return now_ >= static_cast<int64_t>(d.deadline_ns);
+  }
+
+ private:
+  int64_t now_ = 0;
+};
+
 // `text`: where a message too long for the completion goes (shm::CompletionFor).
 shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
                                     const absl::StatusOr<SlottedGrant>& g, std::string* text) {
@@ -359,6 +372,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::
   shm::DecodedRequest d[shm::kRingDepth];
   RegisterCall calls[shm::kRingDepth];
   uint32_t call_of[shm::kRingDepth];  // calls[j] answers copies[call_of[j]]
+  RunClock before, after;  // the run's deadlines against one clock read each side of the work
   uint32_t n = 0;
   for (uint32_t i = 0; i < copies.size(); ++i) {
     if (absl::Status s = shm::DecodeRequest(copies[i], d[i]); !s.ok()) {
@@ -367,7 +381,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::
       continue;
     }
     stats_->requests.Inc();
-    if (PastDeadline(d[i])) {
+    if (before.Past(d[i])) {
       out[i] = Expired(d[i], "the deadline passed before the work began");
       continue;
     }
@@ -381,7 +395,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::
     const shm::DecodedRequest& r = d[call_of[j]];
     shm::RingCompletion& c = out[call_of[j]];
     c = GrantCompletion(r, made[j], &texts[call_of[j]]);
-    if (c.code == 0 && c.handle != 0 && PastDeadline(r)) {
+    if (c.code == 0 && c.handle != 0 && after.Past(r)) {
       (void)backend_->Release(*session_, c.handle);
       c = Expired(r, "the deadline passed; the key made was released");
     }
