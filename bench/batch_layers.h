@@ -1,14 +1,13 @@
 // The layers of a batch of keys on a verbs device, for regmr_bench's bind_queue and cache_layer
-// rows:
-// the same K window keys as its batch case, made in this process by each layer of regcache in
-// turn, from the bottom:
+// rows: the same K window keys as its batch case, made in this process by each layer of
+// regcache in turn, from the bottom:
 //
-//   bind_queue  the verbs backend's queue alone (hca::Queue: PostMap per key, one Doorbell, the
-//               last completion awaited): what the backend adds to the device's floor
-//               (bench/bind_floor.h) — its checks, its table and its bookkeeping;
-//   cache       the cache alone (cache::RegCache::RegisterBatch of K misses on a tenant with
-//               the memory attached): adds the layout, the reservation, the records and their
-//               publication.
+//   bind_queue   the verbs backend's queue alone (hca::Queue: PostMap per key, one Doorbell,
+//                the last completion awaited): what the backend adds to the device's floor
+//                (bench/bind_floor.h) — its checks, its table and its bookkeeping;
+//   cache_layer  the cache alone (cache::RegCache::RegisterBatch of K misses on a tenant with
+//                the memory attached): adds the layout, the reservation, the records and their
+//                publication.
 //
 // The batch case itself adds the rest: the client library, the ring and the daemon's grant
 // table. Every layer's keys are invalidated after its timed region, so the next batch misses
@@ -71,9 +70,9 @@ class BatchLayers {
     uint32_t depth = 1;
     while (depth < static_cast<uint32_t>(keys) + 1) depth *= 2;
     ASSIGN_OR_RETURN(queue_, device_->CreateQueue(pd_, hca::QueueOptions{depth}));
-    // The cache's layer.
-    // As the daemon builds them (service/internal/device_set.cc): its maintenance thread too,
-    // which refills the pool and takes keys out of quarantine between batches.
+    // The cache's layer, built as the daemon builds its caches (service/internal/device_set.cc),
+    // with its maintenance thread, which refills the pool and takes keys out of quarantine
+    // between batches.
     cache::CacheOptions o;
     o.pool.capacity_classes =
         cache::RegCache::FitClasses(o.pool.capacity_classes, device_->capabilities());
