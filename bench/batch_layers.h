@@ -15,8 +15,6 @@
 #ifndef REGCACHE_BENCH_BATCH_LAYERS_H_
 #define REGCACHE_BENCH_BATCH_LAYERS_H_
 
-#include <sys/mman.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -26,8 +24,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "base/errno_status.h"
 #include "base/status_macros.h"
+#include "bench/batch_memory.h"
 #include "cache/reg_cache.h"
 #include "hca/device.h"
 #include "hca/verbs/verbs_device.h"
@@ -53,18 +51,12 @@ class BatchLayers {
   // windows and a queue that holds them all. Not timed.
   absl::Status Prepare(int keys, uint64_t bytes) {
     Release();
-    length_ = (static_cast<uint64_t>(keys) + 1) * kPage + bytes;
-    mem_ = ::mmap(nullptr, length_, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (mem_ == MAP_FAILED) {
-      mem_ = nullptr;
-      return base::ErrnoToStatus(errno, "mmap");
-    }
-    va_ = reinterpret_cast<uint64_t>(mem_);
+    ASSIGN_OR_RETURN(mem_, BatchMemory::Map(keys, bytes));
     bytes_ = bytes;
     // The queue's layer.
     ASSIGN_OR_RETURN(pd_, device_->AllocPd());
-    ASSIGN_OR_RETURN(backing_, device_->RegisterBacking(pd_, va_, length_, hca::kAllAccess, {}));
+    ASSIGN_OR_RETURN(
+        backing_, device_->RegisterBacking(pd_, mem_->va(), mem_->length(), hca::kAllAccess, {}));
     ASSIGN_OR_RETURN(keys_, device_->CreateIndirectKeys(pd_, 1, static_cast<uint32_t>(keys), {}));
     // Room for every bind at once.
     uint32_t depth = 1;
@@ -79,13 +71,13 @@ class BatchLayers {
     ASSIGN_OR_RETURN(cache_, cache::RegCache::Create(device_.get(), o));
     ASSIGN_OR_RETURN(tenant_, cache_->OpenTenant(cache::TenantOptions{}));
     cache::BackingSpec spec;
-    spec.va = va_;
-    spec.local_addr = mem_;
-    spec.length = length_;
+    spec.va = mem_->va();
+    spec.local_addr = mem_->data();
+    spec.length = mem_->length();
     RETURN_IF_ERROR(cache_->AddBacking(tenant_, spec).status());
     items_.clear();
     for (int i = 0; i < keys; ++i) {
-      items_.push_back({va_ + (i + 1) * kPage, bytes,
+      items_.push_back({mem_->range(i), bytes,
                         hca::kLocalRead | hca::kLocalWrite | hca::kRemoteRead | hca::kRemoteWrite});
     }
     return absl::OkStatus();
@@ -139,7 +131,6 @@ class BatchLayers {
   }
 
  private:
-  static constexpr uint64_t kPage = 4096;
   BatchLayers() = default;
 
   absl::Status RingAndAwait() {
@@ -169,13 +160,12 @@ class BatchLayers {
     backing_ = {};
     if (pd_.pdn != 0) (void)device_->DeallocPd(pd_);
     pd_ = {};
-    if (mem_ != nullptr) ::munmap(mem_, length_);
-    mem_ = nullptr;
+    mem_.reset();
   }
 
   std::unique_ptr<hca::Device> device_;
-  void* mem_ = nullptr;
-  uint64_t va_ = 0, length_ = 0, bytes_ = 0;
+  std::unique_ptr<BatchMemory> mem_;
+  uint64_t bytes_ = 0;
   hca::Pd pd_;
   hca::Backing backing_;
   std::vector<hca::Key> keys_;

@@ -12,7 +12,6 @@
 #define REGCACHE_BENCH_BIND_FLOOR_H_
 
 #include <infiniband/verbs.h>
-#include <sys/mman.h>
 
 #include <chrono>
 #include <cstring>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/errno_status.h"
+#include "bench/batch_memory.h"
 #include "hca/verbs/context.h"
 
 namespace regcache::bench {
@@ -54,14 +54,8 @@ class BindFloor {
   // a queue pair that holds the whole list. Not timed.
   absl::Status Prepare(int keys, uint64_t bytes) {
     Release();
-    length_ = (static_cast<uint64_t>(keys) + 1) * kPage + bytes;
-    mem_ = ::mmap(nullptr, length_, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (mem_ == MAP_FAILED) {
-      mem_ = nullptr;
-      return base::ErrnoToStatus(errno, "mmap");
-    }
-    mr_ = ::ibv_reg_mr(pd_, mem_, length_,
+    ASSIGN_OR_RETURN(mem_, BatchMemory::Map(keys, bytes));
+    mr_ = ::ibv_reg_mr(pd_, mem_->data(), mem_->length(),
                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_MW_BIND);
     if (mr_ == nullptr) return base::ErrnoToStatus(errno, "ibv_reg_mr");
@@ -91,7 +85,6 @@ class BindFloor {
   }
 
  private:
-  static constexpr uint64_t kPage = 4096;
   BindFloor() = default;
 
   absl::Status PostAndWait(bool bind) {
@@ -106,7 +99,7 @@ class BindFloor {
       wr.bind_mw.rkey = ::ibv_inc_rkey(mws_[i]->rkey);
       wr.bind_mw.bind_info.mr = mr_;  // an invalidate's zero-length bind still names one
       if (bind) {
-        wr.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(mem_) + (i + 1) * kPage;
+        wr.bind_mw.bind_info.addr = mem_->range(static_cast<int>(i));
         wr.bind_mw.bind_info.length = bytes_;
         wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
       }
@@ -138,14 +131,12 @@ class BindFloor {
     mws_.clear();
     if (mr_ != nullptr) ::ibv_dereg_mr(mr_);
     mr_ = nullptr;
-    if (mem_ != nullptr) ::munmap(mem_, length_);
-    mem_ = nullptr;
+    mem_.reset();
   }
 
   std::unique_ptr<hca::verbs::Context> context_;
   ibv_pd* pd_ = nullptr;  // deallocated here, not through the context's table
-  void* mem_ = nullptr;
-  uint64_t length_ = 0;
+  std::unique_ptr<BatchMemory> mem_;
   uint64_t bytes_ = 0;
   ibv_mr* mr_ = nullptr;
   std::vector<ibv_mw*> mws_;

@@ -56,14 +56,6 @@ BackingRecord* BackingSet::Find(BackingId id) {
   return v == va_of_.end() ? nullptr : &by_va_.find(v->second)->second;
 }
 
-bool BackingSet::MarkRemoving(BackingId id) {
-  BackingRecord* b = Find(id);
-  if (b == nullptr) return false;
-  b->removing = true;
-  ++generation_;
-  return true;
-}
-
 absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint64_t length,
                                                               hca::AccessFlags access,
                                                               std::vector<BackingId>* used) const {

@@ -54,8 +54,12 @@ class BackingSet {
   BackingRecord* Find(BackingId id);
   const absl::btree_map<uint64_t, BackingRecord>& by_va() const { return by_va_; }
 
-  // Marks a backing as being detached: layouts refuse it from now on. False for an unknown id.
-  bool MarkRemoving(BackingId id);
+  // Marks `b`, one of this set's backings (Find), as being detached: layouts refuse it from now
+  // on.
+  void MarkRemoving(BackingRecord& b) {
+    b.removing = true;
+    ++generation_;
+  }
   // Moves on with every change a layout could see (Add, Remove, MarkRemoving): a layout made at
   // one generation is still the layout at the same generation.
   uint64_t generation() const { return generation_; }

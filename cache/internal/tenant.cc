@@ -185,7 +185,7 @@ absl::Status DetachMemory(Tenant& t, BackingId backing) {
       if (b == nullptr) {
         return absl::NotFoundError(absl::StrFormat("no attached memory with id %d", backing));
       }
-      t.backings.MarkRemoving(backing);  // new layouts refuse it from now on
+      t.backings.MarkRemoving(*b);  // new layouts refuse it from now on
       if (b->users == 0) {
         auto rec = t.backings.Remove(backing);
         t.stats().backed_bytes.Sub(static_cast<int64_t>(rec->length));

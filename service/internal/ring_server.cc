@@ -53,11 +53,8 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-bool PastDeadline(const shm::DecodedRequest& d) {
-  return d.deadline_ns != 0 && NowNs() >= static_cast<int64_t>(d.deadline_ns);
-}
-
-// The clock read once for many requests (a run of registers), and only if one has a deadline.
+// Whether requests are past their deadlines, against one clock read for them all (a run of
+// registers), made only if one has a deadline.
 class RunClock {
  public:
   bool Past(const shm::DecodedRequest& d) {
@@ -69,6 +66,8 @@ class RunClock {
  private:
   int64_t now_ = 0;
 };
+
+bool PastDeadline(const shm::DecodedRequest& d) { return RunClock().Past(d); }
 
 // `text`: where a message too long for the completion goes (shm::CompletionFor).
 shm::RingCompletion GrantCompletion(const shm::DecodedRequest& d,
