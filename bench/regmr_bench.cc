@@ -59,7 +59,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -69,6 +68,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "bench/batch_case.h"
 #include "bench/batch_layers.h"
 #include "bench/bind_floor.h"
 #include "bench/regcached_process.h"
@@ -82,6 +82,8 @@ using regcache::bench::Daemon;
 using regcache::bench::DaemonOptions;
 using regcache::bench::Die;
 using regcache::bench::IbvAnchor;
+using regcache::bench::RunBatch;
+using regcache::bench::WarmUp;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kAccess = rc::kLocalRead | rc::kLocalWrite | rc::kRemoteRead | rc::kRemoteWrite;
@@ -275,67 +277,13 @@ std::vector<rc::RegisterItem> BatchItems(const Bench& b, const BatchCase& bc) {
   return items;
 }
 
-// Fails the run and returns false unless every result is OK (and, for grants, a miss).
-template <typename T>
-bool AllOk(benchmark::State& state, const absl::StatusOr<std::vector<T>>& got, size_t n) {
-  std::string why;
-  if (!got.ok()) {
-    why = got.status().ToString();
-  } else if (got->size() != n) {
-    why = "a batch answered the wrong number of items";
-  } else {
-    for (const T& one : *got) {
-      if constexpr (std::is_same_v<T, absl::Status>) {
-        if (!one.ok()) why = one.ToString();
-      } else {
-        if (!one.ok())
-          why = one.status().ToString();
-        else if (one->hit)
-          why = "expected a miss";
-      }
-      if (!why.empty()) break;
-    }
-  }
-  if (why.empty()) return true;
-  state.SkipWithError(why.c_str());
-  return false;
-}
-
-// One batch: RegisterBatch and ReleaseBatch (their time to `secs`), then, untimed, every key
-// invalidated so that the next batch misses again. False (the error set on `state`) on a failure.
-bool RunBatch(benchmark::State& state, rc::Client& c, const std::vector<rc::RegisterItem>& items,
-              double* secs) {
-  const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<std::vector<absl::StatusOr<rc::Key>>> keys = c.RegisterBatch(items);
-  if (!AllOk(state, keys, items.size())) return false;
-  std::vector<uint64_t> handles;
-  for (const auto& k : *keys) handles.push_back(k->handle);
-  absl::StatusOr<std::vector<absl::Status>> released = c.ReleaseBatch(handles);
-  *secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!AllOk(state, released, handles.size())) return false;
-  for (uint64_t h : handles) {
-    if (absl::Status s = c.Invalidate(h); !s.ok()) {
-      state.SkipWithError(s.ToString().c_str());
-      return false;
-    }
-  }
-  return true;
-}
-
 void BM_Batch(benchmark::State& state, BatchCase bc) {
   Bench& b = Bench::Get();
   b.UseSize(bc.bytes);
   rc::Client& c = *b.cached;
   const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
-  // Untimed warm-up, at least two batches and 100 ms: the pool grows to what a steady stream of
-  // such batches keeps (an invalidated key waits out its quarantine before it is handed out
-  // again), as a running daemon's pool has; otherwise the first case measured also pays for
-  // creating keys.
-  const absl::Time warm_until = absl::Now() + absl::Milliseconds(100);
   double secs = 0;
-  for (int i = 0; i < 2 || absl::Now() < warm_until; ++i) {
-    if (!RunBatch(state, c, items, &secs)) return;
-  }
+  if (!WarmUp([&] { return RunBatch(state, c, items, &secs); })) return;
   for (auto _ : state) {
     if (!RunBatch(state, c, items, &secs)) break;
     state.SetIterationTime(secs);
@@ -371,7 +319,7 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
 }
 
 // The batch's keys made by one layer below regcache's whole path (verbs devices): the device
-// alone (bind_floor), the backend's queue, the cache; per key, after the same untimed warm-up.
+// alone (bind_floor), the backend's queue, the cache; per key, after the same warm-up.
 enum class Layer { kFloor, kQueue, kCache };
 
 void BM_Layer(benchmark::State& state, BatchCase bc, Layer layer) {
@@ -386,7 +334,7 @@ void BM_Layer(benchmark::State& state, BatchCase bc, Layer layer) {
     if (layer == Layer::kFloor) return b.floor->Run();
     return layer == Layer::kQueue ? b.layers->RunQueue() : b.layers->RunCache();
   };
-  for (int i = 0; i < 2; ++i) (void)run();
+  (void)WarmUp([&] { return run().ok(); });  // a failure shows in the timed loop
   for (auto _ : state) {
     absl::StatusOr<double> secs = run();
     if (!secs.ok()) {

@@ -154,30 +154,31 @@ absl::Status BindQueue::Doorbell() {
   }
   for (size_t i = 0; i < held_.size(); ++i) {
     const Held& h = held_[i];
-    InFlight f;
+    InFlight& f = in_flight_.emplace_back();
     f.id = h.id;
     f.signaled = h.signaled;
     uint64_t wr = 0;
-    absl::StatusOr<BindPlan> plan = absl::UnknownError("not planned");
+    // The plan is moved out of the list's answer (or made here) and into the entry: no
+    // placeholder status, no copy of a plan (a bind and two window records).
+    absl::StatusOr<BindPlan>* plan = nullptr;
+    absl::StatusOr<BindPlan> single;
     if (lists) {
       wr = items[i].wr_id;
-      plan = std::move(listed[i]);
+      plan = &listed[i];
     } else {
       wr = next_wr_++;
       absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
-      plan = cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
-      if (!plan.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+      single = cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
+      if (!single.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+      plan = &single;
     }
-    if (plan.ok() && plan->mw == nullptr) {
-      f.refusal = absl::OkStatus();  // done without posting: completes in its turn
-    } else if (plan.ok()) {
+    if (!plan->ok()) {
+      f.refusal = std::move(*plan).status();
+    } else if ((*plan)->mw != nullptr) {
       f.posted = true;
       f.wr = wr;
-      f.plan = *plan;
-    } else {
-      f.refusal = plan.status();
-    }
-    in_flight_.push_back(std::move(f));
+      f.plan = *std::move(*plan);
+    }  // else done without posting: completes, OK, in its turn
   }
   held_.clear();
   return CoverTail(/*always=*/false);

@@ -46,6 +46,7 @@ class Fifo {
   size_t size() const { return v_.size() - head_; }
   T& front() { return v_[head_]; }
   void push_back(T&& x) { v_.push_back(std::move(x)); }
+  T& emplace_back() { return v_.emplace_back(); }
   void pop_front() {
     if (++head_ == v_.size()) {
       v_.clear();
