@@ -472,19 +472,21 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
       "batches, time per key (RegisterBatch + ReleaseBatch; anchor: ibv_reg_mr, then "
       "ibv_dereg_mr, of the same ranges):\n");
   for (const BatchCase& bc : kBatches) {
-    const double ours = r.Ns("batch" + BatchArg(bc)) / bc.keys;
-    const double reg = r.Ns("ibv_reg_mr_batch" + BatchArg(bc)) / bc.keys;
+    // A row's time per key (0: the row did not run).
+    const auto per_key = [&](const char* row) { return r.Ns(row + BatchArg(bc)) / bc.keys; };
+    const double ours = per_key("batch");
+    const double reg = per_key("ibv_reg_mr_batch");
     const double aim = bc.bytes == 4 * kKiB ? 5 : 0;
     std::printf("%-14s %10s %12s   %s\n", bc.label, Time(ours).c_str(), Time(reg).c_str(),
                 anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
-    const double floor = r.Ns("bind_floor" + BatchArg(bc)) / bc.keys;
-    if (r.Ns("bind_queue" + BatchArg(bc)) > 0) {
+    const double floor = per_key("bind_floor");
+    const double queue = per_key("bind_queue");
+    if (queue > 0) {
       std::printf(
           "  device floor %s, bind queue %s, cache %s, regcache %s; regcache / floor %s; "
           "ibv_reg_mr / floor %s\n",
-          Time(floor).c_str(), Time(r.Ns("bind_queue" + BatchArg(bc)) / bc.keys).c_str(),
-          Time(r.Ns("cache_layer" + BatchArg(bc)) / bc.keys).c_str(), Time(ours).c_str(),
-          Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
+          Time(floor).c_str(), Time(queue).c_str(), Time(per_key("cache_layer")).c_str(),
+          Time(ours).c_str(), Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
     }
   }
   if (Bench::Get().layers != nullptr) {
