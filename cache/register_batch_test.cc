@@ -1,6 +1,7 @@
 // RegCache::RegisterBatch: a batch's misses are mapped together (one doorbell for a batch that
 // fits half a ring, not one per key); every key works once returned; hits, repeats and bad
-// items are answered one by one; a UMR that fails mid-batch fails no other item; nothing leaks;
+// items are answered one by one; items over the tenant's quota evict as single misses do; a UMR
+// that fails mid-batch fails no other item; nothing leaks;
 // a miss whose memory is detached and attached anew between its layout and its bind maps the new
 // memory, not a key that is gone.
 #include <cstdint>
@@ -134,6 +135,53 @@ TEST_F(RegisterBatchTest, AUmrThatFailsMidBatchFailsNoOtherItem) {
     EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
   }
   EXPECT_EQ(UsageNow().live_registrations, kKeys);
+}
+
+// Items a batch cannot get a key for at once (the tenant's quota is spent) are mapped one by
+// one after the rest, evicting unheld registrations as a single miss would; only the items
+// left without a key when nothing more may be evicted fail, and nothing leaks.
+TEST_F(RegisterBatchTest, ItemsOverTheQuotaEvictWhatTheyMayAndOnlyTheRestFail) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  constexpr uint32_t kQuota = 8, kFirst = 6, kReleased = 3;
+  ASSERT_NO_FATAL_FAILURE(ReplaceTenant(TenantOptions{.max_keys = kQuota}));
+  Memory mem(2 * (kFirst + kQuota) * kPage);
+  Attach(mem);
+  const std::vector<RegisterItem> pages = Pages(mem, kFirst + kQuota);
+  const std::vector<RegisterItem> first(pages.begin(), pages.begin() + kFirst);
+  std::vector<absl::StatusOr<KeyGrant>> held = cache_->RegisterBatch(tenant_, first);
+  for (uint32_t i = 0; i < kFirst; ++i) ASSERT_TRUE(held[i].ok()) << i << ": " << held[i].status();
+  // Some released: cached, unheld, evictable.
+  for (uint32_t i = 0; i < kReleased; ++i) {
+    ASSERT_TRUE(cache_->Release(tenant_, held[i]->handle).ok());
+  }
+  // Of the next batch, kQuota - kFirst items get keys at once, kReleased more by evicting, and
+  // the rest are refused.
+  const uint64_t evictions = cache_->stats().evictions.value();
+  const std::vector<RegisterItem> second(pages.begin() + kFirst, pages.end());
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, second);
+  ASSERT_EQ(got.size(), second.size());
+  uint32_t ok = 0;
+  for (uint32_t i = 0; i < second.size(); ++i) {
+    if (got[i].ok()) {
+      ++ok;
+      EXPECT_FALSE(got[i]->hit);
+      EXPECT_EQ(got[i]->va, second[i].va);
+      ExpectWorks(*got[i]);
+    } else {
+      EXPECT_EQ(got[i].status().code(), absl::StatusCode::kResourceExhausted) << got[i].status();
+    }
+  }
+  EXPECT_EQ(ok, kQuota - kFirst + kReleased);
+  EXPECT_EQ(cache_->stats().evictions.value() - evictions, kReleased);
+  // The held ones were not touched.
+  for (uint32_t i = kReleased; i < kFirst; ++i) {
+    ExpectWorks(*held[i]);
+    EXPECT_TRUE(cache_->Release(tenant_, held[i]->handle).ok());
+  }
+  for (const auto& g : got) {
+    if (g.ok()) EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+  }
+  EXPECT_EQ(UsageNow().live_registrations, kQuota);
 }
 
 TEST_F(RegisterBatchTest, AClosedTenantFailsEveryItem) {

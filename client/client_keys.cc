@@ -221,7 +221,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
     absl::Span<const RegisterItem> items) {
   RETURN_IF_ERROR(CheckBatchSize(items.size()));
   // Hits answer here; the misses go to the daemon together, in one batch.
-  std::vector<absl::StatusOr<Key>> out(items.size(), absl::UnknownError("unset"));
+  // Every item is answered below; no placeholder status to copy into each and drop again.
+  std::vector<absl::StatusOr<Key>> out(items.size());
   std::vector<RegisterItem> misses;
   std::vector<size_t> where;
   if (grants_ != nullptr) ReclaimIfAsked();

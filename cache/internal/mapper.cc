@@ -20,6 +20,10 @@ namespace regcache::cache::internal {
 namespace {
 
 constexpr int kEvictionAttempts = 8;
+// A batch's misses take the tenant's mutexes once per run of this many, not once per miss
+// (MapRegistrations): the batch pays per run, and no hold is long for the tenant's other
+// callers.
+constexpr size_t kLockRun = 64;
 // How long a tenant under its fair share waits for others to give back keys when the device's
 // budget is spent (their ring workers and the maintenance thread are not held meanwhile). The
 // maintenance thread revokes held registrations of tenants over their share after
@@ -186,15 +190,14 @@ namespace {
 
 // A key reserved and bound for a Mapping (steps 2 and 3), and the UMR that maps it (step 4).
 struct Prepared {
+  bool refused = false;  // by its plan, before any key was reserved
   Record* r = nullptr;
   TakenKey taken;
   UmrOp op;
 };
 
-// Steps 2 and 3, and step 4's op (which takes m.layout).
-absl::Status Prepare(Tenant& t, Mapping& m, Prepared& p) {
-  RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
-  ASSIGN_OR_RETURN(p.r, ReserveAndBind(t, m, p.taken));
+// Step 4's op for a bound key (it takes m.layout).
+void FillOp(Mapping& m, Prepared& p) {
   p.op.kind = UmrOp::Kind::kMap;
   p.op.klm = std::move(m.layout);
   p.op.map.key = p.taken.pooled.key;
@@ -204,37 +207,76 @@ absl::Status Prepare(Tenant& t, Mapping& m, Prepared& p) {
   p.op.map.start_addr = m.va;
   p.op.map.length = m.length;
   p.op.map.require_free = !m.window();
+}
+
+// Steps 2 and 3, and step 4's op.
+absl::Status Prepare(Tenant& t, Mapping& m, Prepared& p) {
+  RETURN_IF_ERROR(DeviceCanGrant(t, m.access));
+  ASSIGN_OR_RETURN(p.r, ReserveAndBind(t, m, p.taken));
+  FillOp(m, p);
   return absl::OkStatus();
 }
 
-// Step 5 once the UMR completed; undoes steps 2 and 3 (the key to recovery) if it failed.
-absl::StatusOr<KeyGrant> Finish(Tenant& t, const Mapping& m, Prepared& p) {
-  Record* r = p.r;
-  if (!p.op.result.ok()) {
-    Recover(t, r, p.taken.pooled.key);
-    {
-      base::MutexLock lock(&t.mu);
-      Unbind(t, r);
-    }
-    base::MutexLock il(&t.index_mu);
-    Recycle(t, r);
-    return p.op.result;
+// Undoes steps 2 and 3 of a key whose UMR failed (the key to recovery); the UMR's error.
+absl::Status Undo(Tenant& t, Prepared& p) {
+  Recover(t, p.r, p.taken.pooled.key);
+  {
+    base::MutexLock lock(&t.mu);
+    Unbind(t, p.r);
   }
+  base::MutexLock il(&t.index_mu);
+  Recycle(t, p.r);
+  return p.op.result;
+}
+
+// Step 5's first half, under the tenant mutex: the mapped key is active and its range in the
+// cover index.
+void Activate(Tenant& t, const Mapping& m, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  r->life.Transition(KeyState::kActive);
+  if (!m.window()) {
+    t.cover.emplace(m.va, r);
+    t.max_length = std::max(t.max_length, m.length);
+  }
+}
+
+// Step 5's second half, under the index mutex: published, in the hit index, and granted.
+void PublishMapped(Tenant& t, const Mapping& m, Record* r, KeyGrant& grant)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.index_mu) {
+  Publish(t, r, m.window());
+  if (!m.window()) t.index.Insert(RangeHash(m.va, m.length), r->slot);
+  FillGrant(grant, *r->hot, r->handle, /*hit=*/false);
+}
+
+// Step 5 once the UMR completed; Undo if it failed.
+absl::StatusOr<KeyGrant> Finish(Tenant& t, const Mapping& m, Prepared& p) {
+  if (!p.op.result.ok()) return Undo(t, p);
   KeyGrant grant;
   {
     base::MutexLock lock(&t.mu);
-    r->life.Transition(KeyState::kActive);
-    if (!m.window()) {
-      t.cover.emplace(m.va, r);
-      t.max_length = std::max(t.max_length, m.length);
-    }
+    Activate(t, m, p.r);
     base::MutexLock il(&t.index_mu);
-    Publish(t, r, m.window());
-    if (!m.window()) t.index.Insert(RangeHash(m.va, m.length), r->slot);
-    FillGrant(grant, *r->hot, r->handle, /*hit=*/false);
+    PublishMapped(t, m, p.r, grant);
   }
   t.stats().live_registrations.Add();
   return grant;
+}
+
+// Step 5 of a batch's mapped keys (`done`, into `out`), one hold of each mutex per run.
+void FinishRuns(Tenant& t, absl::Span<const Mapping> maps, absl::Span<const Prepared> prepared,
+                absl::Span<const size_t> done, absl::Span<absl::StatusOr<KeyGrant>> out) {
+  for (size_t from = 0; from < done.size(); from += kLockRun) {
+    const size_t to = std::min(done.size(), from + kLockRun);
+    base::MutexLock lock(&t.mu);
+    for (size_t k = from; k < to; ++k) Activate(t, maps[done[k]], prepared[done[k]].r);
+    base::MutexLock il(&t.index_mu);
+    for (size_t k = from; k < to; ++k) {
+      const size_t i = done[k];
+      KeyGrant grant;
+      PublishMapped(t, maps[i], prepared[i].r, grant);
+      out[i] = grant;
+    }
+  }
+  for (size_t k = 0; k < done.size(); ++k) t.stats().live_registrations.Add();
 }
 
 // The shared path: steps 2 to 5.
@@ -247,12 +289,16 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
 }
 
 // Step 1 of a miss: the range over the tenant's memory and the smallest key class for it.
-absl::Status Plan(Tenant& t, Mapping& m) {
-  base::ReaderMutexLock lock(&t.mu);
+absl::Status PlanLocked(Tenant& t, Mapping& m) ABSL_SHARED_LOCKS_REQUIRED(t.mu) {
   ASSIGN_OR_RETURN(m.layout, t.backings.Layout(m.va, m.length, m.access, &m.backings));
   m.generation = t.backings.generation();
   ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
   return absl::OkStatus();
+}
+
+absl::Status Plan(Tenant& t, Mapping& m) {
+  base::ReaderMutexLock lock(&t.mu);
+  return PlanLocked(t, m);
 }
 
 void RecordMiss(Tenant& t, absl::Time start, absl::Time done = base::MonotonicNow()) {
@@ -305,22 +351,58 @@ absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length
 void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
                       absl::Span<absl::StatusOr<KeyGrant>> out) {
   const absl::Time start = base::MonotonicNow();
+  const size_t n = items.size();
   // Stable addresses: the engine gets pointers to the ops.
-  std::vector<Mapping> maps(items.size());
-  std::vector<Prepared> prepared(items.size());
+  std::vector<Mapping> maps(n);
+  std::vector<Prepared> prepared(n);
   std::vector<UmrOp*> ops;
   std::vector<size_t> posted;  // the items whose op is in `ops`
-  ops.reserve(items.size());
-  posted.reserve(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    Mapping& m = maps[i];
-    m.va = items[i].va;
-    m.length = items[i].length;
-    m.access = items[i].access;
-    absl::Status s = Plan(t, m);
+  std::vector<size_t> alone;   // no key without evicting or waiting: ReserveAndBind, one by one
+  ops.reserve(n);
+  posted.reserve(n);
+  // Steps 1 to 3 run by run, each step under one hold of the tenant mutex for the whole run.
+  for (size_t from = 0; from < n; from += kLockRun) {
+    const size_t to = std::min(n, from + kLockRun);
+    {
+      base::ReaderMutexLock lock(&t.mu);
+      for (size_t i = from; i < to; ++i) {
+        Mapping& m = maps[i];
+        m.va = items[i].va;
+        m.length = items[i].length;
+        m.access = items[i].access;
+        absl::Status s = PlanLocked(t, m);
+        if (s.ok()) s = DeviceCanGrant(t, m.access);
+        if (!s.ok()) {
+          out[i] = std::move(s);
+          prepared[i].refused = true;
+        }
+      }
+    }
     RC_CACHE_TEST_HOOK(kPlanned);
-    if (s.ok()) s = Prepare(t, m, prepared[i]);
-    if (!s.ok()) {
+    base::MutexLock lock(&t.mu);
+    for (size_t i = from; i < to; ++i) {
+      Prepared& p = prepared[i];
+      if (p.refused) continue;
+      bool quota_refused = false;
+      absl::StatusOr<TakenKey> reserved = TryReserve(t, maps[i].cls, quota_refused);
+      if (!reserved.ok()) {
+        alone.push_back(i);
+        continue;
+      }
+      p.taken = *reserved;
+      absl::StatusOr<Record*> r = Bind(t, maps[i], p.taken);
+      if (!r.ok()) {
+        out[i] = r.status();
+        continue;
+      }
+      p.r = *r;
+      FillOp(maps[i], p);
+      ops.push_back(&p.op);
+      posted.push_back(i);
+    }
+  }
+  for (size_t i : alone) {
+    if (absl::Status s = Prepare(t, maps[i], prepared[i]); !s.ok()) {
       out[i] = std::move(s);
       continue;
     }
@@ -329,20 +411,24 @@ void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
   }
   if (ops.empty()) return;
   t.engine->ExecuteSpread(ops);
-  std::vector<size_t> again;
   const absl::Time mapped = base::MonotonicNow();  // a batch's keys are mapped together
-  for (size_t i : posted) {
-    const bool reached_device = prepared[i].op.posted && !prepared[i].op.result.ok();
-    out[i] = Finish(t, maps[i], prepared[i]);
-    if (out[i].ok()) {
-      RecordMiss(t, start, mapped);
-    } else if (reached_device && ops.size() > 1) {
-      again.push_back(i);
-    }
-  }
   // A UMR that fails takes its queue down, and what was posted after it on that queue is
-  // flushed with it: those keys went to recovery (Finish), and each item is mapped once more on
-  // its own, so only an item that fails by itself fails.
+  // flushed with it: those keys go to recovery (Undo), and each such item is mapped once more
+  // on its own below, so only an item that fails by itself fails.
+  std::vector<size_t> again, done;
+  done.reserve(posted.size());
+  for (size_t i : posted) {
+    Prepared& p = prepared[i];
+    if (p.op.result.ok()) {
+      done.push_back(i);
+      continue;
+    }
+    const bool reached_device = p.op.posted;
+    out[i] = Undo(t, p);
+    if (reached_device && ops.size() > 1) again.push_back(i);
+  }
+  FinishRuns(t, maps, prepared, done, out);
+  for (size_t k = 0; k < done.size(); ++k) RecordMiss(t, start, mapped);
   for (size_t i : again) out[i] = MapRegistration(t, items[i].va, items[i].length, items[i].access);
 }
 
