@@ -26,6 +26,8 @@
 //   bind_queue/..., cache_layer/...  on verbs devices, the same keys made in this process by
 //                             the backend's queue alone, then by the cache alone
 //                             (bench/batch_layers.h): where a batch's key goes, layer by layer.
+//                             Each batch row and its anchor also report the median of their
+//                             batches (p50_ns), which the summary prints beside the mean.
 //   ibv_reg_mr/bytes:N        the anchor: ibv_reg_mr + ibv_dereg_mr of the same range of the
 //                             same mapping (already touched), in this process, on the same
 //                             device opened by name (verbs:<name> / mlx5:<name>; no name: the
@@ -82,6 +84,7 @@ using regcache::bench::Daemon;
 using regcache::bench::DaemonOptions;
 using regcache::bench::Die;
 using regcache::bench::IbvAnchor;
+using regcache::bench::IterationTimes;
 using regcache::bench::RunBatch;
 using regcache::bench::WarmUp;
 using Clock = std::chrono::steady_clock;
@@ -284,10 +287,13 @@ void BM_Batch(benchmark::State& state, BatchCase bc) {
   const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
   double secs = 0;
   if (!WarmUp([&] { return RunBatch(state, c, items, &secs); })) return;
+  IterationTimes times;
   for (auto _ : state) {
     if (!RunBatch(state, c, items, &secs)) break;
     state.SetIterationTime(secs);
+    times.Add(secs);
   }
+  times.Report(state);
   SetBytes(state, bc.bytes);
   state.counters["keys"] = bc.keys;
 }
@@ -297,7 +303,9 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
   b.UseSize(bc.bytes);
   const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
   std::vector<ibv_mr*> mrs(items.size());
+  IterationTimes times;  // the framework times the mean; these, the median
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < items.size(); ++i) {
       mrs[i] = ::ibv_reg_mr(b.anchor->pd(), const_cast<void*>(items[i].addr), items[i].length,
                             kIbvAccess);
@@ -313,7 +321,9 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
         return;
       }
     }
+    times.Add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  times.Report(state);
   SetBytes(state, bc.bytes);
   state.counters["keys"] = bc.keys;
 }
@@ -335,6 +345,7 @@ void BM_Layer(benchmark::State& state, BatchCase bc, Layer layer) {
     return layer == Layer::kQueue ? b.layers->RunQueue() : b.layers->RunCache();
   };
   (void)WarmUp([&] { return run().ok(); });  // a failure shows in the timed loop
+  IterationTimes times;
   for (auto _ : state) {
     absl::StatusOr<double> secs = run();
     if (!secs.ok()) {
@@ -342,7 +353,9 @@ void BM_Layer(benchmark::State& state, BatchCase bc, Layer layer) {
       break;
     }
     state.SetIterationTime(*secs);
+    times.Add(*secs);
   }
+  times.Report(state);
   SetBytes(state, bc.bytes);
   state.counters["keys"] = bc.keys;
 }
@@ -469,16 +482,23 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
       ">= 100x at 256 MiB%s\n",
       anchor == nullptr ? " (not measurable here: no anchor)" : "");
   std::printf(
-      "batches, time per key (RegisterBatch + ReleaseBatch; anchor: ibv_reg_mr, then "
-      "ibv_dereg_mr, of the same ranges):\n");
+      "batches, mean time per key (RegisterBatch + ReleaseBatch; anchor: ibv_reg_mr, then "
+      "ibv_dereg_mr, of the same ranges), and the median batch's:\n");
   for (const BatchCase& bc : kBatches) {
-    // A row's time per key (0: the row did not run).
+    // A row's mean (or median) time per key (0: the row did not run).
     const auto per_key = [&](const char* row) { return r.Ns(row + BatchArg(bc)) / bc.keys; };
+    const auto median = [&](const char* row) { return r.P50Ns(row + BatchArg(bc)) / bc.keys; };
     const double ours = per_key("batch");
     const double reg = per_key("ibv_reg_mr_batch");
     const double aim = bc.bytes == 4 * kKiB ? 5 : 0;
     std::printf("%-14s %10s %12s   %s\n", bc.label, Time(ours).c_str(), Time(reg).c_str(),
                 anchor == nullptr ? "" : Ratio(reg, ours, aim).c_str());
+    std::printf("  median: regcache %s", Time(median("batch")).c_str());
+    if (anchor != nullptr) {
+      std::printf(", ibv_reg_mr %s, %s", Time(median("ibv_reg_mr_batch")).c_str(),
+                  Ratio(median("ibv_reg_mr_batch"), median("batch"), 0).c_str());
+    }
+    std::printf("\n");
     const double floor = per_key("bind_floor");
     const double queue = per_key("bind_queue");
     if (queue > 0) {
@@ -487,6 +507,9 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
           "ibv_reg_mr / floor %s\n",
           Time(floor).c_str(), Time(queue).c_str(), Time(per_key("cache_layer")).c_str(),
           Time(ours).c_str(), Ratio(ours, floor, 0).c_str(), Ratio(reg, floor, 0).c_str());
+      std::printf("  median: device floor %s, bind queue %s, cache %s\n",
+                  Time(median("bind_floor")).c_str(), Time(median("bind_queue")).c_str(),
+                  Time(median("cache_layer")).c_str());
     }
   }
   if (Bench::Get().layers != nullptr) {
