@@ -167,9 +167,15 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
   const regcache::protocol::WelcomeMsg w = welcome->As<regcache::protocol::WelcomeMsg>();
   EXPECT_EQ(w.device_index, 1u);
   EXPECT_EQ(regcache::protocol::DeviceNameOf(w.device).value_or("?"), "sim1");
-  auto stub = pb::RegCacheService::NewStub(grpc::CreateChannel(
+  auto channel = grpc::CreateChannel(
       absl::StrCat("unix:", daemon_->dir(), "/", regcache::protocol::kGrpcSocketName),
-      grpc::InsecureChannelCredentials()));
+      grpc::InsecureChannelCredentials());
+  // Connected before the first call: a first attempt refused (the daemon's gRPC socket bound
+  // but not yet listening, on a loaded machine) puts the channel into back-off, and a call
+  // made then fails at once instead of waiting (as client/client.cc's OpenChannel does).
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  auto stub = pb::RegCacheService::NewStub(channel);
   auto call = [&](auto method, const auto& req, auto* resp) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -177,7 +183,8 @@ TEST_F(DevicesE2e, GrpcGrantsNameTheirDevice) {
     return ((*stub).*method)(&ctx, req, resp);
   };
   pb::StatusResponse st;
-  ASSERT_TRUE(call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st).ok());
+  const grpc::Status status = call(&pb::RegCacheService::Stub::Status, pb::StatusRequest(), &st);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   ASSERT_EQ(st.devices_size(), 2);
   EXPECT_EQ(st.devices(1).name(), "sim1");
   EXPECT_EQ(st.devices(1).node_guid(), w.node_guid);
