@@ -3,13 +3,17 @@
 #ifndef REGCACHE_TESTS_E2E_REGCACHED_PROCESS_H_
 #define REGCACHE_TESTS_E2E_REGCACHED_PROCESS_H_
 
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -69,26 +73,36 @@ class Regcached {
                                      "--socket_dir=" + dir_, "--log_level=warning"};
     for (std::string& f : BaseFlags()) args.push_back(std::move(f));
     args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+    // Ready is the daemon's own word: READY=1 on $NOTIFY_SOCKET (server/internal/sd_notify.h),
+    // sent once both sockets listen. Their files exist a moment earlier (bound, not yet
+    // listening), and a gRPC channel whose first attempt is refused backs off.
+    const int ready = ReadySocket(dir_ + "/notify.sock");
+    // The child's argv and environment, made before the fork: the child only execs.
+    std::vector<std::string> env = {"NOTIFY_SOCKET=" + dir_ + "/notify.sock"};
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "NOTIFY_SOCKET=", 14) != 0) env.emplace_back(*e);
+    }
+    std::vector<char*> argv, envp;
+    for (std::string& a : args) argv.push_back(a.data());
+    for (std::string& e : env) envp.push_back(e.data());
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the test, even when the test aborts
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     // Generous: a sanitizer build on an emulated ConnectX in a TCG guest takes over 10 s to
     // start. A daemon that exits stops the wait at once (the test's Connect then says why).
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < deadline && !(std::filesystem::exists(dir_ + "/control.sock") &&
-                                       std::filesystem::exists(dir_ + "/grpc.sock"))) {
+    while (absl::Now() < deadline && !Ready(ready)) {
       if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
         pid_ = -1;
         break;
       }
-      absl::SleepFor(absl::Milliseconds(10));
     }
+    close(ready);
   }
   ~Regcached() {
     if (pid_ > 0) {  // -1: it exited at start (and kill(-1) would signal every process)
@@ -106,6 +120,29 @@ class Regcached {
   pid_t pid() const { return pid_; }
 
  private:
+  // A datagram socket bound at `path` (-1 when that fails: Ready then waits out the deadline).
+  static int ReadySocket(const std::string& path) {
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  // Whether READY=1 arrived on `fd` within 10 ms.
+  static bool Ready(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10) != 1) return false;
+    char buf[512];
+    const ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    return std::strstr(buf, "READY=1") != nullptr;
+  }
+
   std::string dir_;
   pid_t pid_ = -1;
 };
