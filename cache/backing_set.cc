@@ -56,10 +56,9 @@ BackingRecord* BackingSet::Find(BackingId id) {
   return v == va_of_.end() ? nullptr : &by_va_.find(v->second)->second;
 }
 
-absl::StatusOr<std::vector<hca::KlmEntry>> BackingSet::Layout(uint64_t va, uint64_t length,
-                                                              hca::AccessFlags access,
-                                                              std::vector<BackingId>* used) const {
-  std::vector<hca::KlmEntry> entries;
+absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::AccessFlags access,
+                                             BackingIds* used) const {
+  KlmLayout entries;
   used->clear();
   const uint64_t end = va + length;
   // The backing containing va is the last one starting at or before it.

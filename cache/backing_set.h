@@ -15,6 +15,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "hca/device.h"
@@ -23,6 +24,10 @@
 namespace regcache::cache {
 
 using BackingId = uint64_t;
+// A layout's KLM entries and the backings it uses. Most ranges lie in one attached region, or
+// across two: held inline, so laying out such a range allocates nothing.
+using KlmLayout = absl::InlinedVector<hca::KlmEntry, 2>;
+using BackingIds = absl::InlinedVector<BackingId, 2>;
 
 struct BackingRecord {
   BackingId id = 0;
@@ -71,9 +76,8 @@ class BackingSet {
   // range; kPermissionDenied when a covering backing lacks some of `access`;
   // kFailedPrecondition when a covering backing is being detached.
   // REQUIRES: length > 0, no overflow.
-  absl::StatusOr<std::vector<hca::KlmEntry>> Layout(uint64_t va, uint64_t length,
-                                                    hca::AccessFlags access,
-                                                    std::vector<BackingId>* used) const;
+  absl::StatusOr<KlmLayout> Layout(uint64_t va, uint64_t length, hca::AccessFlags access,
+                                   BackingIds* used) const;
 
   uint64_t total_bytes() const { return total_bytes_; }
   size_t size() const { return by_va_.size(); }

@@ -23,32 +23,32 @@ BackingRecord Rec(BackingId id, uint64_t va, uint64_t len, hca::Key key, uint64_
 TEST(BackingSetTest, LayoutWithinOneBackingTranslatesToDeviceAddress) {
   BackingSet set;
   ASSERT_TRUE(set.Add(Rec(1, 0x10000, 0x10000, 0x100, 0x7f0000)).ok());
-  std::vector<BackingId> used;
+  BackingIds used;
   auto layout = set.Layout(0x11000, 0x2000, hca::kLocalRead, &used);
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->size(), 1u);
   EXPECT_EQ((*layout)[0], (hca::KlmEntry{0x100, 0x7f1000, 0x2000}));
-  EXPECT_EQ(used, std::vector<BackingId>{1});
+  EXPECT_EQ(used, BackingIds{1});
 }
 
 TEST(BackingSetTest, RangeSpanningTwoAdjacentBackingsGetsTwoEntries) {
   BackingSet set;
   ASSERT_TRUE(set.Add(Rec(1, 0x10000, 0x1000, 0x100, 0xa000)).ok());
   ASSERT_TRUE(set.Add(Rec(2, 0x11000, 0x1000, 0x200, 0x50000)).ok());
-  std::vector<BackingId> used;
+  BackingIds used;
   auto layout = set.Layout(0x10800, 0x1000, hca::kLocalRead, &used);
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->size(), 2u);
   EXPECT_EQ((*layout)[0], (hca::KlmEntry{0x100, 0xa800, 0x800}));
   EXPECT_EQ((*layout)[1], (hca::KlmEntry{0x200, 0x50000, 0x800}));
-  EXPECT_EQ(used, (std::vector<BackingId>{1, 2}));
+  EXPECT_EQ(used, (BackingIds{1, 2}));
 }
 
 TEST(BackingSetTest, PiecesLargerThanTwoGiBAreSplit) {
   BackingSet set;
   const uint64_t gib = uint64_t{1} << 30;
   ASSERT_TRUE(set.Add(Rec(1, 0, 5 * gib, 0x100, 0x1000000000)).ok());
-  std::vector<BackingId> used;
+  BackingIds used;
   auto layout = set.Layout(0, 5 * gib, hca::kLocalRead, &used);
   ASSERT_TRUE(layout.ok());
   ASSERT_EQ(layout->size(), 3u);
@@ -61,7 +61,7 @@ TEST(BackingSetTest, GapsAndUncoveredRangesAreOutOfRange) {
   BackingSet set;
   ASSERT_TRUE(set.Add(Rec(1, 0x10000, 0x1000, 0x100, 0xa000)).ok());
   ASSERT_TRUE(set.Add(Rec(2, 0x12000, 0x1000, 0x200, 0xb000)).ok());
-  std::vector<BackingId> used;
+  BackingIds used;
   EXPECT_EQ(set.Layout(0x10800, 0x2000, hca::kLocalRead, &used).status().code(),
             absl::StatusCode::kOutOfRange);  // gap at 0x11000
   EXPECT_EQ(set.Layout(0x1000, 0x10, hca::kLocalRead, &used).status().code(),
@@ -78,7 +78,7 @@ TEST(BackingSetTest, OverlapsAreRefusedAndRightsEnforced) {
   EXPECT_THAT(set.Add(Rec(3, 0xf000, 0x1001, 0x200, 0)),
               StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_TRUE(set.Add(Rec(4, 0x12000, 0x1000, 0x300, 0)).ok());  // adjacent is fine
-  std::vector<BackingId> used;
+  BackingIds used;
   EXPECT_EQ(set.Layout(0x10000, 0x100, hca::kLocalRead | hca::kLocalWrite, &used).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(set.total_bytes(), 0x3000u);

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/mutex.h"
+#include "cache/backing_set.h"
 #include "cache/options.h"
 #include "cache/stats.h"
 #include "hca/device.h"
@@ -42,9 +43,9 @@ namespace regcache::cache {
 struct UmrOp {
   enum class Kind { kMap, kInvalidate, kRewriteTranslation };
   Kind kind = Kind::kMap;
-  hca::MapRequest map;             // kMap; map.klm points at `klm` below
-  std::vector<hca::KlmEntry> klm;  // storage for map.klm
-  hca::Key key = 0;                // kInvalidate, kRewriteTranslation: the key's full value
+  hca::MapRequest map;  // kMap; map.klm is set to `klm` below when posted
+  KlmLayout klm;        // storage for map.klm (pointed at when posted)
+  hca::Key key = 0;     // kInvalidate, kRewriteTranslation: the key's full value
   // kRewriteTranslation: MTT entries [first_entry, first_entry + mtt.size()) of a live direct
   // key (hca::Queue::PostRewriteTranslation: whole blocks of 8 entries). Not owned: `mtt` must
   // stay valid until Execute returns.

@@ -27,7 +27,7 @@ bool UsesGates(const Tenant& t) {
 
 absl::StatusOr<hca::Key> OpenGate(Tenant& t, const BackingRecord& b) {
   // One entry per 2 GiB (a KLM entry's most), onto the registration at the same addresses.
-  std::vector<hca::KlmEntry> klm;
+  KlmLayout klm;
   for (uint64_t off = 0; off < b.length; off += kMaxKlmEntryBytes) {
     klm.push_back(hca::KlmEntry{b.device.key, b.device_addr + off,
                                 std::min<uint64_t>(kMaxKlmEntryBytes, b.length - off)});

@@ -35,8 +35,8 @@ struct Mapping {
   uint64_t va = 0;
   uint64_t length = 0;
   hca::AccessFlags access = 0;  // normalized
-  std::vector<hca::KlmEntry> layout;
-  std::vector<BackingId> backings;  // a registration: the memory its layout uses
+  KlmLayout layout;
+  BackingIds backings;  // a registration: the memory its layout uses
   // The generation of the tenant's memory (BackingSet) the layout was made at; none yet: ~0.
   uint64_t generation = ~uint64_t{0};
   Record* parent = nullptr;  // a window: its parent, held by the caller
@@ -77,8 +77,7 @@ absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
   if (!m.window() && t.backings.generation() != m.generation) {
     // The tenant's memory changed while the mutex was released: lay out again under the lock
     // that pins it.
-    ASSIGN_OR_RETURN(std::vector<hca::KlmEntry> relaid,
-                     t.backings.Layout(m.va, m.length, m.access, &m.backings));
+    ASSIGN_OR_RETURN(KlmLayout relaid, t.backings.Layout(m.va, m.length, m.access, &m.backings));
     if (relaid.size() > t.pool->capacity(m.cls)) {
       return absl::AbortedError("attached memory changed during register; retry");
     }

@@ -30,8 +30,8 @@ struct Plan {
   uint64_t va = 0;
   uint64_t length = 0;
   hca::AccessFlags access = 0;  // normalized
-  std::vector<hca::KlmEntry> layout;
-  std::vector<BackingId> backings;
+  KlmLayout layout;
+  BackingIds backings;
   bool rebind_only = false;  // memory-window device: a live key cannot be rewritten in place
 
   uint64_t end() const { return va + length; }
