@@ -44,7 +44,7 @@ struct UmrOp {
   enum class Kind { kMap, kInvalidate, kRewriteTranslation };
   Kind kind = Kind::kMap;
   hca::MapRequest map;  // kMap; map.klm is set to `klm` below when posted
-  KlmLayout klm;        // storage for map.klm (pointed at when posted)
+  KlmLayout klm;        // storage for map.klm
   hca::Key key = 0;     // kInvalidate, kRewriteTranslation: the key's full value
   // kRewriteTranslation: MTT entries [first_entry, first_entry + mtt.size()) of a live direct
   // key (hca::Queue::PostRewriteTranslation: whole blocks of 8 entries). Not owned: `mtt` must
