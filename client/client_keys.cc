@@ -235,6 +235,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
         continue;
       }
     }
+    // The first miss: the daemon will be asked, so have it awake when the batch arrives.
+    if (misses.empty() && items.size() > 1) keys_->Announce();
     misses.push_back(it);
     where.push_back(i);
   }

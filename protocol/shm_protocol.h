@@ -40,6 +40,10 @@
 //                  head + 1, full fence, then if client_waiting != 0: FUTEX_WAKE(cpl_head).
 //   client waits   spins on cpl_head; then client_waiting = 1, full fence, re-reads cpl_head;
 //                  if unchanged, FUTEX_WAIT(cpl_head, value), then client_waiting = 0.
+//   client prepares (a hint, optional) posting = 1 on its channel, then the doorbell as when
+//                  it posts; posting = 0 once it posted. A worker about to sleep stays awake
+//                  while a channel says posting, for a bounded time (a client that sets it and
+//                  never posts costs the worker that spin, nothing else).
 //   client reads   copies the completion out, then counts it consumed; it may publish
 //                  cpl_tail late, but no later than its next post (store-release cpl_tail
 //                  before it writes the next request): the daemon then sees at least as much
@@ -222,6 +226,7 @@ struct ChannelControl {
   alignas(64) std::atomic<uint32_t> req_head;  // requests posted
   std::atomic<uint32_t> cpl_tail;              // completions consumed (see "Wake-up")
   std::atomic<uint32_t> client_waiting;        // the client sleeps (or is about to) on cpl_head
+  std::atomic<uint32_t> posting;               // requests are on their way (a hint; see "Wake-up")
   // Written by the daemon.
   alignas(64) std::atomic<uint32_t> req_tail;  // requests taken (published copy)
   std::atomic<uint32_t> cpl_head;              // completions posted; the client's futex

@@ -58,6 +58,9 @@ class KeyTransport {
   virtual absl::Status Prefetch(const void* addr, uint64_t length, bool write,
                                 PrefetchMode mode) = 0;
   virtual absl::StatusOr<KeyInfo> Query(uint64_t handle) = 0;
+  // A hint that a call will follow shortly, made before work that precedes it (a batch's
+  // lookups): the rings wake their worker now (RingClient::Announce). Nothing by default.
+  virtual void Announce() {}
   // One result per item, in order (the transport checks the daemon's reply has exactly that).
   // REQUIRES: at most kMaxBatchItems items.
   virtual absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RegisterBatch(

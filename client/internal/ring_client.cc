@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -147,12 +148,18 @@ void RingClient::RingDoorbell() {
   }
 }
 
+void RingClient::Announce() {
+  rings_[Claim()].control.posting.store(1, std::memory_order_relaxed);
+  RingDoorbell();
+}
+
 absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
                                                      absl::Time& deadline, absl::Duration spin) {
   shm::ChannelControl& ctl = rings_[index].control;
   // A fast answer costs no clock read: the clock is read once every kSpinsPerClock spins, and
-  // the first read starts both the spin budget and (if the call has none yet) the deadline.
+  // the first read starts both the spin budgets and (if the call has none yet) the deadline.
   absl::Time spin_until = absl::InfinitePast();
+  absl::Time served_until = absl::InfinitePast();
   uint32_t spins = 0;
   while (ctl.cpl_head.load(std::memory_order_acquire) == c.cpl_tail) {
     if (++spins % kSpinsPerClock != 0) {
@@ -163,9 +170,14 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     if (deadline == absl::InfinitePast()) deadline = now + timeout_;
     if (spin_until == absl::InfinitePast()) {
       spin_until = now + spin;
+      served_until = std::min(now + kServedSpin, deadline);
       continue;
     }
-    if (now < spin_until) {
+    // The worker took the awaited request (req_tail is past it) and works on it: its answer
+    // is coming, however slow the machine; sleeping now would add a wake-up to it.
+    const bool taken =
+        static_cast<int32_t>(ctl.req_tail.load(std::memory_order_acquire) - c.cpl_tail) > 0;
+    if (now < spin_until || (taken && now < served_until)) {
       // A slow answer: the worker may be waiting for this CPU (more spinning threads than
       // cores). Offer it; with nothing else to run this returns at once.
       ::sched_yield();
@@ -255,20 +267,25 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
   size_t posted = 0, done = 0;
   while (done < n) {
     size_t now = 0;
-    if (posted < n && c.req_head - c.cpl_tail < shm::kRingDepth) {
+    // Room for a post: at least half the ring, or all that is left. A long batch then reaches
+    // the worker in runs of half a ring (each one batch of misses there), not one request per
+    // answer read.
+    const uint32_t room = shm::kRingDepth - (c.req_head - c.cpl_tail);
+    if (posted < n && room >= std::min<size_t>(n - posted, shm::kRingDepth / 2)) {
       // Completions consumed since the last post: the daemon must see the room this post uses.
       ring.control.cpl_tail.store(c.cpl_tail, std::memory_order_release);
-    }
-    for (; posted < n && c.req_head - c.cpl_tail < shm::kRingDepth; ++posted, ++now) {
-      shm::RingRequest r = requests[posted];
-      r.seq = c.next_seq++;
-      r.deadline_ns = deadline_ns;
-      std::memcpy(&ring.requests[c.req_head % shm::kRingDepth], &r, sizeof(r));
-      ++c.req_head;
+      for (; posted < n && c.req_head - c.cpl_tail < shm::kRingDepth; ++posted, ++now) {
+        shm::RingRequest r = requests[posted];
+        r.seq = c.next_seq++;
+        r.deadline_ns = deadline_ns;
+        std::memcpy(&ring.requests[c.req_head % shm::kRingDepth], &r, sizeof(r));
+        ++c.req_head;
+      }
     }
     if (now > 0) {
       // Published together: the daemon takes them as one batch (a run of registers is one).
       ring.control.req_head.store(c.req_head, std::memory_order_release);
+      ring.control.posting.store(0, std::memory_order_relaxed);  // after req_head: no gap
       RingDoorbell();
       // Own the next request slot's line while the daemon works (it read that line a ring
       // ago): the next post then writes to this core's cache instead of waiting for it. The

@@ -7,10 +7,19 @@
 // client-side mutex, held for one call or batch, so a channel's ring has one producer and one
 // consumer at a time and its completions come back in the order of its requests.
 //
+// Posting: a call posts as many requests as the ring has room for; a longer one goes on
+// posting as answers free room, half a ring at a time (or what is left), so that the worker
+// takes its requests in runs it can serve as batches. Announce() before a batch's own work
+// (its lookups, building the requests) tells the worker that requests are coming, waking it
+// if it sleeps: it is awake when they land.
+//
 // Waiting: after posting, a caller spins on cpl_head for kSpin, and kSpinPerRequest longer for
 // each request of its own still on the ring (a batch of misses takes about that much longer to
-// answer, and a sleeping caller pays a futex wake-up on top), then sleeps on it (futex) per the
-// header's handshake, until the call's deadline: kDeadlineExceeded then. Past the first
+// answer, and a sleeping caller pays a futex wake-up on top); and while the worker has taken
+// the awaited request (req_tail past it), up to kServedSpin: its answer is being made, and on a
+// slow machine a batch outlasts any budget counted per request. Then the caller sleeps on
+// cpl_head (futex) per the header's handshake, until the call's deadline: kDeadlineExceeded
+// then. Past the first
 // kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
 // waiting for it when there are more busy threads than cores). The clock is read
 // only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
@@ -53,6 +62,7 @@ class RingClient {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(20);
   static constexpr absl::Duration kSpinPerRequest = absl::Microseconds(3);
+  static constexpr absl::Duration kServedSpin = absl::Milliseconds(4);
   // Spins between clock reads while waiting (a pause each): an answer that comes within the
   // first kSpinsPerClock spins costs no clock read at all.
   static constexpr uint32_t kSpinsPerClock = 64;
@@ -73,6 +83,9 @@ class RingClient {
   // code is returned as is): kDeadlineExceeded; kUnavailable when the channel was marked broken
   // or the session is closing and no answer came; kInternal for a completion out of order.
   absl::StatusOr<shm::RingCompletion> Call(const shm::RingRequest& request);
+  // A hint that the calling thread will post a call soon (its channel's `posting`; the
+  // doorbell rung if the worker sleeps). The next post on the channel clears it.
+  void Announce();
   // Posts as many requests as the ring has room for, rings the doorbell once, collects their
   // completions, and goes on until every request is answered; completions in request order.
   // Errors as Call (the completions collected so far are then lost).

@@ -210,6 +210,7 @@ class RingKeys final : public KeyTransport {
     return RingPrefetch(ring_, addr, length, write, mode);
   }
   absl::StatusOr<KeyInfo> Query(uint64_t handle) override { return RingQuery(ring_, handle); }
+  void Announce() override { ring_.Announce(); }
   absl::StatusOr<std::vector<absl::StatusOr<Granted>>> RegisterBatch(
       absl::Span<const RegisterItem> items) override {
     ASSIGN_OR_RETURN(std::vector<absl::StatusOr<Granted>> done, RingRegisterBatch(ring_, items));

@@ -169,6 +169,7 @@ void* RingServer::ThreadMain(void* self) {
 
 void RingServer::Loop() {
   const int64_t spin_ns = absl::ToInt64Nanoseconds(kSpin);
+  const int64_t announced_ns = absl::ToInt64Nanoseconds(kAnnouncedSpin);
   uint32_t idle_sweeps = 0;
   int64_t idle_since = 0;  // the first clock read of this idle spell; 0: not read yet
   bool quiet = false;      // the last sleep ended by its time limit: no spin before the next
@@ -188,6 +189,7 @@ void RingServer::Loop() {
       const int64_t now = NowNs();
       if (idle_since == 0) idle_since = now;
       if (now - idle_since < spin_ns) continue;
+      if (now - idle_since < announced_ns && Announced()) continue;
     }
     quiet = !Sleep();
     idle_sweeps = 0;
@@ -221,6 +223,16 @@ bool RingServer::AnyWork() {
     // Out-of-range indices count as work: the sweep marks the channel broken.
     if (pending > shm::kRingDepth || unread > shm::kRingDepth) return true;
     if (pending != 0 && unread < shm::kRingDepth) return true;
+  }
+  return false;
+}
+
+bool RingServer::Announced() const {
+  for (uint32_t i = 0; i < view_.size(); ++i) {
+    if (!view_[i].broken &&
+        shm_->channel(i)->control.posting.load(std::memory_order_relaxed) != 0) {
+      return true;
+    }
   }
   return false;
 }
@@ -295,6 +307,7 @@ uint32_t RingServer::ServeChannel(uint32_t index) {
       while (k + run < n && copies[k].op == kRegister && copies[k + run].op == kRegister) {
         ++run;
       }
+      if (copies[k].op == kRegister) stats_->register_runs.Inc();
       if (run > 1) {
         ServeRegisters(absl::MakeConstSpan(copies + k, run), answers, texts);
       } else {

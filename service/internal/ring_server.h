@@ -8,7 +8,9 @@
 // that channel's completion ring has room; a session's flood only keeps its own
 // worker busy. Idle: the worker spins for about kSpin after the last
 // request it saw (it reads the clock only once every kIdleSweepsPerClock idle sweeps: a
-// sweep of idle channels costs a few loads, clock_gettime in a VM can cost more), then sleeps on
+// sweep of idle channels costs a few loads, clock_gettime in a VM can cost more), up to
+// kAnnouncedSpin while a channel says its client is posting (ChannelControl::posting, a hint
+// that bounds nothing but this spin), then sleeps on
 // the doorbell futex (the Dekker handshake of the header), at most kSleepLimit at a time — the
 // limit only bounds how long a client that rewrites the doorbell can hide a stop request.
 //
@@ -49,6 +51,7 @@ namespace shm = ::regcache::protocol::shm;
 
 #define REGCACHE_RING_STATS(COUNTER, GAUGE, HISTOGRAM)                                        \
   COUNTER(requests, "ring requests served")                                                   \
+  COUNTER(register_runs, "runs of register requests served together (one alone counts)")      \
   COUNTER(bad_requests, "ring requests refused by validation (kInvalidArgument)")             \
   COUNTER(expired, "ring requests past their caller's deadline (no work, or released again)") \
   COUNTER(broken_channels, "ring channels marked broken (indices out of range)")              \
@@ -90,6 +93,7 @@ class KeyCalls {
 class RingServer {
  public:
   static constexpr absl::Duration kSpin = absl::Microseconds(50);
+  static constexpr absl::Duration kAnnouncedSpin = absl::Milliseconds(2);
   static constexpr absl::Duration kSleepLimit = absl::Seconds(1);
   static constexpr uint32_t kIdleSweepsPerClock = 16;
 
@@ -125,6 +129,8 @@ class RingServer {
   uint32_t ServeChannel(uint32_t index);
   // Whether some channel has a request it may take now.
   bool AnyWork();
+  // Whether some channel's client says it is posting (a hint).
+  bool Announced() const;
   // The doorbell handshake; returns after a wake-up, a stop or kSleepLimit: false when it
   // slept the whole limit without a ring (then the worker sleeps again without spinning:
   // 64 idle sessions cost 64 wake-ups a second and nothing more).

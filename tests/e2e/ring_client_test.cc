@@ -11,7 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/stats.h"
 #include "base/test_util.h"
 #include "client/internal/ring_keys.h"
 #include "gtest/gtest.h"
@@ -35,7 +38,7 @@ class RingClientTest : public ::testing::Test {
     config.cache.background_maintenance = false;
     config.ring_channels = 2;
     config.grant_slots = 256;
-    auto d = service::Daemon::Create(config, nullptr);
+    auto d = service::Daemon::Create(config, &registry_);
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
     auto g = daemon_->OpenSession(service::PeerCredentials{::getpid(), 0, 0});
@@ -63,6 +66,15 @@ class RingClientTest : public ::testing::Test {
     ring_ = std::move(*r);
   }
 
+  int64_t Stat(absl::string_view component, absl::string_view name) {
+    for (const base::stats::Sample& s : registry_.Snapshot()) {
+      if (s.component == component && s.name == name) return s.value;
+    }
+    ADD_FAILURE() << "no statistic " << component << "." << name;
+    return -1;
+  }
+
+  base::stats::Registry registry_;  // before the daemon, which registers in it
   std::unique_ptr<service::Daemon> daemon_;
   service::SessionGrant grant_;
   uint8_t* mem_ = nullptr;
@@ -128,6 +140,60 @@ TEST_F(RingClientTest, ABatchLargerThanTheRingCompletesInOrder) {
     EXPECT_EQ((*out)[i].va, batch[i].va) << i;
   }
   EXPECT_TRUE(ring_->CallBatch({}).ok());
+}
+
+TEST_F(RingClientTest, ALongBatchReachesTheWorkerInRunsOfHalfARing) {
+  // Posting goes on as answers free room, but only half a ring (or the rest) at a time: the
+  // worker takes each post whole, one batch of misses, never a request per answer read.
+  Map();
+  constexpr size_t kItems = 16 * shm::kRingDepth + 3;
+  std::vector<shm::RingRequest> batch(kItems);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i] = shm::RingRequest{};
+    batch[i].op = static_cast<uint16_t>(shm::RingOp::kRegister);
+    batch[i].va = reinterpret_cast<uint64_t>(mem_) + (i % 200) * kPage;
+    batch[i].length = kPage;
+    batch[i].access = kRw;
+  }
+  const int64_t runs_before = Stat("ring", "register_runs");
+  const int64_t requests_before = Stat("ring", "requests");
+  auto out = ring_->CallBatch(batch);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (size_t i = 0; i < batch.size(); ++i) ASSERT_EQ((*out)[i].code, 0u) << i;
+  EXPECT_EQ(Stat("ring", "requests") - requests_before, static_cast<int64_t>(kItems));
+  // The first post fills the ring; every later one is half a ring, the last one the 3 left.
+  const int64_t most_runs =
+      1 + (kItems - shm::kRingDepth + shm::kRingDepth / 2 - 1) / (shm::kRingDepth / 2);
+  EXPECT_LE(Stat("ring", "register_runs") - runs_before, most_runs);
+}
+
+TEST_F(RingClientTest, AnnouncingWakesTheWorkerAndItsSpinStaysBounded) {
+  Map();
+  // Idle, the worker falls asleep (after its spin).
+  auto until = [&](absl::string_view name, int64_t at_least) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (Stat("ring", name) < at_least && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return Stat("ring", name) >= at_least;
+  };
+  ASSERT_TRUE(until("sleeps", 1));
+  const int64_t sleeps = Stat("ring", "sleeps");
+  const int64_t wakeups = Stat("ring", "wakeups");
+  // An announcement rings the doorbell: the worker wakes before any request is posted.
+  ring_->Announce();
+  ASSERT_TRUE(until("wakeups", wakeups + 1));
+  // Nothing is ever posted: the worker spins awhile for it, then sleeps again regardless.
+  EXPECT_TRUE(until("sleeps", sleeps + 1));
+  // The next post clears the announcement, and calls are served as ever.
+  shm::RingRequest r{};
+  r.op = static_cast<uint16_t>(shm::RingOp::kRegister);
+  r.va = reinterpret_cast<uint64_t>(mem_);
+  r.length = kPage;
+  r.access = kRw;
+  auto got = ring_->Call(r);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->code, 0u);
 }
 
 TEST_F(RingClientTest, MoreThreadsThanChannelsShare) {
