@@ -20,6 +20,8 @@
 //                             After an untimed warm-up (the pool at its steady size). Per key.
 //   ibv_reg_mr_batch/keys:K/bytes:N  its anchor: K ibv_reg_mr of the same ranges, then their K
 //                             ibv_dereg_mr, per key.
+//   pairs/keys:K/bytes:N      the two, alternating in one loop (bench/batch_pairs.h): the
+//                             median of the pairs' ratios, which a drifting guest leaves alone.
 //   bind_floor/keys:K/bytes:N the device's floor on verbs devices (bench/bind_floor.h): K
 //                             type-1 windows bound by one ibv_post_send list and its one
 //                             completion awaited, in this process, with nothing else; per key.
@@ -72,6 +74,7 @@
 #include "base/status_macros.h"
 #include "bench/batch_case.h"
 #include "bench/batch_layers.h"
+#include "bench/batch_pairs.h"
 #include "bench/bind_floor.h"
 #include "bench/regcached_process.h"
 #include "benchmark/benchmark.h"
@@ -80,11 +83,13 @@
 namespace {
 
 namespace rc = ::regcache::api;
+using regcache::bench::AnchorBatch;
 using regcache::bench::Daemon;
 using regcache::bench::DaemonOptions;
 using regcache::bench::Die;
 using regcache::bench::IbvAnchor;
 using regcache::bench::IterationTimes;
+using regcache::bench::PairTimes;
 using regcache::bench::RunBatch;
 using regcache::bench::WarmUp;
 using Clock = std::chrono::steady_clock;
@@ -302,29 +307,37 @@ void BM_IbvRegMrBatch(benchmark::State& state, BatchCase bc) {
   Bench& b = Bench::Get();
   b.UseSize(bc.bytes);
   const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
-  std::vector<ibv_mr*> mrs(items.size());
   IterationTimes times;  // the framework times the mean; these, the median
+  double secs = 0;
   for (auto _ : state) {
-    const Clock::time_point t0 = Clock::now();
-    for (size_t i = 0; i < items.size(); ++i) {
-      mrs[i] = ::ibv_reg_mr(b.anchor->pd(), const_cast<void*>(items[i].addr), items[i].length,
-                            kIbvAccess);
-      if (mrs[i] == nullptr) {
-        state.SkipWithError((std::string("ibv_reg_mr: ") + std::strerror(errno)).c_str());
-        for (size_t j = 0; j < i; ++j) (void)::ibv_dereg_mr(mrs[j]);
-        return;
-      }
-    }
-    for (ibv_mr* mr : mrs) {
-      if (::ibv_dereg_mr(mr) != 0) {
-        state.SkipWithError("ibv_dereg_mr failed");
-        return;
-      }
-    }
-    times.Add(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (!AnchorBatch(state, b.anchor->pd(), items, kIbvAccess, &secs)) return;
+    times.Add(secs);
   }
   times.Report(state);
   SetBytes(state, bc.bytes);
+  state.counters["keys"] = bc.keys;
+}
+
+// A batch by regcache and one by the anchor, back to back, the order swapped every pair
+// (bench/batch_pairs.h); the iteration's time is both together.
+void BM_Pairs(benchmark::State& state, BatchCase bc) {
+  Bench& b = Bench::Get();
+  b.UseSize(bc.bytes);
+  rc::Client& c = *b.cached;
+  const std::vector<rc::RegisterItem> items = BatchItems(b, bc);
+  double ours = 0, anchor = 0;
+  if (!WarmUp([&] { return RunBatch(state, c, items, &ours); })) return;
+  PairTimes pairs;
+  bool anchor_first = false;
+  for (auto _ : state) {
+    if (anchor_first && !AnchorBatch(state, b.anchor->pd(), items, kIbvAccess, &anchor)) return;
+    if (!RunBatch(state, c, items, &ours)) return;
+    if (!anchor_first && !AnchorBatch(state, b.anchor->pd(), items, kIbvAccess, &anchor)) return;
+    anchor_first = !anchor_first;
+    state.SetIterationTime(ours + anchor);
+    pairs.Add(ours, anchor);
+  }
+  pairs.Report(state);
   state.counters["keys"] = bc.keys;
 }
 
@@ -392,6 +405,9 @@ void RegisterBenchmarks(bool with_anchor) {
                                      bc)
             ->Iterations(bc.iterations)
             ->UseRealTime();
+        benchmark::RegisterBenchmark(("pairs" + BatchArg(bc)).c_str(), BM_Pairs, bc)
+            ->Iterations(bc.iterations)
+            ->UseManualTime();
       }
       for (auto [name, layer] :
            {std::pair{"bind_floor", Layer::kFloor}, std::pair{"bind_queue", Layer::kQueue},
@@ -417,24 +433,29 @@ class TableReporter : public benchmark::ConsoleReporter {
       if (r.error_occurred || r.run_type != Run::RT_Iteration || r.iterations == 0) continue;
       Sum& s = sums_[r.run_name.function_name];
       s.ns += r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations);
-      auto p50 = r.counters.find("p50_ns");
-      if (p50 != r.counters.end()) s.p50_ns += p50->second;
+      for (const auto& [name, counter] : r.counters) s.counters[name] += counter.value;
       s.runs += 1;
     }
   }
-  double Ns(const std::string& name) const { return Get(name, &Sum::ns); }  // 0: did not run
-  double P50Ns(const std::string& name) const { return Get(name, &Sum::p50_ns); }
+  // A row's mean time, and its counters (p50_ns, ratio_p50, ...); 0: did not run.
+  double Ns(const std::string& name) const {
+    auto it = sums_.find(name);
+    return it == sums_.end() ? 0 : it->second.ns / it->second.runs;
+  }
+  double Counter(const std::string& name, const std::string& counter) const {
+    auto it = sums_.find(name);
+    if (it == sums_.end()) return 0;
+    auto c = it->second.counters.find(counter);
+    return c == it->second.counters.end() ? 0 : c->second / it->second.runs;
+  }
+  double P50Ns(const std::string& name) const { return Counter(name, "p50_ns"); }
 
  private:
   struct Sum {
     double ns = 0;
-    double p50_ns = 0;
+    std::map<std::string, double> counters;
     int runs = 0;
   };
-  double Get(const std::string& name, double Sum::*field) const {
-    auto it = sums_.find(name);
-    return it == sums_.end() ? 0 : it->second.*field / it->second.runs;
-  }
   std::map<std::string, Sum> sums_;
 };
 
@@ -499,6 +520,12 @@ void PrintTable(const TableReporter& r, const std::string& device, const IbvAnch
                   Ratio(median("ibv_reg_mr_batch"), median("batch"), 0).c_str());
     }
     std::printf("\n");
+    if (const double ratio = r.Counter("pairs" + BatchArg(bc), "ratio_p50"); ratio > 0) {
+      const auto pair = [&](const char* c) { return r.Counter("pairs" + BatchArg(bc), c); };
+      std::printf("  pairs (alternating in one loop; medians): regcache %s, ibv_reg_mr %s, %s\n",
+                  Time(pair("ours_p50_ns") / bc.keys).c_str(),
+                  Time(pair("anchor_p50_ns") / bc.keys).c_str(), Ratio(ratio, 1, aim).c_str());
+    }
     const double floor = per_key("bind_floor");
     const double queue = per_key("bind_queue");
     if (queue > 0) {
