@@ -19,16 +19,16 @@
 // the awaited request (req_tail past it), up to kServedSpin: its answer is being made, and on a
 // slow machine a batch outlasts any budget counted per request. Then the caller sleeps on
 // cpl_head (futex) per the header's handshake, until the call's deadline: kDeadlineExceeded
-// then. Past the first
-// kSpinsPerClock spins it yields the CPU at every clock read (the daemon's worker may be
-// waiting for it when there are more busy threads than cores). The clock is read
-// only after kSpinsPerClock spins, so the deadline counts from then (a few microseconds after
-// posting; a call's time waiting for its channel's lock does not count). Each request carries
-// its deadline (RingRequest::deadline_ns, from the coarse monotonic clock when posted, so never
-// later than the caller's own): the daemon does nothing for a request past it and gives back a
-// grant it made for one that passed it meanwhile. A completion that still comes after the
-// caller gave up is discarded by the channel's next call, which recognises it by sequence
-// number, and a grant in it is released (the next call on the channel posts the Releases).
+// then. Past the first kSpinsPerClock spins it yields the CPU at every clock read (the
+// daemon's worker may be waiting for it when there are more busy threads than cores). The
+// clock is read only after kSpinsPerClock spins, so the deadline counts from then (a few
+// microseconds after posting; a call's time waiting for its channel's lock does not count).
+// Each request carries its deadline (RingRequest::deadline_ns, from the coarse monotonic clock
+// when posted, so never later than the caller's own): the daemon does nothing for a request
+// past it and gives back a grant it made for one that passed it meanwhile. A completion that
+// still comes after the caller gave up is discarded by the channel's next call, which
+// recognises it by sequence number, and a grant in it is released (the next call on the
+// channel posts the Releases).
 //
 // Trust: the client checks what it maps (magic, version, geometry against the Welcome and the
 // files' sizes) before it touches a ring.
