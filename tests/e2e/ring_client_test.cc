@@ -66,6 +66,17 @@ class RingClientTest : public ::testing::Test {
     ring_ = std::move(*r);
   }
 
+  // `n` register requests of a page each, over the first `pages` pages of mem_ in turn.
+  std::vector<shm::RingRequest> Registers(size_t n, size_t pages) const {
+    std::vector<shm::RingRequest> out(n);
+    for (size_t i = 0; i < n; ++i) {
+      out[i].op = static_cast<uint16_t>(shm::RingOp::kRegister);
+      out[i].va = reinterpret_cast<uint64_t>(mem_) + (i % pages) * kPage;
+      out[i].length = kPage;
+      out[i].access = kRw;
+    }
+    return out;
+  }
   int64_t Stat(absl::string_view component, absl::string_view name) {
     for (const base::stats::Sample& s : registry_.Snapshot()) {
       if (s.component == component && s.name == name) return s.value;
@@ -124,14 +135,7 @@ TEST_F(RingClientTest, KeyCallsMapCompletionsToTheirStatus) {
 
 TEST_F(RingClientTest, ABatchLargerThanTheRingCompletesInOrder) {
   Map();
-  std::vector<shm::RingRequest> batch(3 * shm::kRingDepth + 5);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i] = shm::RingRequest{};
-    batch[i].op = static_cast<uint16_t>(shm::RingOp::kRegister);
-    batch[i].va = reinterpret_cast<uint64_t>(mem_) + (i % 128) * kPage;
-    batch[i].length = kPage;
-    batch[i].access = kRw;
-  }
+  const std::vector<shm::RingRequest> batch = Registers(3 * shm::kRingDepth + 5, 128);
   auto out = ring_->CallBatch(batch);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), batch.size());
@@ -147,14 +151,7 @@ TEST_F(RingClientTest, ALongBatchReachesTheWorkerInRunsOfHalfARing) {
   // worker takes each post whole, one batch of misses, never a request per answer read.
   Map();
   constexpr size_t kItems = 16 * shm::kRingDepth + 3;
-  std::vector<shm::RingRequest> batch(kItems);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i] = shm::RingRequest{};
-    batch[i].op = static_cast<uint16_t>(shm::RingOp::kRegister);
-    batch[i].va = reinterpret_cast<uint64_t>(mem_) + (i % 200) * kPage;
-    batch[i].length = kPage;
-    batch[i].access = kRw;
-  }
+  const std::vector<shm::RingRequest> batch = Registers(kItems, 200);
   const int64_t runs_before = Stat("ring", "register_runs");
   const int64_t requests_before = Stat("ring", "requests");
   auto out = ring_->CallBatch(batch);
@@ -186,12 +183,7 @@ TEST_F(RingClientTest, AnnouncingWakesTheWorkerAndItsSpinStaysBounded) {
   // Nothing is ever posted: the worker spins awhile for it, then sleeps again regardless.
   EXPECT_TRUE(until("sleeps", sleeps + 1));
   // The next post clears the announcement, and calls are served as ever.
-  shm::RingRequest r{};
-  r.op = static_cast<uint16_t>(shm::RingOp::kRegister);
-  r.va = reinterpret_cast<uint64_t>(mem_);
-  r.length = kPage;
-  r.access = kRw;
-  auto got = ring_->Call(r);
+  auto got = ring_->Call(Registers(1, 1)[0]);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->code, 0u);
 }
