@@ -67,6 +67,13 @@ bool RunBatch(benchmark::State& state, api::Client& c, const std::vector<api::Re
   return true;
 }
 
+// The median of `v` (reorders it). REQUIRES: v is not empty.
+inline double Median(std::vector<double>& v) {
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
 // A row's iteration times, reported as its median (the p50_ns counter, ns a batch), which the
 // summary prints beside the mean: in the TCG guest one slow batch moves the mean of a handful of
 // batches by a third, and the median hardly.
@@ -75,9 +82,7 @@ class IterationTimes {
   void Add(double secs) { secs_.push_back(secs); }
   void Report(benchmark::State& state) {
     if (secs_.empty()) return;
-    auto mid = secs_.begin() + static_cast<std::ptrdiff_t>(secs_.size() / 2);
-    std::nth_element(secs_.begin(), mid, secs_.end());
-    state.counters["p50_ns"] = *mid * 1e9;
+    state.counters["p50_ns"] = Median(secs_) * 1e9;
   }
 
  private:

@@ -9,13 +9,13 @@
 
 #include <infiniband/verbs.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench/batch_case.h"
 #include "benchmark/benchmark.h"
 #include "regcache/client.h"
 
@@ -59,11 +59,6 @@ class PairTimes {
   }
 
  private:
-  static double Median(std::vector<double>& v) {
-    auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    return *mid;
-  }
   std::vector<double> ours_, anchor_, ratios_;
 };
 
