@@ -154,7 +154,7 @@ void RingClient::Announce() {
 }
 
 absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
-                                                     absl::Time& deadline, absl::Duration spin) {
+                                                     absl::Time& deadline, size_t waiting) {
   shm::ChannelControl& ctl = rings_[index].control;
   // A fast answer costs no clock read: the clock is read once every kSpinsPerClock spins, and
   // the first read starts both the spin budgets and (if the call has none yet) the deadline.
@@ -169,7 +169,7 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
     const absl::Time now = absl::Now();
     if (deadline == absl::InfinitePast()) deadline = now + timeout_;
     if (spin_until == absl::InfinitePast()) {
-      spin_until = now + spin;
+      spin_until = now + kSpin + kSpinPerRequest * static_cast<int64_t>(waiting);
       served_until = std::min(now + kServedSpin, deadline);
       continue;
     }
@@ -297,8 +297,7 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
     }
     // Requests of this call still unanswered: the more, the longer the answer can take.
     const size_t waiting = posted > done ? posted - done - 1 : 0;
-    const absl::Duration spin = kSpin + kSpinPerRequest * static_cast<int64_t>(waiting);
-    ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline, spin));
+    ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline, waiting));
     if (got.seq < first) {  // the answer to a call whose deadline passed
       if (got.code == 0 && got.handle != 0 && shm::OpGrants(static_cast<shm::RingOp>(got.op))) {
         c.orphans.push_back(got.handle);  // nobody will release it otherwise

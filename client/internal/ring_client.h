@@ -129,9 +129,11 @@ class RingClient {
   absl::Status RunThenRelease(uint32_t index, const shm::RingRequest* requests, size_t n,
                               shm::RingCompletion* out);
   // The next completion of the channel, by `deadline`; InfinitePast: not set yet (then the
-  // first clock read sets it to now + timeout_). Spins for `spin` before it sleeps.
+  // first clock read sets it to now + timeout_). Spins for kSpin, and kSpinPerRequest for each
+  // of `waiting` (the call's other requests still unanswered), before it sleeps; the budget is
+  // worked out only at that first clock read (an answer already there costs no arithmetic).
   absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline,
-                                           absl::Duration spin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+                                           size_t waiting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void RingDoorbell();
   // Keeps `text` for StatusOf; returns its token. The oldest are dropped past kKeptTexts (an
   // answer nobody reads: a call that gave up).
