@@ -62,6 +62,9 @@ struct MwRecord {
   uint64_t length = 0;
   AccessFlags access = 0;
   uint64_t seq = 0;
+  // PostBindList: the number of the list this window's newest bind was put in (none: 0). The
+  // list being built has a number no earlier list had, so only its own windows match it.
+  uint64_t listed = 0;
 };
 
 // A bind ready to post: the verb's arguments and the window's record before and after.
@@ -193,8 +196,9 @@ class Context {
   void UndoBind(const BindPlan& plan);
 
  private:
-  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `record`, if given: the window's record in mws_, where one was found.
+  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut,
+                                MwRecord** record = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts the window's record and mw->rkey back to `plan.before`, unless the record changed since
   // the plan was applied (false).
   bool RestoreWindow(const BindPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -224,6 +228,7 @@ class Context {
   base::Mutex mu_;
   uint32_t next_pdn_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_list_ ABSL_GUARDED_BY(mu_) = 1;  // PostBindList's list numbers (MwRecord::listed)
   absl::flat_hash_map<uint32_t, ibv_pd*> pds_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, MrRecord> mrs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, MwRecord> mws_ ABSL_GUARDED_BY(mu_);

@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -110,10 +109,12 @@ void Context::PlanInvalidate(Pd queue_pd, const MwRecord& w, BindPlan* plan) {
   plan->after.access = 0;
 }
 
-absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_mr* cut) {
+absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_mr* cut,
+                                       MwRecord** record) {
   auto it = mws_.find(KeyIndex(rq.key));
   if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
   MwRecord& w = it->second;
+  if (record != nullptr) *record = &w;
   if (!(w.pd == queue_pd)) {
     return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key, w.pd.pdn,
                                   queue_pd.pdn));
@@ -136,6 +137,7 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
   const KlmEntry& e = rq.entry;
   ibv_mr* mr = nullptr;
   AccessFlags allowed = 0;
+  const MrRecord* base = nullptr;  // the backing beneath (BaseOf)
   if (auto m = mrs_.find(KeyIndex(e.key)); m != mrs_.end()) {
     const MrRecord& r = m->second;
     if (r.mr->lkey != e.key || !(r.pd == queue_pd)) {
@@ -148,6 +150,7 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
     }
     mr = r.mr;
     allowed = r.access;
+    base = &r;  // a backing is its own base: BaseOf's answer without its two lookups
   } else if (auto p = mws_.find(KeyIndex(e.key)); p != mws_.end()) {
     const MwRecord& parent = p->second;
     if (!parent.live || parent.key != e.key || !(parent.pd == queue_pd)) {
@@ -167,7 +170,7 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
     return Refuse(absl::StrFormat("rights %s exceed the %s of 0x%08x", AccessToString(remote),
                                   AccessToString(allowed), e.key));
   }
-  const MrRecord* base = BaseOf(e);
+  if (base == nullptr) base = BaseOf(e);
   if (base == nullptr) return Refuse(absl::StrFormat("no backing beneath 0x%08x", e.key));
   if (cut_backings_) {
     if (cut == nullptr || cut->length != e.length) {
@@ -221,11 +224,11 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
   std::vector<size_t> list;
   wrs.reserve(items.size());
   list.reserve(items.size());
-  absl::flat_hash_set<const ibv_mw*> in_list;
-  in_list.reserve(items.size());
   absl::Status failed;  // a post failed: so does every request after it
   base::MutexLock lock(&mu_);
+  uint64_t number = next_list_++;  // the windows in the list being built carry it (listed)
   const auto send = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    number = next_list_++;  // whatever happens, the next list is a new one
     if (wrs.empty()) return;
     for (size_t k = 0; k + 1 < wrs.size(); ++k) wrs[k].next = &wrs[k + 1];
     wrs.back().next = nullptr;
@@ -236,8 +239,8 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     if (err != 0) posted = bad == nullptr ? 0 : static_cast<size_t>(bad - wrs.data());
     for (size_t k = 0; k < posted; ++k) {
       out[list[k]]->mw->rkey = wrs[k].bind_mw.rkey;  // ibv_post_send leaves that to the caller
-      stats_.binds_posted.Inc();
     }
+    stats_.binds_posted.Inc(posted);
     if (posted > 0) stats_.bind_lists_posted.Inc();
     if (posted < wrs.size()) {
       failed = ErrnoStatus(err, "ibv_post_send of a list of window binds");
@@ -249,23 +252,29 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     }
     wrs.clear();
     list.clear();
-    in_list.clear();
   };
   for (const BindItem& item : items) {
-    if (auto w = mws_.find(KeyIndex(item.request->key));
-        w != mws_.end() && in_list.contains(w->second.mw)) {
-      send();
-    }
     if (!failed.ok()) {
       stats_.bind_errors.Inc();
       out.push_back(failed);
       continue;
     }
-    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, /*cut=*/nullptr);
+    // The plan reads the window's record only (never mw->rkey), which already holds the effect
+    // of a bind of it earlier in this list: planning before that list is sent is the same.
+    MwRecord* w = nullptr;
+    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, /*cut=*/nullptr, &w);
     if (!plan.ok()) stats_.bind_errors.Inc();
     if (!plan.ok() || plan->mw == nullptr) {
       out.push_back(std::move(plan));
       continue;
+    }
+    if (w->listed == number) {  // this window is in the list already: send that list first
+      send();
+      if (!failed.ok()) {
+        stats_.bind_errors.Inc();
+        out.push_back(failed);
+        continue;
+      }
     }
     ibv_send_wr wr{};
     wr.wr_id = item.wr_id;
@@ -278,8 +287,8 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     plan->bind.send_flags = wr.send_flags;
     plan->after.key = wr.bind_mw.rkey;
     plan->after.seq = next_seq_++;
-    mws_[KeyIndex(item.request->key)] = plan->after;
-    in_list.insert(plan->mw);
+    *w = plan->after;  // w still points into mws_: nothing was added to or erased from it since
+    w->listed = number;
     list.push_back(out.size());
     wrs.push_back(wr);
     out.push_back(std::move(plan));
