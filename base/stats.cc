@@ -141,10 +141,11 @@ uint64_t HistogramSnapshot::Percentile(double p) const {
   return max;
 }
 
-void Histogram::Record(uint64_t v) {
-  buckets_[HistogramSnapshot::BucketOf(v)].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
+void Histogram::Record(uint64_t v, uint64_t times) {
+  if (times == 0) return;
+  buckets_[HistogramSnapshot::BucketOf(v)].fetch_add(times, std::memory_order_relaxed);
+  count_.fetch_add(times, std::memory_order_relaxed);
+  sum_.fetch_add(v * times, std::memory_order_relaxed);
   uint64_t prev = max_.load(std::memory_order_relaxed);
   while (v > prev && !max_.compare_exchange_weak(prev, v, std::memory_order_relaxed)) {
   }

@@ -133,7 +133,9 @@ struct HistogramSnapshot {
 
 class Histogram {
  public:
-  void Record(uint64_t v);
+  void Record(uint64_t v) { Record(v, 1); }
+  // `v`, `times` times over (a batch whose items all took the same time): one update.
+  void Record(uint64_t v, uint64_t times);
   HistogramSnapshot Snapshot() const;
 
  private:

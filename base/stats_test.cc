@@ -125,6 +125,22 @@ TEST(StatsTest, PercentilesWithinBucketError) {
   EXPECT_EQ(Histogram().Snapshot().Percentile(50), 0u);
 }
 
+TEST(StatsTest, RecordingAValueManyTimesIsRecordingItThatOften) {
+  Histogram once_each, batched;
+  for (int i = 0; i < 5; ++i) once_each.Record(3000);
+  once_each.Record(7);
+  batched.Record(3000, 5);
+  batched.Record(7, 1);
+  batched.Record(1 << 20, 0);  // nothing
+  const HistogramSnapshot a = once_each.Snapshot(), b = batched.Snapshot();
+  EXPECT_EQ(b.count, 6u);
+  EXPECT_EQ(b.sum, 15007u);
+  EXPECT_EQ(b.max, 3000u);
+  EXPECT_EQ(a.buckets, b.buckets);
+  EXPECT_EQ(a.sum, b.sum);
+  EXPECT_EQ(a.max, b.max);
+}
+
 TEST(StatsTest, RegistryFollowsRegistrationLifetime) {
   Registry registry;
   TestStats a, b;
