@@ -68,7 +68,6 @@ constexpr uint32_t kMaxTenantSlots = 1u << 16;
 // The translation entries budgeted per key of the table when the options give no figure
 // (CacheOptions::device_translation_entries).
 constexpr uint64_t kDefaultEntriesPerKey = 64;
-constexpr int kCoverScanLimit = 64;  // cover lookups give up (miss) after this many candidates
 // Pool keys of a closed tenant destroyed per maintenance step (Reaper::Step): on a ConnectX each
 // is a DESTROY_MKEY command of some microseconds.
 constexpr size_t kReapKeysPerStep = 4096;
@@ -158,7 +157,8 @@ class RegCacheImpl final : public RegCache {
     if (t == nullptr) return absl::NotFoundError(absl::StrFormat("no open tenant %d", id));
     return t;
   }
-  // Fills `g` and returns true on a hit.
+  // Fills `g` and returns true on a hit: the exact range without a lock, else a covering
+  // registration under the tenant mutex (cache/internal/holds.h, HitExact and HitCover).
   static bool TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
   void MaintenanceLoop();
   // One maintenance pass; true when every tenant's pool was idle after it.
@@ -294,40 +294,9 @@ absl::Status RegCacheImpl::CloseTenant(TenantId tenant) {
 
 bool RegCacheImpl::TryHit(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access,
                           KeyGrant& g) {
-  // Top half: the exact range, without a lock, held in this thread's table (else shared).
-  internal::HoldTable* mine = t.holds.Mine();
-  const bool found = t.index.Find(internal::RangeHash(va, length), [&](uint32_t slot) {
-    internal::HotRecord* h = t.slab.Hot(slot);
-    if (h == nullptr) return false;
-    bool busy = mine == nullptr;
-    uint64_t s = busy ? 0 : internal::HoldLocal(t, mine, slot, h, va, length, access, busy);
-    if (s == 0 && busy) s = internal::HoldShared(h, va, length, access);
-    if (s == 0) return false;
-    internal::FillGrant(g, *h, internal::MakeHandle(t.slot, internal::state::Gen(s), slot),
-                        /*hit=*/true);
-    return true;
-  });
-  if (found) return true;
-  // Bottom half: a wider registration that covers the range (or the exact one, if the
-  // lock-free probe raced with a writer moving its bucket).
+  if (internal::HitExact(t, va, length, access, g)) return true;
   base::ReaderMutexLock lock(&t.mu);
-  if (t.cover.empty()) return false;
-  const uint64_t end = va + length;
-  auto it = internal::CoverFrom(t.cover, va + 1);  // past every entry starting at va
-  int scanned = 0;
-  while (it != t.cover.begin() && scanned++ < kCoverScanLimit) {
-    --it;
-    Record* r = it->second;
-    const uint64_t rva = r->hot->va.load(std::memory_order_relaxed);
-    const uint64_t rlen = r->hot->length.load(std::memory_order_relaxed);
-    if (end - rva > t.max_length) break;  // nothing further left can reach `end`
-    if (rva + rlen < end) continue;
-    // Records in `cover` are not recycled while the tenant mutex is held.
-    if (internal::HoldShared(r->hot, rva, rlen, access) == 0) continue;
-    internal::FillGrant(g, *r->hot, r->handle, /*hit=*/true);
-    return true;
-  }
-  return false;
+  return internal::HitCover(t, va, length, access, g);
 }
 
 absl::StatusOr<KeyGrant> RegCacheImpl::Register(TenantId tenant, uint64_t va, uint64_t length,
@@ -378,6 +347,14 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
   std::vector<size_t> miss_of, repeats;  // repeats: items repeating an earlier miss
   absl::flat_hash_set<std::tuple<uint64_t, uint64_t, hca::AccessFlags>> seen;
   seen.reserve(items.size());  // no rehash as the batch's misses go in
+  // First without a lock: the checks and the exact ranges' hits. The rest then look for a
+  // covering registration under one hold of the tenant mutex for the batch, not one each.
+  std::vector<RegisterItem> unsure;  // normalized; unsure[k] is items[unsure_of[k]]
+  std::vector<size_t> unsure_of;
+  unsure.reserve(items.size());
+  unsure_of.reserve(items.size());
+  misses.reserve(items.size());
+  miss_of.reserve(items.size());
   for (size_t i = 0; t.ok() && i < items.size(); ++i) {
     RegisterItem item = items[i];
     absl::StatusOr<hca::AccessFlags> normalized = NormalizeAccess(item.access);
@@ -385,16 +362,30 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
       out[i] = std::move(r);
     } else if (!normalized.ok()) {
       out[i] = normalized.status();
-    } else if (item.access = *normalized; TryHit(**t, item.va, item.length, item.access, *out[i])) {
+    } else if (item.access = *normalized;
+               internal::HitExact(**t, item.va, item.length, item.access, *out[i])) {
       stats_.register_hits.Inc();
-    } else if (!seen.insert({item.va, item.length, item.access}).second) {
-      repeats.push_back(i);
     } else {
-      misses.push_back(item);
-      miss_of.push_back(i);
+      unsure.push_back(item);
+      unsure_of.push_back(i);
     }
   }
-  std::vector<absl::StatusOr<KeyGrant>> mapped(misses.size());
+  if (!unsure.empty()) {
+    base::ReaderMutexLock lock(&(*t)->mu);
+    for (size_t k = 0; k < unsure.size(); ++k) {
+      const RegisterItem& item = unsure[k];
+      const size_t i = unsure_of[k];
+      if (internal::HitCover(**t, item.va, item.length, item.access, *out[i])) {
+        stats_.register_hits.Inc();
+      } else if (!seen.insert({item.va, item.length, item.access}).second) {
+        repeats.push_back(i);
+      } else {
+        misses.push_back(item);
+        miss_of.push_back(i);
+      }
+    }
+  }
+  std::vector<absl::StatusOr<KeyGrant>> mapped(misses.size(), absl::StatusOr<KeyGrant>(KeyGrant{}));
   if (!misses.empty()) internal::MapRegistrations(**t, misses, absl::MakeSpan(mapped));
   for (size_t k = 0; k < misses.size(); ++k) out[miss_of[k]] = std::move(mapped[k]);
   for (size_t i : repeats) {

@@ -31,6 +31,40 @@ Record* AllocateRecord(Tenant& t) {
   return r;
 }
 
+bool HitExact(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g) {
+  HoldTable* mine = t.holds.Mine();
+  return t.index.Find(RangeHash(va, length), [&](uint32_t slot) {
+    HotRecord* h = t.slab.Hot(slot);
+    if (h == nullptr) return false;
+    bool busy = mine == nullptr;
+    uint64_t s = busy ? 0 : HoldLocal(t, mine, slot, h, va, length, access, busy);
+    if (s == 0 && busy) s = HoldShared(h, va, length, access);
+    if (s == 0) return false;
+    FillGrant(g, *h, MakeHandle(t.slot, state::Gen(s), slot), /*hit=*/true);
+    return true;
+  });
+}
+
+bool HitCover(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g) {
+  if (t.cover.empty()) return false;
+  const uint64_t end = va + length;
+  auto it = CoverFrom(t.cover, va + 1);  // past every entry starting at va
+  int scanned = 0;
+  while (it != t.cover.begin() && scanned++ < kCoverScanLimit) {
+    --it;
+    Record* r = it->second;
+    const uint64_t rva = r->hot->va.load(std::memory_order_relaxed);
+    const uint64_t rlen = r->hot->length.load(std::memory_order_relaxed);
+    if (end - rva > t.max_length) break;  // nothing further left can reach `end`
+    if (rva + rlen < end) continue;
+    // Records in `cover` are not recycled while the tenant mutex is held.
+    if (HoldShared(r->hot, rva, rlen, access) == 0) continue;
+    FillGrant(g, *r->hot, r->handle, /*hit=*/true);
+    return true;
+  }
+  return false;
+}
+
 void SetRange(Record* r, uint64_t va, uint64_t length, hca::AccessFlags access, hca::Key key) {
   r->hot->va.store(va, std::memory_order_relaxed);
   r->hot->length.store(length, std::memory_order_relaxed);

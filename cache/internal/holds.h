@@ -207,6 +207,16 @@ inline uint64_t HoldLocal(Tenant& t, HoldTable* mine, uint32_t slot, HotRecord* 
 // (a window's on its parent). kNotFound, kFailedPrecondition (no holder left) as Release.
 absl::Status DropHold(Tenant& t, uint32_t slot, uint32_t gen, Handle handle, bool user_release);
 
+// A hit: a hold on the registration of exactly [va, va + length), found without a lock, held
+// in this thread's table (else shared); fills `g`. False: none, or none with `access`.
+bool HitExact(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g);
+// A hit on a wider registration that covers the range (or the exact one, if HitExact raced
+// with a writer moving its bucket), a shared hold; gives up (false) after kCoverScanLimit
+// candidates.
+inline constexpr int kCoverScanLimit = 64;
+bool HitCover(Tenant& t, uint64_t va, uint64_t length, hca::AccessFlags access, KeyGrant& g)
+    ABSL_SHARED_LOCKS_REQUIRED(t.mu);
+
 // RegCache::Release after the handle's tenant was checked: a hold this thread took is given
 // back in its own table (the release's half of the protocol), any other from the shared count.
 inline absl::Status ReleaseHold(Tenant& t, Handle handle) {
