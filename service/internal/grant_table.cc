@@ -44,26 +44,52 @@ absl::StatusOr<SlottedGrant> GrantTable::Granted(absl::StatusOr<cache::KeyGrant>
     if (absl::IsResourceExhausted(grant.status())) RaiseReclaim();
     return grant.status();
   }
-  SlottedGrant out;
-  out.grant = *grant;
   base::MutexLock lock(&mu_);
-  auto [it, fresh] = entries_.try_emplace(grant->handle);
+  return RecordLocked(*grant, parent, revoked);
+}
+
+std::vector<absl::StatusOr<SlottedGrant>> GrantTable::GrantedBatch(
+    absl::Span<absl::StatusOr<cache::KeyGrant>> grants,
+    absl::FunctionRef<bool(cache::Handle)> revoked) {
+  std::vector<absl::StatusOr<SlottedGrant>> out;
+  out.reserve(grants.size());
+  bool exhausted = false;
+  {
+    base::MutexLock lock(&mu_);
+    for (absl::StatusOr<cache::KeyGrant>& g : grants) {
+      if (g.ok()) {
+        out.emplace_back(RecordLocked(*g, /*parent=*/0, revoked));
+      } else {
+        exhausted = exhausted || absl::IsResourceExhausted(g.status());
+        out.emplace_back(std::move(g).status());
+      }
+    }
+  }
+  if (exhausted) RaiseReclaim();
+  return out;
+}
+
+SlottedGrant GrantTable::RecordLocked(const cache::KeyGrant& grant, cache::Handle parent,
+                                      absl::FunctionRef<bool(cache::Handle)> revoked) {
+  SlottedGrant out;
+  out.grant = grant;
+  auto [it, fresh] = entries_.try_emplace(grant.handle);
   Entry& e = it->second;
   if (fresh) {
     e.slot = AllocateSlot();
-    e.key = grant->rkey;
-    e.va = grant->va;
-    e.length = grant->length;
+    e.key = grant.rkey;
+    e.va = grant.va;
+    e.length = grant.length;
     e.parent = parent;
-    if (parent != 0) windows_[parent].push_back(grant->handle);
+    if (parent != 0) windows_[parent].push_back(grant.handle);
   }
   ++e.holds;
   // Recorded. A revocation whose second pass (after the cache revoked the key) takes this lock
   // later finds the entry; one whose second pass ran earlier had revoked the key in the cache
   // before it released the lock, which `revoked` therefore sees.
-  if (!e.revoked && revoked(grant->handle)) {
+  if (!e.revoked && revoked(grant.handle)) {
     RevokeEntry(
-        grant->handle, e,
+        grant.handle, e,
         parent != 0 ? shm::RevokeReason::kParentInvalidated : shm::RevokeReason::kInvalidated);
   }
   out.revoked = e.revoked;

@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "base/mutex.h"
 #include "cache/reg_cache.h"
 #include "protocol/shm_protocol.h"
@@ -68,6 +69,11 @@ class GrantTable {
   absl::StatusOr<SlottedGrant> Granted(absl::StatusOr<cache::KeyGrant> grant, cache::Handle parent,
                                        absl::FunctionRef<bool(cache::Handle)> revoked)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Granted (parent 0) for each of a batch of registrations, the OK ones recorded under one
+  // hold of the table's lock; answers in the order of `grants`, whose grants are moved from.
+  std::vector<absl::StatusOr<SlottedGrant>> GrantedBatch(
+      absl::Span<absl::StatusOr<cache::KeyGrant>> grants,
+      absl::FunctionRef<bool(cache::Handle)> revoked) ABSL_LOCKS_EXCLUDED(mu_);
   // After a successful Release of `handle`. Unknown handles are ignored.
   void Released(cache::Handle handle) ABSL_LOCKS_EXCLUDED(mu_);
   // Before invalidating `handle`: it (kInvalidated, or `reason`) and every window of it
@@ -109,6 +115,10 @@ class GrantTable {
   };
 
   uint32_t AllocateSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Granted's work for an OK grant, under the lock.
+  SlottedGrant RecordLocked(const cache::KeyGrant& grant, cache::Handle parent,
+                            absl::FunctionRef<bool(cache::Handle)> revoked)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the entry's revoked bit and appends its event (once per entry).
   void RevokeEntry(cache::Handle handle, Entry& e, shm::RevokeReason reason)

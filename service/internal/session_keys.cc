@@ -109,6 +109,8 @@ std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
   }
   std::vector<cache::RegisterItem> plain;
   std::vector<size_t> plain_of;
+  plain.reserve(calls.size());
+  plain_of.reserve(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
     const RegisterCall& c = calls[i];
     if (c.prefetch.has_value()) {
@@ -120,9 +122,13 @@ std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
   }
   if (plain.empty()) return out;
   std::vector<absl::StatusOr<cache::KeyGrant>> made = cache_->RegisterBatch(s.tenant, plain);
+  // Recorded as Record records each, under one hold of the grant table's lock for the batch.
+  RC_KEY_TEST_HOOK(kHeldNotRecorded);
+  std::vector<absl::StatusOr<SlottedGrant>> recorded = s.grants->GrantedBatch(
+      absl::MakeSpan(made), [&](cache::Handle h) { return cache_->Revoked(s.tenant, h); });
   for (size_t k = 0; k < plain.size(); ++k) {
     const RegisterCall& c = calls[plain_of[k]];
-    absl::StatusOr<SlottedGrant> g = Record(s, std::move(made[k]), /*parent=*/0);
+    absl::StatusOr<SlottedGrant>& g = recorded[k];
     if (g.ok() && g->revoked) {
       (void)cache_->Release(s.tenant, g->grant.handle);
       s.grants->Released(g->grant.handle);
