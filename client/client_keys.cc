@@ -225,6 +225,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
   std::vector<absl::StatusOr<Key>> out(items.size());
   std::vector<RegisterItem> misses;
   std::vector<size_t> where;
+  misses.reserve(items.size());
+  where.reserve(items.size());
   if (grants_ != nullptr) ReclaimIfAsked();
   for (size_t i = 0; i < items.size(); ++i) {
     const RegisterItem& it = items[i];
@@ -242,9 +244,17 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
   }
   if (misses.empty()) return out;
   ASSIGN_OR_RETURN(std::vector<absl::StatusOr<Granted>> done, keys_->RegisterBatch(misses));
+  std::vector<GrantCache::Insertion> keep;  // Keep for each, under one hold of the cache's lock
+  if (grants_ != nullptr) keep.reserve(done.size());
   for (size_t j = 0; j < done.size(); ++j) {
-    out[where[j]] = done[j].ok() ? absl::StatusOr<Key>(Keep(*done[j])) : done[j].status();
+    if (!done[j].ok()) {
+      out[where[j]] = std::move(done[j]).status();
+      continue;
+    }
+    out[where[j]] = done[j]->key;
+    if (grants_ != nullptr) keep.push_back({&done[j]->key, done[j]->slot, done[j]->generation});
   }
+  if (!keep.empty()) grants_->InsertBatch(keep);
   return out;
 }
 

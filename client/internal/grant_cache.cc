@@ -329,12 +329,28 @@ void GrantCache::AddRefLocked(uint32_t idx, uint32_t inc) {
   At(idx).shared.fetch_add(1, std::memory_order_seq_cst);
 }
 
+namespace {
+bool Insertable(const Key& key, uint32_t slot, uint32_t slot_count) {
+  return slot != shm::kNoSlot && slot < slot_count && key.length != 0 &&
+         key.va + key.length >= key.va;
+}
+}  // namespace
+
 bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
-  if (slot == shm::kNoSlot || slot >= state_.slot_count || key.length == 0 ||
-      key.va + key.length < key.va) {
-    return false;
-  }
+  if (!Insertable(key, slot, state_.slot_count)) return false;
   base::MutexLock lock(&mu_);
+  return InsertLocked(key, slot, generation);
+}
+
+void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
+  base::MutexLock lock(&mu_);
+  for (const Insertion& g : grants) {
+    if (Insertable(*g.key, g.slot, state_.slot_count))
+      (void)InsertLocked(*g.key, g.slot, g.generation);
+  }
+}
+
+bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation) {
   if (auto it = handles_.find(key.handle); it != handles_.end()) {
     Entry& e = At(it->second);
     if (e.slot.load(std::memory_order_relaxed) != slot ||

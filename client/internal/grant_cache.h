@@ -94,6 +94,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 #include "base/hold_protocol.h"
 #include "base/mutex.h"
 #include "base/probe_table.h"
@@ -152,6 +153,13 @@ class GrantCache {
   // word no longer current, the session closing, or the cache full. A handle already cached
   // gains the daemon hold (the library lost a race between two misses).
   bool Insert(const Key& key, uint32_t slot, uint32_t generation);
+  // Insert for each of a batch's grants, under one hold of the lock.
+  struct Insertion {
+    const Key* key = nullptr;
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+  };
+  void InsertBatch(absl::Span<const Insertion> grants);
 
   struct ReleaseOutcome {
     bool cached = false;           // the handle is ours: nothing to send unless daemon_releases
@@ -249,6 +257,9 @@ class GrantCache {
   ReleaseOutcome Released(uint32_t idx, std::atomic<uint64_t>* mine, uint64_t w, uint64_t handle);
   void Unref(Refs* t, uint32_t idx, uint32_t inc);
   void AddRefLocked(uint32_t idx, uint32_t inc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Insert's work, for a grant whose slot and range it checked, under the lock.
+  bool InsertLocked(const Key& key, uint32_t slot, uint32_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<uint32_t> FindCovering(uint64_t addr, uint64_t end, uint32_t access)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   ReleaseOutcome ReleaseSlow(uint64_t handle) ABSL_LOCKS_EXCLUDED(mu_);
