@@ -232,10 +232,11 @@ void BindQueue::UndoInFlight() {
 }
 
 void BindQueue::RetireCovered() {
-  InFlight g = std::move(in_flight_.front());
-  in_flight_.pop_front();
-  if (g.marker) return;
-  if (!g.posted) {
+  // Retired in place, then dropped: an entry (a status and a plan) is not moved out for this.
+  const InFlight& g = in_flight_.front();
+  if (g.marker) {
+    // The queue's own bind: nothing to report.
+  } else if (!g.posted) {
     Complete(g.id, g.refusal);
   } else if (g.undone) {
     // Behind a failed bind, and its flush was not reported (a provider should report it).
@@ -246,6 +247,7 @@ void BindQueue::RetireCovered() {
     c_->BindDone(g.plan);
     if (g.signaled) Complete(g.id, absl::OkStatus());
   }
+  in_flight_.pop_front();
 }
 
 void BindQueue::Pump() {
