@@ -153,8 +153,8 @@ void RingClient::Announce() {
   RingDoorbell();
 }
 
-absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
-                                                     absl::Time& deadline, size_t waiting) {
+absl::Status RingClient::Next(uint32_t index, Channel& c, absl::Time& deadline, size_t waiting,
+                              shm::RingCompletion* out) {
   shm::ChannelControl& ctl = rings_[index].control;
   // A fast answer costs no clock read: the clock is read once every kSpinsPerClock spins, and
   // the first read starts both the spin budgets and (if the call has none yet) the deadline.
@@ -205,23 +205,23 @@ absl::StatusOr<shm::RingCompletion> RingClient::Next(uint32_t index, Channel& c,
   }
   // The first line always; the second only where the daemon wrote it (protocol/shm_protocol.h).
   const shm::RingCompletion& slot = rings_[index].completions[c.cpl_tail % shm::kRingDepth];
-  shm::RingCompletion out;
-  std::memcpy(&out, &slot, shm::kCompletionHeadBytes);
-  char* rest = reinterpret_cast<char*>(&out) + shm::kCompletionHeadBytes;
-  constexpr size_t kRestBytes = sizeof(out) - shm::kCompletionHeadBytes;
-  if (out.code != 0 || out.op == static_cast<uint16_t>(shm::RingOp::kQuery)) {
+  shm::RingCompletion& got = *out;
+  std::memcpy(&got, &slot, shm::kCompletionHeadBytes);
+  char* rest = reinterpret_cast<char*>(&got) + shm::kCompletionHeadBytes;
+  constexpr size_t kRestBytes = sizeof(got) - shm::kCompletionHeadBytes;
+  if (got.code != 0 || got.op == static_cast<uint16_t>(shm::RingOp::kQuery)) {
     std::memcpy(rest, reinterpret_cast<const char*>(&slot) + shm::kCompletionHeadBytes, kRestBytes);
-    if (out.code != 0) out.parent = 0;  // an error's: the token of its long message (StatusOf)
-    if (out.code != 0 && (out.flags & shm::kFlagLongMessage) != 0) {
+    if (got.code != 0) got.parent = 0;  // an error's: the token of its long message (StatusOf)
+    if (got.code != 0 && (got.flags & shm::kFlagLongMessage) != 0) {
       // Read before cpl_tail moves past it: the daemon may reuse the slot after that.
       const char* m = rings_[index].messages[c.cpl_tail % shm::kRingDepth];
-      out.parent = KeepText(std::string(m, strnlen(m, shm::kLongMessageBytes)));
+      got.parent = KeepText(std::string(m, strnlen(m, shm::kLongMessageBytes)));
     }
   } else {
     std::memset(rest, 0, kRestBytes);
   }
   ++c.cpl_tail;  // published with the channel's next post (Run)
-  return out;
+  return absl::OkStatus();
 }
 
 uint64_t RingClient::KeepText(std::string text) {
@@ -297,7 +297,9 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
     }
     // Requests of this call still unanswered: the more, the longer the answer can take.
     const size_t waiting = posted > done ? posted - done - 1 : 0;
-    ASSIGN_OR_RETURN(shm::RingCompletion got, Next(index, c, deadline, waiting));
+    // Read straight into its place; an orphan's answer is overwritten by the next one.
+    shm::RingCompletion& got = out[done];
+    RETURN_IF_ERROR(Next(index, c, deadline, waiting, &got));
     if (got.seq < first) {  // the answer to a call whose deadline passed
       if (got.code == 0 && got.handle != 0 && shm::OpGrants(static_cast<shm::RingOp>(got.op))) {
         c.orphans.push_back(got.handle);  // nobody will release it otherwise
@@ -309,7 +311,7 @@ absl::Status RingClient::Run(uint32_t index, const shm::RingRequest* requests, s
       return absl::InternalError(
           absl::StrCat("ring completion ", got.seq, " out of order: want ", first + done));
     }
-    out[done++] = got;
+    ++done;
   }
   return absl::OkStatus();
 }

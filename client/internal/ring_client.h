@@ -132,8 +132,9 @@ class RingClient {
   // first clock read sets it to now + timeout_). Spins for kSpin, and kSpinPerRequest for each
   // of `waiting` (the call's other requests still unanswered), before it sleeps; the budget is
   // worked out only at that first clock read (an answer already there costs no arithmetic).
-  absl::StatusOr<shm::RingCompletion> Next(uint32_t index, Channel& c, absl::Time& deadline,
-                                           size_t waiting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
+  // The completion goes into *out (no copy through a StatusOr: an answer is 128 bytes).
+  absl::Status Next(uint32_t index, Channel& c, absl::Time& deadline, size_t waiting,
+                    shm::RingCompletion* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu);
   void RingDoorbell();
   // Keeps `text` for StatusOf; returns its token. The oldest are dropped past kKeptTexts (an
   // answer nobody reads: a call that gave up).
