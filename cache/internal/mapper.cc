@@ -46,8 +46,9 @@ struct Mapping {
 };
 
 // A quota slot and a key of `cls`, under the tenant mutex, without evicting. `quota_refused`
-// tells the caller which of the two ran out.
-absl::StatusOr<TakenKey> TryReserve(Tenant& t, int cls, bool& quota_refused)
+// tells the caller which of the two ran out. `now`: the pool's clock (a batch reads it once).
+absl::StatusOr<TakenKey> TryReserve(Tenant& t, int cls, bool& quota_refused,
+                                    absl::Time now = base::MonotonicNow())
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   if (t.closing) return absl::NotFoundError("tenant is closing");
   if (t.options.max_keys != 0 && t.live >= t.options.max_keys) {
@@ -59,7 +60,7 @@ absl::StatusOr<TakenKey> TryReserve(Tenant& t, int cls, bool& quota_refused)
         {{"limit", std::to_string(t.options.max_keys)}, {"used", std::to_string(t.live)}});
   }
   quota_refused = false;
-  ASSIGN_OR_RETURN(TakenKey taken, t.pool->Take(cls, base::MonotonicNow()));
+  ASSIGN_OR_RETURN(TakenKey taken, t.pool->Take(cls, now));
   t.live++;
   return taken;
 }
@@ -391,7 +392,7 @@ void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
       Prepared& p = prepared[i];
       if (p.refused) continue;
       bool quota_refused = false;
-      absl::StatusOr<TakenKey> reserved = TryReserve(t, maps[i].cls, quota_refused);
+      absl::StatusOr<TakenKey> reserved = TryReserve(t, maps[i].cls, quota_refused, start);
       if (!reserved.ok()) {
         alone.push_back(i);
         continue;
