@@ -152,33 +152,31 @@ absl::Status BindQueue::Doorbell() {
     for (const Held& h : held_) items.push_back({&h.request, next_wr_++, h.signaled});
     listed = c_->PostBindList(qp_, pd_, items);
   }
+  // Each request's entry takes its plan (moved, not copied: a bind and two window records).
+  const auto settle = [](InFlight& f, uint64_t wr, absl::StatusOr<BindPlan>&& plan) {
+    if (!plan.ok()) {
+      f.refusal = std::move(plan).status();
+    } else if (plan->mw != nullptr) {
+      f.posted = true;
+      f.wr = wr;
+      f.plan = *std::move(plan);
+    }  // else done without posting: completes, OK, in its turn
+  };
   for (size_t i = 0; i < held_.size(); ++i) {
     const Held& h = held_[i];
     InFlight& f = in_flight_.emplace_back();
     f.id = h.id;
     f.signaled = h.signaled;
-    uint64_t wr = 0;
-    // The plan is moved out of the list's answer (or made here) and into the entry: no
-    // placeholder status, no copy of a plan (a bind and two window records).
-    absl::StatusOr<BindPlan>* plan = nullptr;
-    absl::StatusOr<BindPlan> single;
     if (lists) {
-      wr = items[i].wr_id;
-      plan = &listed[i];
-    } else {
-      wr = next_wr_++;
-      absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
-      single = cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
-      if (!single.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
-      plan = &single;
+      settle(f, items[i].wr_id, std::move(listed[i]));
+      continue;
     }
-    if (!plan->ok()) {
-      f.refusal = std::move(*plan).status();
-    } else if ((*plan)->mw != nullptr) {
-      f.posted = true;
-      f.wr = wr;
-      f.plan = *std::move(*plan);
-    }  // else done without posting: completes, OK, in its turn
+    const uint64_t wr = next_wr_++;
+    absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
+    absl::StatusOr<BindPlan> single =
+        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
+    if (!single.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+    settle(f, wr, std::move(single));
   }
   held_.clear();
   return CoverTail(/*always=*/false);
