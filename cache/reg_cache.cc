@@ -385,9 +385,14 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
       }
     }
   }
-  std::vector<absl::StatusOr<KeyGrant>> mapped(misses.size(), absl::StatusOr<KeyGrant>(KeyGrant{}));
-  if (!misses.empty()) internal::MapRegistrations(**t, misses, absl::MakeSpan(mapped));
-  for (size_t k = 0; k < misses.size(); ++k) out[miss_of[k]] = std::move(mapped[k]);
+  if (!misses.empty() && misses.size() == items.size()) {  // all misses (the usual batch)
+    internal::MapRegistrations(**t, misses, absl::MakeSpan(out));
+  } else if (!misses.empty()) {
+    std::vector<absl::StatusOr<KeyGrant>> mapped(misses.size(),
+                                                 absl::StatusOr<KeyGrant>(KeyGrant{}));
+    internal::MapRegistrations(**t, misses, absl::MakeSpan(mapped));
+    for (size_t k = 0; k < misses.size(); ++k) out[miss_of[k]] = std::move(mapped[k]);
+  }
   for (size_t i : repeats) {
     const RegisterItem& item = items[i];
     const hca::AccessFlags access = item.access | hca::kLocalRead;  // as NormalizeAccess

@@ -101,12 +101,12 @@ absl::StatusOr<SlottedGrant> SessionKeys::Register(Session& s, uint64_t va, uint
 // as Register runs them.
 std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
     Session& s, absl::Span<const RegisterCall> calls) {
-  // Every call is answered below; no placeholder status to copy into each and drop again.
-  std::vector<absl::StatusOr<SlottedGrant>> out(calls.size());
   if (absl::Status u = Usable(); !u.ok()) {
-    for (auto& o : out) o = u;
-    return out;
+    return std::vector<absl::StatusOr<SlottedGrant>>(calls.size(), u);
   }
+  // Sized only when a call has a prefetch; without (the usual batch) the recorded grants below
+  // are the answers, in order.
+  std::vector<absl::StatusOr<SlottedGrant>> out;
   std::vector<cache::RegisterItem> plain;
   std::vector<size_t> plain_of;
   plain.reserve(calls.size());
@@ -114,6 +114,7 @@ std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
   for (size_t i = 0; i < calls.size(); ++i) {
     const RegisterCall& c = calls[i];
     if (c.prefetch.has_value()) {
+      if (out.empty()) out.resize(calls.size());
       out[i] = Register(s, c.va, c.length, c.access, c.prefetch);
       continue;
     }
@@ -134,9 +135,9 @@ std::vector<absl::StatusOr<SlottedGrant>> SessionKeys::RegisterBatch(
       s.grants->Released(g->grant.handle);
       g = Register(s, c.va, c.length, c.access, std::nullopt);
     }
-    out[plain_of[k]] = std::move(g);
+    if (!out.empty()) out[plain_of[k]] = std::move(g);
   }
-  return out;
+  return out.empty() ? std::move(recorded) : std::move(out);
 }
 
 // A window revoked before its record goes out marked (its word reads revoked): its parent was
