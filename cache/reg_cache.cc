@@ -348,7 +348,7 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
   absl::flat_hash_set<std::tuple<uint64_t, uint64_t, hca::AccessFlags>> seen;
   seen.reserve(items.size());  // no rehash as the batch's misses go in
   // First without a lock: the checks and the exact ranges' hits. The rest then look for a
-  // covering registration under one hold of the tenant mutex for the batch, not one each.
+  // covering registration under one hold of the tenant mutex per run, not one each.
   std::vector<RegisterItem> unsure;  // normalized; unsure[k] is items[unsure_of[k]]
   std::vector<size_t> unsure_of;
   unsure.reserve(items.size());
@@ -370,9 +370,9 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
       unsure_of.push_back(i);
     }
   }
-  if (!unsure.empty()) {
+  for (size_t from = 0; from < unsure.size(); from += internal::kLockRun) {
     base::ReaderMutexLock lock(&(*t)->mu);
-    for (size_t k = 0; k < unsure.size(); ++k) {
+    for (size_t k = from; k < std::min(unsure.size(), from + internal::kLockRun); ++k) {
       const RegisterItem& item = unsure[k];
       const size_t i = unsure_of[k];
       if (internal::HitCover(**t, item.va, item.length, item.access, *out[i])) {

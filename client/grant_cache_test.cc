@@ -90,6 +90,25 @@ TEST_F(GrantCacheTest, InsertRefusesWhatItCannotTrack) {
   EXPECT_EQ(cache_->size(), 0u);
 }
 
+TEST_F(GrantCacheTest, InsertBatchKeepsWhatInsertWouldAcrossLockRuns) {
+  // More grants than one hold of the lock takes, with two that Insert refuses among them.
+  constexpr uint64_t kGrants = GrantCache::kLockRun + 10;
+  std::vector<Key> keys;
+  std::vector<GrantCache::Insertion> batch;
+  for (uint64_t h = 1; h <= kGrants; ++h) keys.push_back(MakeKey(h, h << 16, 0x1000));
+  for (uint64_t h = 1; h <= kGrants; ++h) {
+    const uint32_t slot = h == 5 ? shm::kNoSlot : static_cast<uint32_t>(h % (kSlots - 1)) + 1;
+    const uint32_t generation = h == GrantCache::kLockRun + 3 ? 6 : 7;  // stale: refused
+    batch.push_back({&keys[h - 1], slot, generation});
+  }
+  cache_->InsertBatch(batch);
+  EXPECT_EQ(cache_->size(), kGrants - 2);
+  for (uint64_t h = 1; h <= kGrants; ++h) {
+    const bool refused = h == 5 || h == GrantCache::kLockRun + 3;
+    EXPECT_EQ(cache_->Acquire(h << 16, 0x1000, kLocalRead).has_value(), !refused) << h;
+  }
+}
+
 TEST_F(GrantCacheTest, DuplicateInsertKeepsBothDaemonHolds) {
   ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
   ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));

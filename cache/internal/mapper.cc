@@ -20,10 +20,6 @@ namespace regcache::cache::internal {
 namespace {
 
 constexpr int kEvictionAttempts = 8;
-// A batch's misses take the tenant's mutexes once per run of this many, not once per miss
-// (MapRegistrations): the batch pays per run, and no hold is long for the tenant's other
-// callers.
-constexpr size_t kLockRun = 64;
 // How long a tenant under its fair share waits for others to give back keys when the device's
 // budget is spent (their ring workers and the maintenance thread are not held meanwhile). The
 // maintenance thread revokes held registrations of tenants over their share after

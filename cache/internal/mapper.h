@@ -24,6 +24,11 @@
 
 namespace regcache::cache::internal {
 
+// A batch's misses take the tenant's mutexes once per run of this many, not once per miss
+// (MapRegistrations, and RegisterBatch's covering lookups): the batch pays per run, and no
+// hold is long for the tenant's other callers.
+inline constexpr size_t kLockRun = 64;
+
 // RegCache::Register's miss: maps a new registration of [va, +length) with `access`
 // (normalized). Errors as RegCache::Register.
 // OK when the tenant's device can map a key with `access`; kFailedPrecondition naming the

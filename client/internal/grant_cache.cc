@@ -343,10 +343,14 @@ bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
 }
 
 void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
-  base::MutexLock lock(&mu_);
-  for (const Insertion& g : grants) {
-    if (Insertable(*g.key, g.slot, state_.slot_count))
-      (void)InsertLocked(*g.key, g.slot, g.generation);
+  // Runs of kLockRun: a long batch does not keep other threads' misses waiting for all of it.
+  for (size_t from = 0; from < grants.size(); from += kLockRun) {
+    base::MutexLock lock(&mu_);
+    for (const Insertion& g : grants.subspan(from, kLockRun)) {
+      if (Insertable(*g.key, g.slot, state_.slot_count)) {
+        (void)InsertLocked(*g.key, g.slot, g.generation);
+      }
+    }
   }
 }
 

@@ -153,7 +153,8 @@ class GrantCache {
   // word no longer current, the session closing, or the cache full. A handle already cached
   // gains the daemon hold (the library lost a race between two misses).
   bool Insert(const Key& key, uint32_t slot, uint32_t generation);
-  // Insert for each of a batch's grants, under one hold of the lock.
+  // Insert for each of a batch's grants, under one hold of the lock per kLockRun of them.
+  static constexpr size_t kLockRun = 64;
   struct Insertion {
     const Key* key = nullptr;
     uint32_t slot = 0;

@@ -54,9 +54,10 @@ std::vector<absl::StatusOr<SlottedGrant>> GrantTable::GrantedBatch(
   std::vector<absl::StatusOr<SlottedGrant>> out;
   out.reserve(grants.size());
   bool exhausted = false;
-  {
+  // Runs of kLockRun: a long batch does not hold off the session's revocations for all of it.
+  for (size_t from = 0; from < grants.size(); from += kLockRun) {
     base::MutexLock lock(&mu_);
-    for (absl::StatusOr<cache::KeyGrant>& g : grants) {
+    for (absl::StatusOr<cache::KeyGrant>& g : grants.subspan(from, kLockRun)) {
       if (g.ok()) {
         out.emplace_back(RecordLocked(*g, /*parent=*/0, revoked));
       } else {
