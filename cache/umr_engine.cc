@@ -129,8 +129,8 @@ size_t UmrEngine::PostBatch(QueueSlot& slot, absl::Span<UmrOp* const> ops,
     slot.outstanding.push_back({id, &op, &done[i]});
     op.posted = true;
     ++posted;
-    stats_->umr_posted.Inc();
   }
+  stats_->umr_posted.Inc(posted);
   return posted;
 }
 

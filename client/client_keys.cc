@@ -227,18 +227,33 @@ absl::StatusOr<std::vector<absl::StatusOr<Key>>> ClientImpl::RegisterBatch(
   std::vector<size_t> where;
   misses.reserve(items.size());
   where.reserve(items.size());
-  if (grants_ != nullptr) ReclaimIfAsked();
-  for (size_t i = 0; i < items.size(); ++i) {
-    const RegisterItem& it = items[i];
-    if (grants_ != nullptr && it.prefetch == PrefetchMode::kNone) {
-      if (std::optional<Key> k =
-              grants_->Acquire(reinterpret_cast<uint64_t>(it.addr), it.length, it.access)) {
-        out[i] = *k;
-        continue;
+  // The first miss: the daemon will be asked, so have it awake when the batch arrives.
+  bool announced = false;
+  const auto announce = [&] {
+    if (!announced && items.size() > 1) keys_->Announce();
+    announced = true;
+  };
+  std::vector<std::optional<Key>> hits;
+  if (grants_ != nullptr) {
+    ReclaimIfAsked();
+    // An item with a prefetch goes to the daemon, which populates: not looked up here.
+    std::vector<GrantCache::Lookup> lookups(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      const RegisterItem& it = items[i];
+      if (it.prefetch == PrefetchMode::kNone) {
+        lookups[i] = {reinterpret_cast<uint64_t>(it.addr), it.length, it.access};
       }
     }
-    // The first miss: the daemon will be asked, so have it awake when the batch arrives.
-    if (misses.empty() && items.size() > 1) keys_->Announce();
+    hits.resize(items.size());
+    grants_->AcquireBatch(lookups, absl::MakeSpan(hits), [&] { announce(); });
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const RegisterItem& it = items[i];
+    if (!hits.empty() && hits[i].has_value()) {
+      out[i] = *hits[i];
+      continue;
+    }
+    announce();  // where the lookups did not already (no cache, or a prefetch)
     misses.push_back(it);
     where.push_back(i);
   }

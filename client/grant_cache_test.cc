@@ -109,6 +109,73 @@ TEST_F(GrantCacheTest, InsertBatchKeepsWhatInsertWouldAcrossLockRuns) {
   }
 }
 
+TEST_F(GrantCacheTest, ARefusedInsertLeavesNoTraceOfItsHandle) {
+  EXPECT_FALSE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 6)) << "stale generation";
+  EXPECT_EQ(cache_->Forget(1), 0u);
+  EXPECT_FALSE(cache_->Release(1).cached) << "the refused handle is not the cache's";
+  EXPECT_FALSE(cache_->Acquire(0x10000, 8, kLocalRead).has_value());
+  // The same handle, current now: cached as if the refusal had never been.
+  ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
+  EXPECT_EQ(cache_->size(), 1u);
+  ASSERT_TRUE(cache_->Acquire(0x10000, 8, kLocalRead).has_value());
+  cache_->Release(1);
+  cache_->Release(1);
+  EXPECT_EQ(cache_->Forget(1), 1u) << "one daemon hold, no reference left";
+}
+
+// A batch's lookups through every path one Acquire takes (the table by start address, the
+// ordered index under the lock, across more than one run of it), answered as each would be.
+TEST_F(GrantCacheTest, AcquireBatchAnswersAsAcquireWouldAcrossLockRuns) {
+  constexpr uint64_t kGrants = GrantCache::kLockRun + 10;
+  for (uint64_t h = 1; h <= kGrants; ++h) {
+    const uint32_t access = h % 7 == 0 ? kLocalRead : kLocalRead | kLocalWrite;
+    ASSERT_TRUE(
+        cache_->Insert(MakeKey(h, h << 16, 0x4000, access), static_cast<uint32_t>(h % 63) + 1, 7));
+  }
+  constexpr uint64_t kRevoked = 20;  // its slot is no other grant's
+  Revoke(static_cast<uint32_t>(kRevoked % 63) + 1);
+  std::vector<GrantCache::Lookup> lookups;
+  std::vector<std::optional<uint64_t>> want;  // the handle each should hit
+  for (uint64_t h = 1; h <= kGrants; ++h) {
+    const bool revoked = h == kRevoked;
+    // Its start exactly; then inside it (the ordered index); then with more rights than it has.
+    lookups.push_back({h << 16, 0x1000, kLocalRead});
+    want.push_back(revoked ? std::nullopt : std::optional<uint64_t>(h));
+    lookups.push_back({(h << 16) + 0x800, 0x1000, kLocalWrite});
+    want.push_back(revoked || h % 7 == 0 ? std::nullopt : std::optional<uint64_t>(h));
+    lookups.push_back({(h << 16) + 0x3000, 0x2000, kLocalRead});  // past its end
+    want.push_back(std::nullopt);
+  }
+  lookups.push_back({0x20000, 0, kLocalRead});  // length 0: not looked up
+  want.push_back(std::nullopt);
+  lookups.push_back({0x20000, 8, kRemoteWrite});  // rights the daemon refuses
+  want.push_back(std::nullopt);
+  std::vector<std::optional<Key>> out(lookups.size());
+  int first_misses = 0;
+  cache_->AcquireBatch(lookups, absl::MakeSpan(out), [&] {
+    ++first_misses;
+    // The first miss is the third lookup; the fourth (a hit later) is not looked up yet.
+    EXPECT_TRUE(out[0].has_value() && out[1].has_value());
+    EXPECT_FALSE(out[3].has_value()) << "told before the lookups after the miss";
+  });
+  EXPECT_EQ(first_misses, 1);
+  std::vector<uint32_t> refs(kGrants + 1, 1);  // Insert's reference
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    ASSERT_EQ(out[i].has_value(), want[i].has_value()) << i;
+    if (!out[i].has_value()) continue;
+    EXPECT_EQ(out[i]->handle, *want[i]) << i;
+    EXPECT_EQ(out[i]->va, *want[i] << 16) << i;
+    EXPECT_TRUE(out[i]->hit);
+    ++refs[*want[i]];
+  }
+  // Each hit took exactly one reference; the revoked grant left the cache with its last one.
+  for (uint64_t h = 1; h <= kGrants; ++h) {
+    for (uint32_t r = 0; r < refs[h]; ++r) EXPECT_FALSE(cache_->Release(h).no_reference) << h;
+    EXPECT_TRUE(h == kRevoked || cache_->Release(h).no_reference) << h;
+  }
+  EXPECT_EQ(cache_->size(), kGrants - 1);
+}
+
 TEST_F(GrantCacheTest, DuplicateInsertKeepsBothDaemonHolds) {
   ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));
   ASSERT_TRUE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 7));

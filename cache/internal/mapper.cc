@@ -272,7 +272,7 @@ void FinishRuns(Tenant& t, absl::Span<const Mapping> maps, absl::Span<const Prep
       out[i] = grant;
     }
   }
-  for (size_t k = 0; k < done.size(); ++k) t.stats().live_registrations.Add();
+  t.stats().live_registrations.Add(static_cast<int64_t>(done.size()));
 }
 
 // The shared path: steps 2 to 5.

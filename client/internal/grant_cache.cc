@@ -3,23 +3,13 @@
 #include <algorithm>
 
 #include "base/log.h"
+#include "client/internal/grant_cache_words.h"
 
 namespace regcache::api::internal {
+using namespace grant_cache_words;  // NOLINT: the entry's words, spelled as everywhere here
 namespace {
 
 namespace shm = ::regcache::protocol::shm;
-
-// Entry state word: (incarnation << 32) | flags. Only reapers and Insert write it (under mu_).
-constexpr uint64_t kLive = 1;       // holds a grant
-constexpr uint64_t kForgotten = 2;  // revoked or invalidated: no new references; the last reaps
-constexpr uint64_t kMarked = 4;     // a reaper counts its references: no new ones meanwhile
-
-uint32_t Inc(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
-uint64_t Clean(uint32_t inc) { return (uint64_t{inc} << 32) | kLive; }
-// A thread's count word is a base::HoldWord tagged with the incarnation it counts.
-using base::HoldWord;
-uint32_t WordInc(uint64_t w) { return static_cast<uint32_t>(HoldWord::Tag(w)); }
-uint32_t Count(uint64_t w) { return HoldWord::Count(w); }
 
 using base::ProbeTable;
 
@@ -270,31 +260,106 @@ void GrantCache::Unref(ThreadRefs* t, uint32_t idx, uint32_t inc) {
   }
 }
 
-std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint32_t access) {
-  const uint64_t end = addr + length;
-  if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
-  ThreadRefs* t = MyRefs(/*create=*/true);
-  const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
-  // A grant that starts at `addr`.
+std::optional<Key> GrantCache::AcquireUnlocked(ThreadRefs* t, uint64_t addr, uint64_t end,
+                                               uint32_t access, uint64_t epoch, uint32_t** hint) {
   std::optional<Key> k;
   const auto hit = [&](uint32_t idx) {
     k = TryHit(t, idx, addr, end, access, epoch);
     return k.has_value();
   };
+  // A grant that starts at `addr`.
   if (by_va_.Find(ProbeTable::Mix(addr), hit, kMaxProbe)) return k;
-  // The grant this thread last used at this address, then the ordered index.
-  uint32_t* hint = t != nullptr ? &t->hints[ProbeTable::Mix(addr >> 12) % kHints] : nullptr;
-  if (hint != nullptr && *hint != 0) {
-    if (hit(*hint - 1)) return k;
-  }
+  // The grant this thread last used at this address.
+  *hint = t != nullptr ? &t->hints[ProbeTable::Mix(addr >> 12) % kHints] : nullptr;
+  if (*hint != nullptr && **hint != 0 && hit(**hint - 1)) return k;
+  return std::nullopt;
+}
+
+std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint32_t access) {
+  const uint64_t end = addr + length;
+  if (length == 0 || end < addr || !ValidAccess(access)) return std::nullopt;
+  ThreadRefs* t = MyRefs(/*create=*/true);
+  const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
+  uint32_t* hint = nullptr;
+  if (std::optional<Key> k = AcquireUnlocked(t, addr, end, access, epoch, &hint)) return k;
+  // Then the ordered index.
   std::optional<uint32_t> idx;
   {
     base::ReaderMutexLock lock(&mu_);
     idx = FindCovering(addr, end, access);
   }
   if (!idx.has_value()) return std::nullopt;
-  if (hit(*idx) && hint != nullptr) *hint = *idx + 1;
+  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
+  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
   return k;
+}
+
+void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::optional<Key>> out,
+                              absl::FunctionRef<void()> first_miss) {
+  ThreadRefs* t = MyRefs(/*create=*/true);
+  // Read once, before any entry of the batch: a reaper that bumps it meanwhile only keeps the
+  // batch's hits out of the front (Remember checks the epoch).
+  const uint64_t epoch = epoch_.load(std::memory_order_acquire);
+  // The covering lookup of one item, and its hit.
+  const auto cover = [&](size_t i, uint32_t* hint, std::optional<uint32_t> idx) {
+    if (!idx.has_value()) return;
+    const Lookup& l = lookups[i];
+    out[i] = TryHit(t, *idx, l.addr, l.addr + l.length, l.access, epoch);
+    if (out[i].has_value() && hint != nullptr) *hint = *idx + 1;
+  };
+  struct Unsure {
+    size_t i;
+    uint32_t* hint;
+    std::optional<uint32_t> idx;  // the covering grant the ordered index offers
+  };
+  std::vector<Unsure> unsure;
+  bool missed = false;
+  for (size_t i = 0; i < lookups.size(); ++i) {
+    const Lookup& l = lookups[i];
+    const uint64_t end = l.addr + l.length;
+    if (l.length == 0 || end < l.addr || !ValidAccess(l.access)) continue;
+    if (t != nullptr && --t->front_left == 0) [[unlikely]]
+      t->Retune();
+    if (t != nullptr && t->front_on) {
+      Key k;
+      if (FrontHit(t, l.addr, end, l.access, &k)) {
+        ++t->front_hits;
+        out[i] = k;
+        continue;
+      }
+    }
+    uint32_t* hint = nullptr;
+    out[i] = AcquireUnlocked(t, l.addr, end, l.access, epoch, &hint);
+    if (out[i].has_value()) continue;
+    if (missed) {
+      unsure.push_back({i, hint, std::nullopt});
+      continue;
+    }
+    // Until the first miss, each item is settled on its own: the caller learns of that miss
+    // (and wakes the daemon) while the rest are still being looked up.
+    std::optional<uint32_t> idx;
+    {
+      base::ReaderMutexLock lock(&mu_);
+      idx = FindCovering(l.addr, end, l.access);
+    }
+    cover(i, hint, idx);
+    if (!out[i].has_value()) {
+      missed = true;
+      first_miss();
+    }
+  }
+  for (size_t from = 0; from < unsure.size(); from += kLockRun) {
+    const size_t to = std::min(unsure.size(), from + kLockRun);
+    {
+      base::ReaderMutexLock lock(&mu_);
+      for (size_t u = from; u < to; ++u) {
+        const Lookup& l = lookups[unsure[u].i];
+        unsure[u].idx = FindCovering(l.addr, l.addr + l.length, l.access);
+      }
+    }
+    // Outside the lock: a hit that finds its grant revoked takes it to forget the grant.
+    for (size_t u = from; u < to; ++u) cover(unsure[u].i, unsure[u].hint, unsure[u].idx);
+  }
 }
 
 std::optional<uint32_t> GrantCache::FindCovering(uint64_t addr, uint64_t end, uint32_t access) {
@@ -355,7 +420,9 @@ void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
 }
 
 bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation) {
-  if (auto it = handles_.find(key.handle); it != handles_.end()) {
+  // One probe of the handle map, whichever way it goes (a refusal below takes the key out).
+  auto [it, fresh] = handles_.try_emplace(key.handle, 0);
+  if (!fresh) {
     Entry& e = At(it->second);
     if (e.slot.load(std::memory_order_relaxed) != slot ||
         e.generation.load(std::memory_order_relaxed) != generation) {
@@ -366,13 +433,15 @@ bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation
     ++e.daemon_holds;
     return true;
   }
-  if (!CurrentWord(slot, generation)) return false;
+  if (!CurrentWord(slot, generation) || (free_.empty() && next_ == kChunk * kMaxChunks)) {
+    handles_.erase(it);  // stale, or full: the daemon answers the rest
+    return false;
+  }
   uint32_t idx;
   if (!free_.empty()) {
     idx = free_.back();
     free_.pop_back();
   } else {
-    if (next_ == kChunk * kMaxChunks) return false;  // full: the daemon answers the rest
     idx = next_++;
     if (idx % kChunk == 0)
       chunks_[idx / kChunk].store(new Entry[kChunk], std::memory_order_release);
@@ -393,7 +462,7 @@ bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation
   AddRefLocked(idx, inc);
   e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
   index_.emplace(std::make_pair(key.va, key.handle), idx);
-  handles_.emplace(key.handle, idx);
+  it->second = idx;
   by_va_.Insert(ProbeTable::Mix(key.va), idx);
   by_handle_.Insert(ProbeTable::Mix(key.handle), idx);
   return true;
@@ -474,103 +543,6 @@ GrantCache::ReleaseOutcome GrantCache::ReleaseSlow(uint64_t handle) {
   if ((e.state.load(std::memory_order_acquire) & kForgotten) != 0) {
     ReaperFenceLocked();
     if (Holders(idx, inc) <= 0) out.daemon_releases = ReapLocked(idx);
-  }
-  return out;
-}
-
-// --- Reapers -----------------------------------------------------------------------------------
-int64_t GrantCache::Holders(uint32_t idx, uint32_t inc) const {
-  int64_t n = 0;
-  for (const ThreadRefs* t : registry_->tables) {
-    if (const std::atomic<uint64_t>* w = t->Find(idx)) {
-      const uint64_t v = w->load(std::memory_order_acquire);
-      n += HoldWord::HoldsOf(v, inc);
-    }
-  }
-  return n + At(idx).shared.load(std::memory_order_acquire);
-}
-
-uint32_t GrantCache::ReapLocked(uint32_t idx) {
-  Entry& e = At(idx);
-  const uint64_t handle = e.handle.load(std::memory_order_relaxed);
-  index_.erase({e.va.load(std::memory_order_relaxed), handle});
-  handles_.erase(handle);
-  const bool by_va = by_va_.Erase(ProbeTable::Mix(e.va.load(std::memory_order_relaxed)), idx);
-  const bool by_handle = by_handle_.Erase(ProbeTable::Mix(handle), idx);
-  RC_CHECK(by_va && by_handle) << "grant cache: entry " << idx
-                               << " was not in its lock-free tables";
-  const uint32_t holds = e.daemon_holds;
-  e.daemon_holds = 0;
-  // A new incarnation: every thread's word for the old one counts for nobody from here.
-  e.state.store(uint64_t{Inc(e.state.load(std::memory_order_relaxed)) + 1} << 32,
-                std::memory_order_release);
-  free_.push_back(idx);
-  return holds;
-}
-
-uint32_t GrantCache::ForgetLocked(uint32_t idx) {
-  const uint64_t s = At(idx).state.fetch_or(kForgotten, std::memory_order_seq_cst);
-  if ((s & kLive) == 0) return 0;
-  ReaperFenceLocked();  // every hit that will succeed, and every release, is counted below
-  return Holders(idx, Inc(s)) <= 0 ? ReapLocked(idx) : 0;
-}
-
-std::pair<uint64_t, uint32_t> GrantCache::Settle(uint32_t idx, uint32_t inc) {
-  base::MutexLock l(&mu_);
-  base::MutexLock r(&registry_->mu);
-  Reaping reaping(epoch_);
-  Entry& e = At(idx);
-  const uint64_t s = e.state.load(std::memory_order_acquire);
-  if (Inc(s) != inc || (s & kLive) == 0 || (s & kForgotten) == 0) return {0, 0};
-  ReaperFenceLocked();
-  if (Holders(idx, inc) > 0) return {0, 0};
-  return {e.handle.load(std::memory_order_relaxed), ReapLocked(idx)};
-}
-
-std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
-  base::MutexLock l(&mu_);
-  base::MutexLock r(&registry_->mu);
-  Reaping reaping(epoch_);
-  // Candidates: no reference seen without the fence (a cheap filter), then marked.
-  std::vector<std::pair<uint32_t, uint64_t>> marked;  // (index, state before the mark)
-  for (const auto& [handle, idx] : handles_) {
-    const uint64_t s = At(idx).state.load(std::memory_order_acquire);
-    if (Holders(idx, Inc(s)) <= 0) {
-      marked.emplace_back(idx, At(idx).state.fetch_or(kMarked, std::memory_order_seq_cst));
-    }
-  }
-  std::vector<std::pair<uint64_t, uint32_t>> out = std::exchange(pending_, {});
-  has_pending_.store(false, std::memory_order_relaxed);
-  if (marked.empty()) return out;
-  ReaperFenceLocked();  // one for all of them
-  for (const auto& [idx, s] : marked) {
-    const uint64_t handle = At(idx).handle.load(std::memory_order_relaxed);
-    if (Holders(idx, Inc(s)) > 0) {
-      At(idx).state.fetch_and(~kMarked, std::memory_order_release);  // referenced after all
-    } else if (uint32_t holds = ReapLocked(idx); holds > 0) {
-      out.emplace_back(handle, holds);
-    }
-  }
-  return out;
-}
-
-GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
-  Sole out;
-  base::MutexLock l(&mu_);
-  base::MutexLock r(&registry_->mu);
-  Reaping reaping(epoch_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return out;
-  out.cached = true;
-  const uint32_t idx = it->second;
-  Entry& e = At(idx);
-  const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
-  ReaperFenceLocked();
-  if (Holders(idx, Inc(s)) == 1) {
-    out.daemon_holds = ReapLocked(idx);
-    out.sole = out.daemon_holds > 0;
-  } else {
-    e.state.fetch_and(~kMarked, std::memory_order_release);
   }
   return out;
 }

@@ -94,6 +94,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "base/hold_protocol.h"
 #include "base/mutex.h"
@@ -146,6 +147,18 @@ class GrantCache {
   // The same, into *out (left as it was on a miss): the client's Register writes the hit
   // straight into the StatusOr it returns, with no copy of an optional between.
   bool AcquireInto(uint64_t addr, uint64_t length, uint32_t access, Key* out);
+  // Acquire for each of a batch's lookups in order, a hit into its `out` (left as it was on a
+  // miss; a lookup of length 0 misses). `first_miss` runs once, as soon as one misses (before
+  // the rest are settled). After that, what neither the front nor the lock-free tables answer
+  // looks for a covering grant under one reader hold of the lock per kLockRun lookups, not one
+  // each. REQUIRES out.size() == lookups.size().
+  struct Lookup {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t access = 0;
+  };
+  void AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::optional<Key>> out,
+                    absl::FunctionRef<void()> first_miss);
 
   // A grant the daemon just returned, with one daemon hold the caller took. Caches it and takes
   // one local reference for the caller; returns false (nothing cached, the caller keeps the
@@ -250,6 +263,10 @@ class GrantCache {
                             uint64_t epoch);
   void Remember(Refs& t, uint32_t idx, uint64_t addr, const Key& k, uint64_t epoch);
   std::optional<Key> AcquireSlow(uint64_t addr, uint64_t length, uint32_t access);
+  // AcquireSlow's lock-free part: the table by start address, then `t`'s hint for `addr`
+  // (where it is, into *hint, for the covering lookup's hit to update).
+  std::optional<Key> AcquireUnlocked(Refs* t, uint64_t addr, uint64_t end, uint32_t access,
+                                     uint64_t epoch, uint32_t** hint);
   ReleaseOutcome ReleaseProbe(uint64_t handle);
   // The front paths (inline below). REQUIRES t != nullptr.
   bool FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access, Key* out);

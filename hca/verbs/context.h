@@ -170,6 +170,11 @@ class Context {
     const BindRequest* request = nullptr;
     uint64_t wr_id = 0;
     bool signaled = true;
+    // The answer, made where the caller keeps it (a plan is two window records: not copied
+    // through a StatusOr and a vector). OK with plan->mw set: posted; OK without: nothing to
+    // post (as PostBind's); else the refusal. REQUIRES: plan default-constructed.
+    BindPlan* plan = nullptr;
+    absl::Status* status = nullptr;
   };
   // PostBind for each item in order, all under one hold of the lock, the binds posted as lists
   // (never with cut backings: each map would first need a region of its own).
@@ -177,8 +182,7 @@ class Context {
   // window's rkey, which the provider reads at post time and the caller advances after). A
   // failed post refuses its unposted work requests and every later item with the errno's
   // status, their effects on the table undone.
-  std::vector<absl::StatusOr<BindPlan>> PostBindList(ibv_qp* qp, Pd queue_pd,
-                                                     absl::Span<const BindItem> items);
+  void PostBindList(ibv_qp* qp, Pd queue_pd, absl::Span<const BindItem> items);
 
   // Checks `request` against the tables and, if it may go, applies its effect to the window's
   // record and posts it with ibv_bind_mw on `qp` (wr_id `wr_id`; signalled or not as asked),
@@ -196,9 +200,10 @@ class Context {
   void UndoBind(const BindPlan& plan);
 
  private:
-  // `record`, if given: the window's record in mws_, where one was found.
-  absl::StatusOr<BindPlan> Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut,
-                                MwRecord** record = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan into *plan (REQUIRES: default-constructed), or the refusal. `record`, if given:
+  // the window's record in mws_, where one was found.
+  absl::Status Plan(Pd queue_pd, const BindRequest& request, ibv_mr* cut, BindPlan* plan,
+                    MwRecord** record = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts the window's record and mw->rkey back to `plan.before`, unless the record changed since
   // the plan was applied (false).
   bool RestoreWindow(const BindPlan& plan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -109,8 +109,8 @@ void Context::PlanInvalidate(Pd queue_pd, const MwRecord& w, BindPlan* plan) {
   plan->after.access = 0;
 }
 
-absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_mr* cut,
-                                       MwRecord** record) {
+absl::Status Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_mr* cut, BindPlan* out,
+                           MwRecord** record) {
   auto it = mws_.find(KeyIndex(rq.key));
   if (it == mws_.end()) return Refuse(absl::StrFormat("no window with key 0x%08x", rq.key));
   MwRecord& w = it->second;
@@ -119,14 +119,14 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
     return Refuse(absl::StrFormat("window 0x%08x is in pd %d, the queue in pd %d", rq.key, w.pd.pdn,
                                   queue_pd.pdn));
   }
-  BindPlan plan;
+  BindPlan& plan = *out;
   plan.mw = w.mw;
   plan.before = w;
   plan.after = w;
   plan.after.key = NextVariant(w.key);
   if (rq.invalidate) {  // a zero-length bind: no range, no rights
     PlanInvalidate(queue_pd, w, &plan);
-    return plan;
+    return absl::OkStatus();
   }
   if (rq.require_free && w.live) return Refuse(absl::StrFormat("window 0x%08x is live", w.key));
   if (rq.new_variant != KeyVariant(plan.after.key)) {
@@ -190,16 +190,16 @@ absl::StatusOr<BindPlan> Context::Plan(Pd queue_pd, const BindRequest& rq, ibv_m
   plan.after.start = e.addr;
   plan.after.length = e.length;
   plan.after.access = remote;
-  return plan;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRequest& rq,
                                            uint64_t wr_id, ibv_mr* cut, bool signaled) {
   base::MutexLock lock(&mu_);
-  absl::StatusOr<BindPlan> plan = Plan(queue_pd, rq, cut);
-  if (!plan.ok()) {
+  absl::StatusOr<BindPlan> plan(absl::in_place);
+  if (absl::Status s = Plan(queue_pd, rq, cut, &*plan); !s.ok()) {
     stats_.bind_errors.Inc();
-    return plan.status();
+    return s;
   }
   if (plan->mw == nullptr) return plan;  // nothing to post (see Plan)
   plan->bind.wr_id = wr_id;
@@ -216,11 +216,8 @@ absl::StatusOr<BindPlan> Context::PostBind(ibv_qp* qp, Pd queue_pd, const BindRe
   return plan;
 }
 
-std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue_pd,
-                                                            absl::Span<const BindItem> items) {
-  std::vector<absl::StatusOr<BindPlan>> out;
-  out.reserve(items.size());
-  std::vector<ibv_send_wr> wrs;  // the list being built: wrs[k] posts *out[list[k]]
+void Context::PostBindList(ibv_qp* qp, Pd queue_pd, absl::Span<const BindItem> items) {
+  std::vector<ibv_send_wr> wrs;  // the list being built: wrs[k] posts items[list[k]]
   std::vector<size_t> list;
   wrs.reserve(items.size());
   list.reserve(items.size());
@@ -238,41 +235,41 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     size_t posted = wrs.size();
     if (err != 0) posted = bad == nullptr ? 0 : static_cast<size_t>(bad - wrs.data());
     for (size_t k = 0; k < posted; ++k) {
-      out[list[k]]->mw->rkey = wrs[k].bind_mw.rkey;  // ibv_post_send leaves that to the caller
+      items[list[k]].plan->mw->rkey =
+          wrs[k].bind_mw.rkey;  // ibv_post_send leaves that to the caller
     }
     stats_.binds_posted.Inc(posted);
     if (posted > 0) stats_.bind_lists_posted.Inc();
     if (posted < wrs.size()) {
       failed = ErrnoStatus(err, "ibv_post_send of a list of window binds");
       for (size_t k = wrs.size(); k-- > posted;) {  // newest first: each record as it was
-        (void)RestoreWindow(*out[list[k]]);
-        out[list[k]] = failed;
+        (void)RestoreWindow(*items[list[k]].plan);
+        *items[list[k]].status = failed;
         stats_.bind_errors.Inc();
       }
     }
     wrs.clear();
     list.clear();
   };
-  for (const BindItem& item : items) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BindItem& item = items[i];
     if (!failed.ok()) {
       stats_.bind_errors.Inc();
-      out.push_back(failed);
+      *item.status = failed;
       continue;
     }
     // The plan reads the window's record only (never mw->rkey), which already holds the effect
     // of a bind of it earlier in this list: planning before that list is sent is the same.
     MwRecord* w = nullptr;
-    absl::StatusOr<BindPlan> plan = Plan(queue_pd, *item.request, /*cut=*/nullptr, &w);
-    if (!plan.ok()) stats_.bind_errors.Inc();
-    if (!plan.ok() || plan->mw == nullptr) {
-      out.push_back(std::move(plan));
-      continue;
-    }
+    BindPlan* plan = item.plan;
+    *item.status = Plan(queue_pd, *item.request, /*cut=*/nullptr, plan, &w);
+    if (!item.status->ok()) stats_.bind_errors.Inc();
+    if (!item.status->ok() || plan->mw == nullptr) continue;
     if (w->listed == number) {  // this window is in the list already: send that list first
       send();
       if (!failed.ok()) {
         stats_.bind_errors.Inc();
-        out.push_back(failed);
+        *item.status = failed;
         continue;
       }
     }
@@ -289,12 +286,10 @@ std::vector<absl::StatusOr<BindPlan>> Context::PostBindList(ibv_qp* qp, Pd queue
     plan->after.seq = next_seq_++;
     *w = plan->after;  // w still points into mws_: nothing was added to or erased from it since
     w->listed = number;
-    list.push_back(out.size());
+    list.push_back(i);
     wrs.push_back(wr);
-    out.push_back(std::move(plan));
   }
   send();
-  return out;
 }
 
 void Context::BindDone(const BindPlan& plan) {

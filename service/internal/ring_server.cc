@@ -386,13 +386,14 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::
   uint32_t call_of[shm::kRingDepth];  // calls[j] answers copies[call_of[j]]
   RunClock before, after;  // the run's deadlines against one clock read each side of the work
   uint32_t n = 0;
+  uint32_t decoded = 0;  // counted once for the run
   for (uint32_t i = 0; i < copies.size(); ++i) {
     if (absl::Status s = shm::DecodeRequest(copies[i], d[i]); !s.ok()) {
       stats_->bad_requests.Inc();
       out[i] = shm::CompletionFor(copies[i].seq, copies[i].op, s, &texts[i]);
       continue;
     }
-    stats_->requests.Inc();
+    ++decoded;
     if (before.Past(d[i])) {
       out[i] = Expired(d[i], "the deadline passed before the work began");
       continue;
@@ -400,6 +401,7 @@ void RingServer::ServeRegisters(absl::Span<const shm::RingRequest> copies, shm::
     calls[n] = RegisterCall{d[i].va, d[i].length, d[i].access, PrefetchOf(d[i].prefetch)};
     call_of[n++] = i;
   }
+  stats_->requests.Inc(decoded);
   if (n == 0) return;
   std::vector<absl::StatusOr<SlottedGrant>> made =
       backend_->RegisterBatch(*session_, absl::MakeConstSpan(calls, n));

@@ -145,38 +145,47 @@ absl::Status BindQueue::Doorbell() {
   // registers a region of its own against the table as the binds before it left it, so those
   // go one by one.
   const bool lists = c_->bind_lists() && !c_->cut_backings();
-  std::vector<Context::BindItem> items;
-  std::vector<absl::StatusOr<BindPlan>> listed;
-  if (lists) {
-    items.reserve(held_.size());
-    for (const Held& h : held_) items.push_back({&h.request, next_wr_++, h.signaled});
-    listed = c_->PostBindList(qp_, pd_, items);
-  }
-  // Each request's entry takes its plan (moved, not copied: a bind and two window records).
-  const auto settle = [](InFlight& f, uint64_t wr, absl::StatusOr<BindPlan>&& plan) {
-    if (!plan.ok()) {
-      f.refusal = std::move(plan).status();
-    } else if (plan->mw != nullptr) {
-      f.posted = true;
-      f.wr = wr;
-      f.plan = *std::move(plan);
-    }  // else done without posting: completes, OK, in its turn
-  };
-  for (size_t i = 0; i < held_.size(); ++i) {
-    const Held& h = held_[i];
+  // Each request's entry first, in order; a list's plans are then made in them in place (a
+  // plan is a bind and two window records: not copied through a StatusOr and a vector).
+  for (const Held& h : held_) {
     InFlight& f = in_flight_.emplace_back();
     f.id = h.id;
     f.signaled = h.signaled;
-    if (lists) {
-      settle(f, items[i].wr_id, std::move(listed[i]));
-      continue;
+  }
+  InFlight* entries = &*(in_flight_.end() - static_cast<std::ptrdiff_t>(held_.size()));
+  if (lists) {
+    std::vector<Context::BindItem> items;
+    items.reserve(held_.size());
+    for (size_t i = 0; i < held_.size(); ++i) {
+      items.push_back({&held_[i].request, next_wr_++, held_[i].signaled, &entries[i].plan,
+                       &entries[i].refusal});
     }
-    const uint64_t wr = next_wr_++;
-    absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
-    absl::StatusOr<BindPlan> single =
-        cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
-    if (!single.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
-    settle(f, wr, std::move(single));
+    c_->PostBindList(qp_, pd_, items);
+    for (size_t i = 0; i < held_.size(); ++i) {
+      InFlight& f = entries[i];
+      // Planned without a window to bind (plan.mw null): done without posting, OK in its turn.
+      if (f.refusal.ok() && f.plan.mw != nullptr) {
+        f.posted = true;
+        f.wr = items[i].wr_id;
+      }
+    }
+  } else {
+    for (size_t i = 0; i < held_.size(); ++i) {
+      const Held& h = held_[i];
+      InFlight& f = entries[i];
+      const uint64_t wr = next_wr_++;
+      absl::StatusOr<ibv_mr*> cut = c_->PrepareCut(pd_, h.request);
+      absl::StatusOr<BindPlan> single =
+          cut.ok() ? c_->PostBind(qp_, pd_, h.request, wr, *cut, h.signaled) : cut.status();
+      if (!single.ok() && cut.ok() && *cut != nullptr) c_->ReleaseCut(*cut);
+      if (!single.ok()) {
+        f.refusal = std::move(single).status();
+      } else if (single->mw != nullptr) {
+        f.posted = true;
+        f.wr = wr;
+        f.plan = *std::move(single);
+      }  // else done without posting: completes, OK, in its turn
+    }
   }
   held_.clear();
   return CoverTail(/*always=*/false);
