@@ -86,25 +86,4 @@ std::vector<std::pair<uint64_t, uint32_t>> GrantCache::TakeUnreferenced() {
   return out;
 }
 
-GrantCache::Sole GrantCache::TakeSole(uint64_t handle) {
-  Sole out;
-  base::MutexLock l(&mu_);
-  base::MutexLock r(&registry_->mu);
-  Reaping reaping(epoch_);
-  auto it = handles_.find(handle);
-  if (it == handles_.end()) return out;
-  out.cached = true;
-  const uint32_t idx = it->second;
-  Entry& e = At(idx);
-  const uint64_t s = e.state.fetch_or(kMarked, std::memory_order_seq_cst);
-  ReaperFenceLocked();
-  if (Holders(idx, Inc(s)) == 1) {
-    out.daemon_holds = ReapLocked(idx);
-    out.sole = out.daemon_holds > 0;
-  } else {
-    e.state.fetch_and(~kMarked, std::memory_order_release);
-  }
-  return out;
-}
-
 }  // namespace regcache::api::internal
