@@ -19,12 +19,18 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <shared_mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
 namespace regcache::base {
+
+// A batch that takes a lock for many items takes it once per run of this many, not once per
+// item: the batch pays per run, and no hold is long for the lock's other users (the cache's
+// tenant mutexes, a session's grant table, the client's grant cache).
+inline constexpr size_t kBatchLockRun = 64;
 
 class ABSL_LOCKABLE Mutex {
  public:

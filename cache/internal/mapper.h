@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "base/mutex.h"
 #include "cache/internal/index.h"
 #include "cache/internal/tenant.h"
 #include "cache/types.h"
@@ -25,9 +26,8 @@
 namespace regcache::cache::internal {
 
 // A batch's misses take the tenant's mutexes once per run of this many, not once per miss
-// (MapRegistrations, and RegisterBatch's covering lookups): the batch pays per run, and no
-// hold is long for the tenant's other callers.
-inline constexpr size_t kLockRun = 64;
+// (MapRegistrations, and RegisterBatch's covering lookups).
+inline constexpr size_t kLockRun = base::kBatchLockRun;
 
 // RegCache::Register's miss: maps a new registration of [va, +length) with `access`
 // (normalized). Errors as RegCache::Register.

@@ -282,16 +282,27 @@ std::optional<Key> GrantCache::AcquireSlow(uint64_t addr, uint64_t length, uint3
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);  // before any entry is read
   uint32_t* hint = nullptr;
   if (std::optional<Key> k = AcquireUnlocked(t, addr, end, access, epoch, &hint)) return k;
-  // Then the ordered index.
+  return AcquireCovering(t, addr, end, access, epoch, hint);  // then the ordered index
+}
+
+std::optional<Key> GrantCache::CoverHit(ThreadRefs* t, std::optional<uint32_t> idx, uint64_t addr,
+                                        uint64_t end, uint32_t access, uint64_t epoch,
+                                        uint32_t* hint) {
+  if (!idx.has_value()) return std::nullopt;
+  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
+  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
+  return k;
+}
+
+std::optional<Key> GrantCache::AcquireCovering(ThreadRefs* t, uint64_t addr, uint64_t end,
+                                               uint32_t access, uint64_t epoch, uint32_t* hint) {
   std::optional<uint32_t> idx;
   {
     base::ReaderMutexLock lock(&mu_);
     idx = FindCovering(addr, end, access);
   }
-  if (!idx.has_value()) return std::nullopt;
-  std::optional<Key> k = TryHit(t, *idx, addr, end, access, epoch);
-  if (k.has_value() && hint != nullptr) *hint = *idx + 1;
-  return k;
+  // Outside the lock: a hit that finds its grant revoked takes it to forget the grant.
+  return CoverHit(t, idx, addr, end, access, epoch, hint);
 }
 
 void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::optional<Key>> out,
@@ -300,13 +311,6 @@ void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::
   // Read once, before any entry of the batch: a reaper that bumps it meanwhile only keeps the
   // batch's hits out of the front (Remember checks the epoch).
   const uint64_t epoch = epoch_.load(std::memory_order_acquire);
-  // The covering lookup of one item, and its hit.
-  const auto cover = [&](size_t i, uint32_t* hint, std::optional<uint32_t> idx) {
-    if (!idx.has_value()) return;
-    const Lookup& l = lookups[i];
-    out[i] = TryHit(t, *idx, l.addr, l.addr + l.length, l.access, epoch);
-    if (out[i].has_value() && hint != nullptr) *hint = *idx + 1;
-  };
   struct Unsure {
     size_t i;
     uint32_t* hint;
@@ -318,15 +322,9 @@ void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::
     const Lookup& l = lookups[i];
     const uint64_t end = l.addr + l.length;
     if (l.length == 0 || end < l.addr || !ValidAccess(l.access)) continue;
-    if (t != nullptr && --t->front_left == 0) [[unlikely]]
-      t->Retune();
-    if (t != nullptr && t->front_on) {
-      Key k;
-      if (FrontHit(t, l.addr, end, l.access, &k)) {
-        ++t->front_hits;
-        out[i] = k;
-        continue;
-      }
+    if (Key k; t != nullptr && FrontAcquire(t, l.addr, end, l.access, &k)) {
+      out[i] = k;
+      continue;
     }
     uint32_t* hint = nullptr;
     out[i] = AcquireUnlocked(t, l.addr, end, l.access, epoch, &hint);
@@ -337,12 +335,7 @@ void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::
     }
     // Until the first miss, each item is settled on its own: the caller learns of that miss
     // (and wakes the daemon) while the rest are still being looked up.
-    std::optional<uint32_t> idx;
-    {
-      base::ReaderMutexLock lock(&mu_);
-      idx = FindCovering(l.addr, end, l.access);
-    }
-    cover(i, hint, idx);
+    out[i] = AcquireCovering(t, l.addr, end, l.access, epoch, hint);
     if (!out[i].has_value()) {
       missed = true;
       first_miss();
@@ -357,8 +350,11 @@ void GrantCache::AcquireBatch(absl::Span<const Lookup> lookups, absl::Span<std::
         unsure[u].idx = FindCovering(l.addr, l.addr + l.length, l.access);
       }
     }
-    // Outside the lock: a hit that finds its grant revoked takes it to forget the grant.
-    for (size_t u = from; u < to; ++u) cover(unsure[u].i, unsure[u].hint, unsure[u].idx);
+    for (size_t u = from; u < to; ++u) {  // outside the lock, as AcquireCovering's
+      const Lookup& l = lookups[unsure[u].i];
+      out[unsure[u].i] =
+          CoverHit(t, unsure[u].idx, l.addr, l.addr + l.length, l.access, epoch, unsure[u].hint);
+    }
   }
 }
 

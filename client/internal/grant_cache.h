@@ -167,7 +167,7 @@ class GrantCache {
   // gains the daemon hold (the library lost a race between two misses).
   bool Insert(const Key& key, uint32_t slot, uint32_t generation);
   // Insert for each of a batch's grants, under one hold of the lock per kLockRun of them.
-  static constexpr size_t kLockRun = 64;
+  static constexpr size_t kLockRun = base::kBatchLockRun;
   struct Insertion {
     const Key* key = nullptr;
     uint32_t slot = 0;
@@ -267,9 +267,18 @@ class GrantCache {
   // (where it is, into *hint, for the covering lookup's hit to update).
   std::optional<Key> AcquireUnlocked(Refs* t, uint64_t addr, uint64_t end, uint32_t access,
                                      uint64_t epoch, uint32_t** hint);
+  // Its covering part: the hit on `idx`, the grant FindCovering offered (none: a miss), which
+  // becomes `hint`'s grant.
+  std::optional<Key> CoverHit(Refs* t, std::optional<uint32_t> idx, uint64_t addr, uint64_t end,
+                              uint32_t access, uint64_t epoch, uint32_t* hint);
+  // FindCovering under a reader hold of the lock, then CoverHit.
+  std::optional<Key> AcquireCovering(Refs* t, uint64_t addr, uint64_t end, uint32_t access,
+                                     uint64_t epoch, uint32_t* hint) ABSL_LOCKS_EXCLUDED(mu_);
   ReleaseOutcome ReleaseProbe(uint64_t handle);
   // The front paths (inline below). REQUIRES t != nullptr.
   bool FrontHit(Refs* t, uint64_t addr, uint64_t end, uint32_t access, Key* out);
+  // FrontHit where the front is on, with its accounting (Retune's window, its hits).
+  bool FrontAcquire(Refs* t, uint64_t addr, uint64_t end, uint32_t access, Key* out);
   bool FrontRelease(Refs* t, uint64_t handle, ReleaseOutcome* out);
   // After this thread's word `mine` for `idx` went from `w` to w - 1: what the state says.
   ReleaseOutcome Released(uint32_t idx, std::atomic<uint64_t>* mine, uint64_t w, uint64_t handle);
@@ -404,17 +413,20 @@ inline constinit thread_local ThreadRefs* tls_last = nullptr;
 // --- Small methods ---
 inline bool GrantCache::AcquireInto(uint64_t addr, uint64_t length, uint32_t access, Key* out) {
   if (grant_cache_detail::tls_last_id == id_ && addr + length > addr) [[likely]] {
-    Refs* t = grant_cache_detail::tls_last;
-    if (--t->front_left == 0) [[unlikely]]
-      t->Retune();
-    if (t->front_on && FrontHit(t, addr, addr + length, access, out)) {
-      ++t->front_hits;
-      return true;
-    }
+    if (FrontAcquire(grant_cache_detail::tls_last, addr, addr + length, access, out)) return true;
   }
   std::optional<Key> k = AcquireSlow(addr, length, access);
   if (!k.has_value()) return false;
   *out = *k;
+  return true;
+}
+
+inline bool GrantCache::FrontAcquire(Refs* t, uint64_t addr, uint64_t end, uint32_t access,
+                                     Key* out) {
+  if (--t->front_left == 0) [[unlikely]]
+    t->Retune();
+  if (!t->front_on || !FrontHit(t, addr, end, access, out)) return false;
+  ++t->front_hits;
   return true;
 }
 

@@ -71,7 +71,7 @@ class GrantTable {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Granted (parent 0) for each of a batch of registrations, the OK ones recorded under one
   // hold of the table's lock per kLockRun; answers in the order of `grants` (moved from).
-  static constexpr size_t kLockRun = 64;
+  static constexpr size_t kLockRun = base::kBatchLockRun;
   std::vector<absl::StatusOr<SlottedGrant>> GrantedBatch(
       absl::Span<absl::StatusOr<cache::KeyGrant>> grants,
       absl::FunctionRef<bool(cache::Handle)> revoked) ABSL_LOCKS_EXCLUDED(mu_);
