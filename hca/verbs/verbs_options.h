@@ -14,22 +14,23 @@
 
 namespace regcache::hca::verbs {
 
-#define HCA_VERBS_STATS(COUNTER, GAUGE, HISTOGRAM)                                 \
-  COUNTER(binds_posted, "window binds posted (maps and invalidates)")              \
-  COUNTER(bind_lists_posted, "lists of window binds posted by one ibv_post_send")  \
-  COUNTER(bind_errors, "binds completed with an error or refused before posting")  \
-  COUNTER(queue_recoveries, "bind queue pairs reset after an error")               \
-  COUNTER(bind_markers, "signalled marker binds posted to cover unsignalled ones") \
-  COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")                  \
-  COUNTER(registered_bytes, "bytes registered by ibv_reg_mr")                      \
-  COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                  \
-  COUNTER(endpoints_connected, "target endpoints connected")                       \
-  COUNTER(cuts_registered, "regions cut at a key's edges (strict key bounds)")     \
-  COUNTER(cut_bytes, "bytes registered in regions cut at a key's edges")           \
-  COUNTER(cut_release_errors, "cut regions the device refused to deregister")      \
-  GAUGE(live_windows, "memory windows allocated")                                  \
-  GAUGE(live_backings, "memory regions registered")                                \
-  GAUGE(live_cuts, "regions cut at a key's edges, registered now")                 \
+#define HCA_VERBS_STATS(COUNTER, GAUGE, HISTOGRAM)                                  \
+  COUNTER(binds_posted, "window binds posted (maps and invalidates)")               \
+  COUNTER(bind_lists_posted, "lists of window binds posted by one ibv_post_send")   \
+  COUNTER(bind_errors, "binds completed with an error or refused before posting")   \
+  COUNTER(queue_recoveries, "bind queue pairs reset after an error")                \
+  COUNTER(bind_markers, "signalled marker binds posted to cover unsignalled ones")  \
+  COUNTER(bind_completions, "work completions of binds polled (one covers a list)") \
+  COUNTER(backings_registered, "ibv_reg_mr calls that succeeded")                   \
+  COUNTER(registered_bytes, "bytes registered by ibv_reg_mr")                       \
+  COUNTER(windows_allocated, "ibv_alloc_mw calls that succeeded")                   \
+  COUNTER(endpoints_connected, "target endpoints connected")                        \
+  COUNTER(cuts_registered, "regions cut at a key's edges (strict key bounds)")      \
+  COUNTER(cut_bytes, "bytes registered in regions cut at a key's edges")            \
+  COUNTER(cut_release_errors, "cut regions the device refused to deregister")       \
+  GAUGE(live_windows, "memory windows allocated")                                   \
+  GAUGE(live_backings, "memory regions registered")                                 \
+  GAUGE(live_cuts, "regions cut at a key's edges, registered now")                  \
   GAUGE(bind_lists, "1 when binds are posted as lists (the self-test at open allowed it)")
 RC_DEFINE_STATS(VerbsStats, HCA_VERBS_STATS);
 

@@ -154,11 +154,16 @@ absl::Status BindQueue::Doorbell() {
   }
   InFlight* entries = &*(in_flight_.end() - static_cast<std::ptrdiff_t>(held_.size()));
   if (lists) {
+    // Only the list's last bind is posted signalled: the list is sent whole before any of it
+    // runs, so a completion earlier in it would arrive no sooner than the last one's, and on
+    // rxe each signalled bind also schedules the kernel's completer. The last one's completion
+    // covers the rest, and retiring them reports each completion the cache asked for. If the
+    // last is refused, CoverTail's marker covers the list.
     std::vector<Context::BindItem> items;
     items.reserve(held_.size());
     for (size_t i = 0; i < held_.size(); ++i) {
-      items.push_back({&held_[i].request, next_wr_++, held_[i].signaled, &entries[i].plan,
-                       &entries[i].refusal});
+      items.push_back({&held_[i].request, next_wr_++, /*signaled=*/i + 1 == held_.size(),
+                       &entries[i].plan, &entries[i].refusal});
     }
     c_->PostBindList(qp_, pd_, items);
     for (size_t i = 0; i < held_.size(); ++i) {
@@ -167,6 +172,7 @@ absl::Status BindQueue::Doorbell() {
       if (f.refusal.ok() && f.plan.mw != nullptr) {
         f.posted = true;
         f.wr = items[i].wr_id;
+        f.wr_signaled = items[i].signaled;
       }
     }
   } else {
@@ -183,6 +189,7 @@ absl::Status BindQueue::Doorbell() {
       } else if (single->mw != nullptr) {
         f.posted = true;
         f.wr = wr;
+        f.wr_signaled = h.signaled;
         f.plan = *std::move(single);
       }  // else done without posting: completes, OK, in its turn
     }
@@ -195,7 +202,7 @@ absl::Status BindQueue::CoverTail(bool always) {
   // The newest posted bind; none: only refusals, which reach the front by themselves.
   auto newest = std::find_if(in_flight_.rbegin(), in_flight_.rend(),
                              [](const InFlight& f) { return f.posted; });
-  if (newest == in_flight_.rend() || newest->signaled || newest->marker || newest->undone) {
+  if (newest == in_flight_.rend() || newest->wr_signaled || newest->marker || newest->undone) {
     return absl::OkStatus();
   }
   const bool behind = newest != in_flight_.rbegin();  // a request not posted is behind it
@@ -272,6 +279,7 @@ void BindQueue::Pump() {
       RC_LOG(ERROR) << "ibv_poll_cq on a bind queue failed: " << n;
       return;
     }
+    if (n > 0) c_->stats().bind_completions.Inc(static_cast<uint64_t>(n));
     for (int i = 0; i < n; ++i) {
       deliver_refusals();
       const ibv_wc& wc = wcs[i];

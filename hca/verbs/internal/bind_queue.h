@@ -96,8 +96,9 @@ class BindQueue final : public Queue {
   };
   struct InFlight {  // rung: a posted bind, or a refusal waiting for its turn to complete
     uint64_t id = 0;
-    uint64_t wr = 0;  // the work request id the completion carries (posted ones)
-    bool signaled = true;
+    uint64_t wr = 0;          // the work request id the completion carries (posted ones)
+    bool signaled = true;     // the request asked for its completion
+    bool wr_signaled = true;  // posted signalled: the device completes it (posted ones)
     bool posted = false;
     bool marker = false;  // the queue's own signalled bind (no request)
     bool undone = false;
