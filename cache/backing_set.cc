@@ -57,10 +57,25 @@ BackingRecord* BackingSet::Find(BackingId id) {
 }
 
 absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::AccessFlags access,
-                                             BackingIds* used) const {
+                                             BackingIds* used, BackingRefs* refs,
+                                             const BackingRecord** last) const {
   KlmLayout entries;
   used->clear();
+  if (refs != nullptr) refs->clear();
   const uint64_t end = va + length;
+  // The range inside the backing the previous layout started in: no search. Only when one
+  // entry maps it, and nothing would be refused (else the path below says why).
+  if (last != nullptr && *last != nullptr) {
+    const BackingRecord& b = **last;
+    if (b.va <= va && end <= b.va + b.length && length <= kMaxKlmEntryBytes && !b.removing &&
+        (access & ~b.access) == 0) {
+      used->push_back(b.id);
+      if (refs != nullptr) refs->push_back(&b);
+      entries.push_back(
+          hca::KlmEntry{b.gate != 0 ? b.gate : b.device.key, b.device_addr + (va - b.va), length});
+      return entries;
+    }
+  }
   // The backing containing va is the last one starting at or before it.
   auto it = by_va_.upper_bound(va);
   // Both refusals name the first address attached memory does not cover.
@@ -96,6 +111,8 @@ absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::
     }
     const uint64_t piece_end = std::min(end, b.va + b.length);
     used->push_back(b.id);
+    if (refs != nullptr) refs->push_back(&b);
+    if (last != nullptr && cursor == va) *last = &b;
     while (cursor < piece_end) {
       const uint64_t n = std::min(piece_end - cursor, kMaxKlmEntryBytes);
       entries.push_back(

@@ -28,6 +28,9 @@ using BackingId = uint64_t;
 // across two: held inline, so laying out such a range allocates nothing.
 using KlmLayout = absl::InlinedVector<hca::KlmEntry, 2>;
 using BackingIds = absl::InlinedVector<BackingId, 2>;
+struct BackingRecord;
+// The backings of a layout themselves: valid while the set does not change (generation()).
+using BackingRefs = absl::InlinedVector<const BackingRecord*, 2>;
 
 struct BackingRecord {
   BackingId id = 0;
@@ -75,9 +78,19 @@ class BackingSet {
   // Errors: kOutOfRange naming the first uncovered address when the backings do not cover the
   // range; kPermissionDenied when a covering backing lacks some of `access`;
   // kFailedPrecondition when a covering backing is being detached.
+  // `refs`, if given, receives the backings themselves, in the same order as `used`.
+  // `last`, if given, names a backing of this set (or is null) tried before the search, and
+  // receives the one the range starts in: layouts made one after another with the set
+  // unchanged (one hold of the tenant's lock) skip the search while their ranges stay in one
+  // backing.
   // REQUIRES: length > 0, no overflow.
   absl::StatusOr<KlmLayout> Layout(uint64_t va, uint64_t length, hca::AccessFlags access,
-                                   BackingIds* used) const;
+                                   BackingIds* used, BackingRefs* refs = nullptr,
+                                   const BackingRecord** last = nullptr) const;
+
+  // `b`, a backing of this set reached through a layout's refs while the set was unchanged
+  // since (generation()), to change what the set lets its owner change (users).
+  BackingRecord& Own(const BackingRecord* b) { return const_cast<BackingRecord&>(*b); }
 
   uint64_t total_bytes() const { return total_bytes_; }
   size_t size() const { return by_va_.size(); }

@@ -87,5 +87,55 @@ TEST(BackingSetTest, OverlapsAreRefusedAndRightsEnforced) {
   EXPECT_EQ(set.total_bytes(), 0x1000u);
 }
 
+// A run of layouts sharing `last` answers exactly as layouts without it: every range below, in
+// this order, so that the hint is missing, right, wrong, or names a backing that must refuse.
+TEST(BackingSetTest, LayoutsWithTheLastBackingAnswerAsLayoutsWithout) {
+  BackingSet set;
+  const uint64_t gib = uint64_t{1} << 30;
+  ASSERT_TRUE(set.Add(Rec(1, 0x10000, 0x2000, 0x100, 0xa000)).ok());
+  ASSERT_TRUE(set.Add(Rec(2, 0x12000, 0x1000, 0x200, 0x50000, hca::kLocalRead)).ok());
+  ASSERT_TRUE(set.Add(Rec(3, 0x20000, 0x1000, 0x300, 0x60000)).ok());
+  ASSERT_TRUE(set.Add(Rec(4, 4 * gib, 3 * gib, 0x400, 0x1000000000)).ok());
+  struct Range {
+    uint64_t va, length;
+    hca::AccessFlags access;
+    bool detach_3_first = false;
+  };
+  constexpr hca::AccessFlags kR = hca::kLocalRead, kRW = hca::kLocalRead | hca::kLocalWrite;
+  const Range ranges[] = {
+      {0x10000, 0x1000, kR},                // in 1 (no hint yet)
+      {0x11000, 0x1000, kR},                // in 1 again (hint right)
+      {0x11800, 0x1000, kR},                // from 1 into 2 (hint on 1: the range leaves it)
+      {0x12000, 0x100, kR},                 // in 2
+      {0x12000, 0x100, kRW},                // hint on 2, which lacks the rights
+      {0x12800, 0x1000, kR},                // runs off 2's end
+      {0x20000, 0x100, kR},                 // in 3
+      {0x20000, 0x100, kR, true},           // hint on 3, now being detached
+      {0x10000, 0x100, kR},                 // back to 1 (hint wrong)
+      {4 * gib, 3 * gib, kR},               // in 4, split in two entries
+      {4 * gib + 0x1000, 2 * gib + 1, kR},  // hint on 4, still split
+      {0x1000, 0x10, kR},                   // before everything
+  };
+  const BackingRecord* last = nullptr;
+  for (const Range& r : ranges) {
+    SCOPED_TRACE(testing::Message() << std::hex << "0x" << r.va << " +0x" << r.length);
+    if (r.detach_3_first) set.MarkRemoving(*set.Find(3));
+    BackingIds plain_used, hinted_used;
+    BackingRefs refs;
+    auto plain = set.Layout(r.va, r.length, r.access, &plain_used);
+    auto hinted = set.Layout(r.va, r.length, r.access, &hinted_used, &refs, &last);
+    ASSERT_EQ(plain.ok(), hinted.ok()) << plain.status() << " / " << hinted.status();
+    if (!plain.ok()) {
+      EXPECT_EQ(plain.status(), hinted.status());
+      continue;
+    }
+    EXPECT_EQ(*plain, *hinted);
+    EXPECT_EQ(plain_used, hinted_used);
+    ASSERT_EQ(refs.size(), hinted_used.size());
+    for (size_t i = 0; i < refs.size(); ++i) EXPECT_EQ(refs[i], set.Find(hinted_used[i]));
+    EXPECT_EQ(last, refs.front()) << "the backing the range starts in";
+  }
+}
+
 }  // namespace
 }  // namespace regcache::cache

@@ -345,8 +345,10 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
   for (size_t i = 0; !t.ok() && i < items.size(); ++i) out[i] = t.status();
   std::vector<RegisterItem> misses;      // normalized; misses[k] is items[miss_of[k]]
   std::vector<size_t> miss_of, repeats;  // repeats: items repeating an earlier miss
-  absl::flat_hash_set<std::tuple<uint64_t, uint64_t, hca::AccessFlags>> seen;
-  seen.reserve(items.size());  // no rehash as the batch's misses go in
+  // The misses so far, to tell a repeat; not needed when the batch's ranges come in strictly
+  // increasing order (the usual batch: blocks of a pool, in address order), as no two are equal.
+  using Range = std::tuple<uint64_t, uint64_t, hca::AccessFlags>;
+  absl::flat_hash_set<Range> seen;
   // First without a lock: the checks and the exact ranges' hits. The rest then look for a
   // covering registration under one hold of the tenant mutex per run, not one each.
   std::vector<RegisterItem> unsure;  // normalized; unsure[k] is items[unsure_of[k]]
@@ -370,6 +372,12 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
       unsure_of.push_back(i);
     }
   }
+  const auto range_of = [](const RegisterItem& r) { return Range{r.va, r.length, r.access}; };
+  bool increasing = true;
+  for (size_t k = 1; increasing && k < unsure.size(); ++k) {
+    increasing = range_of(unsure[k - 1]) < range_of(unsure[k]);
+  }
+  if (!increasing) seen.reserve(unsure.size());  // no rehash as the batch's misses go in
   for (size_t from = 0; from < unsure.size(); from += internal::kLockRun) {
     base::ReaderMutexLock lock(&(*t)->mu);
     for (size_t k = from; k < std::min(unsure.size(), from + internal::kLockRun); ++k) {
@@ -377,7 +385,7 @@ std::vector<absl::StatusOr<KeyGrant>> RegCacheImpl::RegisterBatch(
       const size_t i = unsure_of[k];
       if (internal::HitCover(**t, item.va, item.length, item.access, *out[i])) {
         stats_.register_hits.Inc();
-      } else if (!seen.insert({item.va, item.length, item.access}).second) {
+      } else if (!increasing && !seen.insert(range_of(item)).second) {
         repeats.push_back(i);
       } else {
         misses.push_back(item);

@@ -122,6 +122,35 @@ TEST_F(RegisterBatchTest, BadItemsFailAloneAndRepeatsHitTheFirst) {
   for (size_t i : {0, 3, 7}) EXPECT_TRUE(cache_->Release(tenant_, got[i]->handle).ok());
 }
 
+// A batch in strictly increasing order of (address, length, rights) cannot repeat an item and
+// is not searched for repeats; any other order is. A repeat right after its first breaks the
+// order; two ranges at one address with different lengths do not.
+TEST_F(RegisterBatchTest, RepeatsAreFoundInAnyOrderAndDistinctRangesAtOneAddressAreNot) {
+  ASSERT_NO_FATAL_FAILURE(Init());
+  Memory mem(4 * kPage);
+  Attach(mem);
+  constexpr hca::AccessFlags kRw = hca::kLocalWrite | hca::kRemoteWrite;
+  const std::vector<RegisterItem> items = {
+      {mem.va(), kPage, kRw},                  // 0: miss
+      {mem.va(), 2 * kPage, kRw},              // 1: miss, same address, longer
+      {mem.va() + kPage, kPage, kRw},          // 2: miss
+      {mem.va() + kPage, kPage, kRw},          // 3: repeats 2, right after it
+      {mem.va() + 2 * kPage, 2 * kPage, kRw},  // 4: miss
+  };
+  std::vector<absl::StatusOr<KeyGrant>> got = cache_->RegisterBatch(tenant_, items);
+  ASSERT_EQ(got.size(), items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+  EXPECT_TRUE(got[3]->hit);
+  EXPECT_EQ(got[3]->handle, got[2]->handle);
+  for (size_t i : {0, 1, 2, 4}) EXPECT_FALSE(got[i]->hit) << i;
+  EXPECT_NE(got[0]->handle, got[1]->handle);
+  EXPECT_EQ(got[1]->length, 2 * kPage);
+  EXPECT_EQ(UsageNow().live_registrations, 4u);
+  for (const auto& g : got) ExpectWorks(*g);
+  for (const auto& g : got) EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+}
+
 TEST_F(RegisterBatchTest, AUmrThatFailsMidBatchFailsNoOtherItem) {
   ASSERT_NO_FATAL_FAILURE(Init());
   constexpr uint32_t kKeys = 8;
@@ -179,7 +208,9 @@ TEST_F(RegisterBatchTest, ItemsOverTheQuotaEvictWhatTheyMayAndOnlyTheRestFail) {
     EXPECT_TRUE(cache_->Release(tenant_, held[i]->handle).ok());
   }
   for (const auto& g : got) {
-    if (g.ok()) EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+    if (g.ok()) {
+      EXPECT_TRUE(cache_->Release(tenant_, g->handle).ok());
+    }
   }
   EXPECT_EQ(UsageNow().live_registrations, kQuota);
 }

@@ -33,6 +33,7 @@ struct Mapping {
   hca::AccessFlags access = 0;  // normalized
   KlmLayout layout;
   BackingIds backings;  // a registration: the memory its layout uses
+  BackingRefs refs;     // the same backings, valid while the memory stays at `generation`
   // The generation of the tenant's memory (BackingSet) the layout was made at; none yet: ~0.
   uint64_t generation = ~uint64_t{0};
   Record* parent = nullptr;  // a window: its parent, held by the caller
@@ -74,7 +75,8 @@ absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
   if (!m.window() && t.backings.generation() != m.generation) {
     // The tenant's memory changed while the mutex was released: lay out again under the lock
     // that pins it.
-    ASSIGN_OR_RETURN(KlmLayout relaid, t.backings.Layout(m.va, m.length, m.access, &m.backings));
+    ASSIGN_OR_RETURN(KlmLayout relaid,
+                     t.backings.Layout(m.va, m.length, m.access, &m.backings, &m.refs));
     if (relaid.size() > t.pool->capacity(m.cls)) {
       return absl::AbortedError("attached memory changed during register; retry");
     }
@@ -91,8 +93,9 @@ absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     r->parent = m.parent;
     m.parent->windows.push_back(r);
   } else {
-    r->backings.assign(m.backings.begin(), m.backings.end());
-    for (BackingId id : m.backings) t.backings.Find(id)->users++;
+    for (BackingId id : m.backings) r->backings.push_back(id);  // empty (AllocateRecord)
+    // The layout is of the memory as it is now (the generation check above): its refs hold.
+    for (const BackingRecord* b : m.refs) t.backings.Own(b).users++;
   }
   r->life.Transition(KeyState::kMapping);
   return r;
@@ -226,13 +229,15 @@ absl::Status Undo(Tenant& t, Prepared& p) {
 }
 
 // Step 5's first half, under the tenant mutex: the mapped key is active and its range in the
-// cover index.
-void Activate(Tenant& t, const Mapping& m, Record* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+// cover index. `hint`: where the entry is expected to go (a batch's ranges mostly come in
+// address order, each right after the one before); it returns where the next is expected.
+CoverIndex::iterator Activate(Tenant& t, const Mapping& m, Record* r, CoverIndex::iterator hint)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
   r->life.Transition(KeyState::kActive);
-  if (!m.window()) {
-    t.cover.emplace(m.va, r);
-    t.max_length = std::max(t.max_length, m.length);
-  }
+  if (m.window()) return hint;
+  t.max_length = std::max(t.max_length, m.length);
+  // A wrong hint costs two comparisons before the usual search.
+  return std::next(t.cover.insert(hint, {m.va, r}));
 }
 
 // Step 5's second half, under the index mutex: published, in the hit index, and granted.
@@ -249,7 +254,7 @@ absl::StatusOr<KeyGrant> Finish(Tenant& t, const Mapping& m, Prepared& p) {
   KeyGrant grant;
   {
     base::MutexLock lock(&t.mu);
-    Activate(t, m, p.r);
+    (void)Activate(t, m, p.r, t.cover.end());
     base::MutexLock il(&t.index_mu);
     PublishMapped(t, m, p.r, grant);
   }
@@ -263,7 +268,8 @@ void FinishRuns(Tenant& t, absl::Span<const Mapping> maps, absl::Span<const Prep
   for (size_t from = 0; from < done.size(); from += kLockRun) {
     const size_t to = std::min(done.size(), from + kLockRun);
     base::MutexLock lock(&t.mu);
-    for (size_t k = from; k < to; ++k) Activate(t, maps[done[k]], prepared[done[k]].r);
+    auto hint = t.cover.end();
+    for (size_t k = from; k < to; ++k) hint = Activate(t, maps[done[k]], prepared[done[k]].r, hint);
     base::MutexLock il(&t.index_mu);
     for (size_t k = from; k < to; ++k) {
       const size_t i = done[k];
@@ -285,8 +291,11 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
 }
 
 // Step 1 of a miss: the range over the tenant's memory and the smallest key class for it.
-absl::Status PlanLocked(Tenant& t, Mapping& m) ABSL_SHARED_LOCKS_REQUIRED(t.mu) {
-  ASSIGN_OR_RETURN(m.layout, t.backings.Layout(m.va, m.length, m.access, &m.backings));
+// `last`: the backing the previous plan under the same hold started in (BackingSet::Layout).
+absl::Status PlanLocked(Tenant& t, Mapping& m, const BackingRecord** last = nullptr)
+    ABSL_SHARED_LOCKS_REQUIRED(t.mu) {
+  ASSIGN_OR_RETURN(m.layout,
+                   t.backings.Layout(m.va, m.length, m.access, &m.backings, &m.refs, last));
   m.generation = t.backings.generation();
   ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
   return absl::OkStatus();
@@ -336,6 +345,27 @@ absl::Status HoldParent(Record* p, Handle handle) {
   }
 }
 
+// Step 1 for items [from, to) of a batch, under one shared hold of the tenant mutex; a refused
+// item gets its error in `out`.
+void PlanRun(Tenant& t, absl::Span<const RegisterItem> items, size_t from, size_t to,
+             absl::Span<Mapping> maps, absl::Span<Prepared> prepared,
+             absl::Span<absl::StatusOr<KeyGrant>> out) {
+  base::ReaderMutexLock lock(&t.mu);
+  const BackingRecord* last = nullptr;  // valid for this hold only
+  for (size_t i = from; i < to; ++i) {
+    Mapping& m = maps[i];
+    m.va = items[i].va;
+    m.length = items[i].length;
+    m.access = items[i].access;
+    absl::Status s = PlanLocked(t, m, &last);
+    if (s.ok()) s = DeviceCanGrant(t, m.access);
+    if (!s.ok()) {
+      out[i] = std::move(s);
+      prepared[i].refused = true;
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<KeyGrant> MapRegistration(Tenant& t, uint64_t va, uint64_t length,
@@ -367,21 +397,7 @@ void MapRegistrations(Tenant& t, absl::Span<const RegisterItem> items,
   // Steps 1 to 3 run by run, each step under one hold of the tenant mutex for the whole run.
   for (size_t from = 0; from < n; from += kLockRun) {
     const size_t to = std::min(n, from + kLockRun);
-    {
-      base::ReaderMutexLock lock(&t.mu);
-      for (size_t i = from; i < to; ++i) {
-        Mapping& m = maps[i];
-        m.va = items[i].va;
-        m.length = items[i].length;
-        m.access = items[i].access;
-        absl::Status s = PlanLocked(t, m);
-        if (s.ok()) s = DeviceCanGrant(t, m.access);
-        if (!s.ok()) {
-          out[i] = std::move(s);
-          prepared[i].refused = true;
-        }
-      }
-    }
+    PlanRun(t, items, from, to, absl::MakeSpan(maps), absl::MakeSpan(prepared), out);
     RC_CACHE_TEST_HOOK(kPlanned);
     base::MutexLock lock(&t.mu);
     for (size_t i = from; i < to; ++i) {
