@@ -158,7 +158,7 @@ absl::Status BindQueue::Doorbell() {
     // runs, so a completion earlier in it would arrive no sooner than the last one's, and on
     // rxe each signalled bind also schedules the kernel's completer. The last one's completion
     // covers the rest, and retiring them reports each completion the cache asked for. If the
-    // last is refused, CoverTail's marker covers the list.
+    // last request is refused or needs no bind, CoverTail's marker covers the list.
     std::vector<Context::BindItem> items;
     items.reserve(held_.size());
     for (size_t i = 0; i < held_.size(); ++i) {
