@@ -60,8 +60,16 @@ absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::
                                              BackingIds* used, BackingRefs* refs,
                                              const BackingRecord** last) const {
   KlmLayout entries;
-  used->clear();
+  if (used != nullptr) used->clear();
   if (refs != nullptr) refs->clear();
+  // Each backing the layout uses, recorded as asked; and its entry of n bytes at address `at`.
+  const auto use = [&](const BackingRecord& b) {
+    if (used != nullptr) used->push_back(b.id);
+    if (refs != nullptr) refs->push_back(&b);
+  };
+  const auto piece = [](const BackingRecord& b, uint64_t at, uint64_t n) {
+    return hca::KlmEntry{b.gate != 0 ? b.gate : b.device.key, b.device_addr + (at - b.va), n};
+  };
   const uint64_t end = va + length;
   // The range inside the backing the previous layout started in: no search. Only when one
   // entry maps it, and nothing would be refused (else the path below says why).
@@ -69,10 +77,8 @@ absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::
     const BackingRecord& b = **last;
     if (b.va <= va && end <= b.va + b.length && length <= kMaxKlmEntryBytes && !b.removing &&
         (access & ~b.access) == 0) {
-      used->push_back(b.id);
-      if (refs != nullptr) refs->push_back(&b);
-      entries.push_back(
-          hca::KlmEntry{b.gate != 0 ? b.gate : b.device.key, b.device_addr + (va - b.va), length});
+      use(b);
+      entries.push_back(piece(b, va, length));
       return entries;
     }
   }
@@ -110,13 +116,11 @@ absl::StatusOr<KlmLayout> BackingSet::Layout(uint64_t va, uint64_t length, hca::
                           hca::AccessToString(b.access), hca::AccessToString(access)));
     }
     const uint64_t piece_end = std::min(end, b.va + b.length);
-    used->push_back(b.id);
-    if (refs != nullptr) refs->push_back(&b);
+    use(b);
     if (last != nullptr && cursor == va) *last = &b;
     while (cursor < piece_end) {
       const uint64_t n = std::min(piece_end - cursor, kMaxKlmEntryBytes);
-      entries.push_back(
-          hca::KlmEntry{b.gate != 0 ? b.gate : b.device.key, b.device_addr + (cursor - b.va), n});
+      entries.push_back(piece(b, cursor, n));
       cursor += n;
     }
     ++it;

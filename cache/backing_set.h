@@ -74,11 +74,11 @@ class BackingSet {
 
   // The KLM entries that map [va, va+length) through the backings, in address order, each at
   // most kMaxKlmEntryBytes: a range spanning two adjacent backings gets (at least) two entries.
-  // `used` receives the ids of the backings involved, in order.
+  // `used`, if given, receives the ids of the backings involved, in order.
   // Errors: kOutOfRange naming the first uncovered address when the backings do not cover the
   // range; kPermissionDenied when a covering backing lacks some of `access`;
   // kFailedPrecondition when a covering backing is being detached.
-  // `refs`, if given, receives the backings themselves, in the same order as `used`.
+  // `refs`, if given, receives the backings themselves, in the same order.
   // `last`, if given, names a backing of this set (or is null) tried before the search, and
   // receives the one the range starts in: layouts made one after another with the set
   // unchanged (one hold of the tenant's lock) skip the search while their ranges stay in one

@@ -32,8 +32,8 @@ struct Mapping {
   uint64_t length = 0;
   hca::AccessFlags access = 0;  // normalized
   KlmLayout layout;
-  BackingIds backings;  // a registration: the memory its layout uses
-  BackingRefs refs;     // the same backings, valid while the memory stays at `generation`
+  // A registration: the memory its layout uses, valid while the memory stays at `generation`.
+  BackingRefs refs;
   // The generation of the tenant's memory (BackingSet) the layout was made at; none yet: ~0.
   uint64_t generation = ~uint64_t{0};
   Record* parent = nullptr;  // a window: its parent, held by the caller
@@ -76,7 +76,7 @@ absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     // The tenant's memory changed while the mutex was released: lay out again under the lock
     // that pins it.
     ASSIGN_OR_RETURN(KlmLayout relaid,
-                     t.backings.Layout(m.va, m.length, m.access, &m.backings, &m.refs));
+                     t.backings.Layout(m.va, m.length, m.access, /*used=*/nullptr, &m.refs));
     if (relaid.size() > t.pool->capacity(m.cls)) {
       return absl::AbortedError("attached memory changed during register; retry");
     }
@@ -93,9 +93,11 @@ absl::StatusOr<Record*> Bind(Tenant& t, Mapping& m, const TakenKey& taken)
     r->parent = m.parent;
     m.parent->windows.push_back(r);
   } else {
-    for (BackingId id : m.backings) r->backings.push_back(id);  // empty (AllocateRecord)
     // The layout is of the memory as it is now (the generation check above): its refs hold.
-    for (const BackingRecord* b : m.refs) t.backings.Own(b).users++;
+    for (const BackingRecord* b : m.refs) {
+      r->backings.push_back(b->id);  // empty (AllocateRecord)
+      t.backings.Own(b).users++;
+    }
   }
   r->life.Transition(KeyState::kMapping);
   return r;
@@ -295,7 +297,7 @@ absl::StatusOr<KeyGrant> MapNew(Tenant& t, Mapping& m) {
 absl::Status PlanLocked(Tenant& t, Mapping& m, const BackingRecord** last = nullptr)
     ABSL_SHARED_LOCKS_REQUIRED(t.mu) {
   ASSIGN_OR_RETURN(m.layout,
-                   t.backings.Layout(m.va, m.length, m.access, &m.backings, &m.refs, last));
+                   t.backings.Layout(m.va, m.length, m.access, /*used=*/nullptr, &m.refs, last));
   m.generation = t.backings.generation();
   ASSIGN_OR_RETURN(m.cls, t.pool->ClassFor(static_cast<uint32_t>(m.layout.size())));
   return absl::OkStatus();
