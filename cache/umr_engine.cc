@@ -139,7 +139,7 @@ absl::Status UmrEngine::PostWhenRoom(QueueSlot& slot, UmrOp& op, uint64_t id, bo
   absl::Status s = PostOne(slot, op, id, signaled);
   // A full ring: retire what completed and try again, until the deadline. The batch's requests
   // already on the ring complete only once the doorbell announced them.
-  while (absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
+  while (!s.ok() && absl::IsResourceExhausted(s) && base::MonotonicNow() < deadline) {
     if (ring_first) {
       s = slot.queue->Doorbell();
       if (!s.ok()) break;

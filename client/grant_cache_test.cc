@@ -109,6 +109,40 @@ TEST_F(GrantCacheTest, InsertBatchKeepsWhatInsertWouldAcrossLockRuns) {
   }
 }
 
+// InsertBatch places each grant in the ordered index next to the one before it when it can: in
+// address order that is right, and out of order, at an address already taken, or after a grant
+// it did not add (a handle it holds already), it must still find each grant's place.
+TEST_F(GrantCacheTest, InsertBatchInAnyOrderKeepsTheOrderedIndexWhole) {
+  ASSERT_TRUE(cache_->Insert(MakeKey(100, 0x50000, 0x1000), 1, 7));
+  const std::vector<Key> keys = {
+      MakeKey(1, 0x10000, 0x1000),
+      MakeKey(2, 0x20000, 0x1000),
+      MakeKey(3, 0x60000, 0x1000),    // past the grant already there
+      MakeKey(4, 0x30000, 0x1000),    // backwards
+      MakeKey(5, 0x30000, 0x2000),    // the same address
+      MakeKey(100, 0x50000, 0x1000),  // held already: one more hold, no new entry
+      MakeKey(6, 0x70000, 0x1000),
+      MakeKey(7, 0x5000, 0x1000),  // before everything
+  };
+  std::vector<GrantCache::Insertion> batch;
+  for (const Key& k : keys) batch.push_back({&k, k.handle == 100 ? 1u : uint32_t(k.handle) + 1, 7});
+  cache_->InsertBatch(batch);
+  EXPECT_EQ(cache_->size(), 8u);
+  // Inside each range but not at its start: answered by the ordered index alone.
+  const std::vector<std::pair<uint64_t, uint64_t>> cover = {
+      {0x10800, 1},   {0x20800, 2}, {0x60800, 3}, {0x31800, 5},
+      {0x50800, 100}, {0x70800, 6}, {0x5800, 7}};
+  for (const auto& [va, handle] : cover) {
+    auto k = cache_->Acquire(va, 0x100, kLocalRead);
+    ASSERT_TRUE(k.has_value()) << std::hex << va;
+    EXPECT_EQ(k->handle, handle) << std::hex << va;
+  }
+  auto either = cache_->Acquire(0x30800, 0x100, kLocalRead);
+  ASSERT_TRUE(either.has_value());
+  EXPECT_TRUE(either->handle == 4 || either->handle == 5) << either->handle;
+  EXPECT_FALSE(cache_->Acquire(0x40800, 0x100, kLocalRead).has_value()) << "no grant there";
+}
+
 TEST_F(GrantCacheTest, ARefusedInsertLeavesNoTraceOfItsHandle) {
   EXPECT_FALSE(cache_->Insert(MakeKey(1, 0x10000, 0x1000), 3, 6)) << "stale generation";
   EXPECT_EQ(cache_->Forget(1), 0u);

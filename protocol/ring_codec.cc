@@ -109,9 +109,9 @@ RingCompletion CompletionFor(uint64_t seq, uint16_t op, const absl::Status& stat
   RingCompletion c{};
   c.seq = seq;
   c.op = op;
-  c.code = static_cast<uint32_t>(status.code());
   c.slot = kNoSlot;
-  if (status.ok()) return c;  // zero: no reason, an empty message
+  if (status.ok()) return c;  // code zero: no reason, an empty message
+  c.code = static_cast<uint32_t>(status.code());
   if (std::optional<base::ErrorReason> r = base::GetErrorReason(status)) {
     c.reason = ReasonNumber(r->reason);
   }

@@ -1,6 +1,7 @@
 #include "client/internal/grant_cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "base/log.h"
 #include "client/internal/grant_cache_words.h"
@@ -407,15 +408,19 @@ void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
   // Runs of kLockRun: a long batch does not keep other threads' misses waiting for all of it.
   for (size_t from = 0; from < grants.size(); from += kLockRun) {
     base::MutexLock lock(&mu_);
+    // A batch's grants mostly come in address order: each one's place in the ordered index is
+    // then just past the previous one's, and the hint saves the search (a wrong one costs two
+    // comparisons before the search).
+    IndexHint hint = index_.end();
     for (const Insertion& g : grants.subspan(from, kLockRun)) {
       if (Insertable(*g.key, g.slot, state_.slot_count)) {
-        (void)InsertLocked(*g.key, g.slot, g.generation);
+        (void)InsertLocked(*g.key, g.slot, g.generation, &hint);
       }
     }
   }
 }
 
-bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation) {
+bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation, IndexHint* hint) {
   // One probe of the handle map, whichever way it goes (a refusal below takes the key out).
   auto [it, fresh] = handles_.try_emplace(key.handle, 0);
   if (!fresh) {
@@ -457,7 +462,11 @@ bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation
   const uint32_t inc = Inc(e.state.load(std::memory_order_relaxed));
   AddRefLocked(idx, inc);
   e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
-  index_.emplace(std::make_pair(key.va, key.handle), idx);
+  if (hint != nullptr) {
+    *hint = std::next(index_.emplace_hint(*hint, std::make_pair(key.va, key.handle), idx));
+  } else {
+    index_.emplace(std::make_pair(key.va, key.handle), idx);
+  }
   it->second = idx;
   by_va_.Insert(ProbeTable::Mix(key.va), idx);
   by_handle_.Insert(ProbeTable::Mix(key.handle), idx);
