@@ -115,14 +115,12 @@ TEST_F(GrantCacheTest, InsertBatchKeepsWhatInsertWouldAcrossLockRuns) {
 TEST_F(GrantCacheTest, InsertBatchInAnyOrderKeepsTheOrderedIndexWhole) {
   ASSERT_TRUE(cache_->Insert(MakeKey(100, 0x50000, 0x1000), 1, 7));
   const std::vector<Key> keys = {
-      MakeKey(1, 0x10000, 0x1000),
-      MakeKey(2, 0x20000, 0x1000),
+      MakeKey(1, 0x10000, 0x1000),   MakeKey(2, 0x20000, 0x1000),
       MakeKey(3, 0x60000, 0x1000),    // past the grant already there
       MakeKey(4, 0x30000, 0x1000),    // backwards
       MakeKey(5, 0x30000, 0x2000),    // the same address
       MakeKey(100, 0x50000, 0x1000),  // held already: one more hold, no new entry
-      MakeKey(6, 0x70000, 0x1000),
-      MakeKey(7, 0x5000, 0x1000),  // before everything
+      MakeKey(6, 0x70000, 0x1000),   MakeKey(7, 0x5000, 0x1000),  // before everything
   };
   std::vector<GrantCache::Insertion> batch;
   for (const Key& k : keys) batch.push_back({&k, k.handle == 100 ? 1u : uint32_t(k.handle) + 1, 7});
