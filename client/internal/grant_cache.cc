@@ -401,7 +401,8 @@ bool Insertable(const Key& key, uint32_t slot, uint32_t slot_count) {
 bool GrantCache::Insert(const Key& key, uint32_t slot, uint32_t generation) {
   if (!Insertable(key, slot, state_.slot_count)) return false;
   base::MutexLock lock(&mu_);
-  return InsertLocked(key, slot, generation);
+  IndexHint hint = index_.end();
+  return InsertLocked(key, slot, generation, hint);
 }
 
 void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
@@ -409,18 +410,17 @@ void GrantCache::InsertBatch(absl::Span<const Insertion> grants) {
   for (size_t from = 0; from < grants.size(); from += kLockRun) {
     base::MutexLock lock(&mu_);
     // A batch's grants mostly come in address order: each one's place in the ordered index is
-    // then just past the previous one's, and the hint saves the search (a wrong one costs two
-    // comparisons before the search).
+    // then just past the previous one's, and the hint saves the search.
     IndexHint hint = index_.end();
     for (const Insertion& g : grants.subspan(from, kLockRun)) {
       if (Insertable(*g.key, g.slot, state_.slot_count)) {
-        (void)InsertLocked(*g.key, g.slot, g.generation, &hint);
+        (void)InsertLocked(*g.key, g.slot, g.generation, hint);
       }
     }
   }
 }
 
-bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation, IndexHint* hint) {
+bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation, IndexHint& hint) {
   // One probe of the handle map, whichever way it goes (a refusal below takes the key out).
   auto [it, fresh] = handles_.try_emplace(key.handle, 0);
   if (!fresh) {
@@ -462,11 +462,7 @@ bool GrantCache::InsertLocked(const Key& key, uint32_t slot, uint32_t generation
   const uint32_t inc = Inc(e.state.load(std::memory_order_relaxed));
   AddRefLocked(idx, inc);
   e.state.store(Clean(inc), std::memory_order_release);  // the fields, before a reader sees it
-  if (hint != nullptr) {
-    *hint = std::next(index_.emplace_hint(*hint, std::make_pair(key.va, key.handle), idx));
-  } else {
-    index_.emplace(std::make_pair(key.va, key.handle), idx);
-  }
+  hint = std::next(index_.emplace_hint(hint, std::make_pair(key.va, key.handle), idx));
   it->second = idx;
   by_va_.Insert(ProbeTable::Mix(key.va), idx);
   by_handle_.Insert(ProbeTable::Mix(key.handle), idx);

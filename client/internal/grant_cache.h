@@ -285,10 +285,11 @@ class GrantCache {
   void Unref(Refs* t, uint32_t idx, uint32_t inc);
   void AddRefLocked(uint32_t idx, uint32_t inc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   using IndexHint = absl::btree_map<std::pair<uint64_t, uint64_t>, uint32_t>::iterator;
-  // Insert's work, for a grant whose slot and range it checked, under the lock. With `hint`:
-  // the ordered index is tried at *hint first, and *hint is left just past the new entry (where
-  // the next of a batch in address order goes); without a new entry it is left as it was.
-  bool InsertLocked(const Key& key, uint32_t slot, uint32_t generation, IndexHint* hint = nullptr)
+  // Insert's work, for a grant whose slot and range it checked, under the lock. The ordered
+  // index is tried at `hint` first (any position of it: a wrong one costs two comparisons before
+  // the search), and `hint` is left just past the new entry, where the next of a batch in
+  // address order goes; without a new entry it is left as it was.
+  bool InsertLocked(const Key& key, uint32_t slot, uint32_t generation, IndexHint& hint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<uint32_t> FindCovering(uint64_t addr, uint64_t end, uint32_t access)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
