@@ -284,7 +284,9 @@ class GrantCache {
   ReleaseOutcome Released(uint32_t idx, std::atomic<uint64_t>* mine, uint64_t w, uint64_t handle);
   void Unref(Refs* t, uint32_t idx, uint32_t inc);
   void AddRefLocked(uint32_t idx, uint32_t inc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  using IndexHint = absl::btree_map<std::pair<uint64_t, uint64_t>, uint32_t>::iterator;
+  // The ordered index: (va, handle) → entry.
+  using Index = absl::btree_map<std::pair<uint64_t, uint64_t>, uint32_t>;
+  using IndexHint = Index::iterator;
   // Insert's work, for a grant whose slot and range it checked, under the lock. The ordered
   // index is tried at `hint` first (any position of it: a wrong one costs two comparisons before
   // the search), and `hint` is left just past the new entry, where the next of a batch in
@@ -326,8 +328,7 @@ class GrantCache {
   std::atomic<bool> has_pending_{false};
 
   mutable base::Mutex mu_;  // writers of everything; readers of the ordered index
-  absl::btree_map<std::pair<uint64_t, uint64_t>, uint32_t> index_
-      ABSL_GUARDED_BY(mu_);  // (va, handle) → entry
+  Index index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint32_t> handles_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
   uint32_t next_ ABSL_GUARDED_BY(mu_) = 0;  // entries ever used
